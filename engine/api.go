@@ -1,0 +1,117 @@
+// Package engine is ftchat's public engine API: Load a model, open
+// Sessions, Generate streamed events, read Stats. The UI and the agent talk
+// to the engine only through this package.
+package engine
+
+import (
+	"time"
+)
+
+// Message is one chat turn.
+type Message struct {
+	Role       string     `json:"role"` // system, user, assistant, tool
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is a function call the model asked for.
+type ToolCall struct {
+	ID        string         `json:"id,omitempty"`
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// Tool is a function definition passed to the model through its chat template.
+type Tool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"` // JSON schema
+}
+
+// Request is one generation: the full conversation so far (the session
+// reuses whatever prefix it already has in the KV cache).
+type Request struct {
+	Messages  []Message
+	Tools     []Tool
+	MaxTokens int // 0: until EOS, stop string, or the pool is full
+	Sampling  Sampling
+}
+
+// Sampling parameters; zero Temperature means greedy.
+type Sampling struct {
+	Temperature   float32
+	TopK          int
+	TopP          float32
+	MinP          float32
+	RepeatPenalty float32 // 1 or 0: off
+	RepeatLastN   int
+	Seed          uint64
+	Stop          []string
+}
+
+// EventKind tells which fields of an Event are set.
+type EventKind int
+
+const (
+	EventText     EventKind = iota // Text: a decoded delta of the answer
+	EventThinking                  // Text: a delta inside <think>...</think>
+	EventToolCall                  // ToolCall: a complete parsed call
+	EventStats                     // Stats: periodic update while working
+	EventProgress                  // Progress: prefill progress (done/total tokens)
+	EventDone                      // Stop: why generation ended; Stats final
+	EventError                     // Err
+)
+
+// Event is one item of a Generate stream.
+type Event struct {
+	Kind     EventKind
+	Text     string
+	ToolCall *ToolCall
+	Stats    Stats
+	Done     int // EventProgress: tokens prefilled so far
+	Total    int // EventProgress: tokens to prefill
+	Stop     StopReason
+	Err      error
+}
+
+// StopReason says why a generation ended.
+type StopReason string
+
+const (
+	StopEOS       StopReason = "eos"
+	StopString    StopReason = "stop"
+	StopMaxTokens StopReason = "length"
+	StopCancelled StopReason = "cancelled"
+	StopPoolFull  StopReason = "pool_full"
+	StopToolCall  StopReason = "tool_call"
+)
+
+// Stats is the single source of every number the UI shows.
+type Stats struct {
+	Model    string
+	Device   string // "cpu (2 threads)", "cuda:0 NVIDIA H200"
+	KVDType  string // resolved dtype name, e.g. "fp8_e4m3"
+	PageSize int
+
+	PagesTotal, PagesUsed int
+	TokensCapacity        int // PagesTotal * PageSize
+	TokensUsed            int // tokens held by live sessions
+	BytesPerToken         int // data + scales, all attention layers
+	BytesUsed             int64
+	BytesBF16             int64   // what TokensUsed would take in bf16
+	CapacityRatio         float64 // bf16 bytes per token / this dtype's
+
+	BudgetBytes  int64 // device memory budget (0: unlimited / CPU)
+	WeightsBytes int64
+	PoolBytes    int64
+
+	PrefillTokens     int64 // total tokens prefilled in this engine's life
+	ReusedTokens      int64 // total prompt tokens served from the cache (prefix reuse)
+	DecodeTokens      int64
+	LastPrefillTokens int     // tokens prefilled by the latest turn
+	PrefillTokensPerS float64 // latest turn
+	DecodeTokensPerS  float64 // latest turn
+	LastTurnDuration  time.Duration
+}
