@@ -1,0 +1,83 @@
+// Package gguf reads GGUF model files (v2, v3) over mmap and knows the
+// block formats of the tensor types ftchat supports.
+package gguf
+
+import "fmt"
+
+// Type is a ggml tensor type as stored in GGUF tensor infos.
+type Type uint32
+
+const (
+	F32  Type = 0
+	F16  Type = 1
+	Q4_0 Type = 2
+	Q4_1 Type = 3
+	Q5_0 Type = 6
+	Q5_1 Type = 7
+	Q8_0 Type = 8
+	Q8_1 Type = 9
+	Q2_K Type = 10
+	Q3_K Type = 11
+	Q4_K Type = 12
+	Q5_K Type = 13
+	Q6_K Type = 14
+	Q8_K Type = 15
+	BF16 Type = 30
+)
+
+var typeInfo = map[Type]struct {
+	name       string
+	blockElems int
+	blockBytes int
+}{
+	F32: {"F32", 1, 4}, F16: {"F16", 1, 2}, BF16: {"BF16", 1, 2},
+	Q4_0: {"Q4_0", 32, 18}, Q4_1: {"Q4_1", 32, 20},
+	Q5_0: {"Q5_0", 32, 22}, Q5_1: {"Q5_1", 32, 24},
+	Q8_0: {"Q8_0", 32, 34}, Q8_1: {"Q8_1", 32, 36},
+	Q2_K: {"Q2_K", 256, 84}, Q3_K: {"Q3_K", 256, 110},
+	Q4_K: {"Q4_K", 256, 144}, Q5_K: {"Q5_K", 256, 176},
+	Q6_K: {"Q6_K", 256, 210}, Q8_K: {"Q8_K", 256, 292},
+}
+
+func (t Type) String() string {
+	if ti, ok := typeInfo[t]; ok {
+		return ti.name
+	}
+	return fmt.Sprintf("type(%d)", uint32(t))
+}
+
+// Known reports whether the block geometry of t is known.
+func (t Type) Known() bool { _, ok := typeInfo[t]; return ok }
+
+// BlockElems is the number of elements in one block (1 for float types).
+func (t Type) BlockElems() int { return typeInfo[t].blockElems }
+
+// BlockBytes is the size of one block in bytes.
+func (t Type) BlockBytes() int { return typeInfo[t].blockBytes }
+
+// TensorInfo describes one tensor of a GGUF file. Dims[0] (ne0) is the
+// fastest-varying (row length) dimension, as in ggml.
+type TensorInfo struct {
+	Name   string
+	Dims   []uint64
+	Type   Type
+	Offset uint64 // relative to the start of the data section
+}
+
+// Elements is the product of the dims.
+func (ti TensorInfo) Elements() uint64 {
+	n := uint64(1)
+	for _, d := range ti.Dims {
+		n *= d
+	}
+	return n
+}
+
+// Bytes is the stored size of the tensor.
+func (ti TensorInfo) Bytes() uint64 {
+	be := uint64(ti.Type.BlockElems())
+	if be == 0 {
+		return 0
+	}
+	return ti.Elements() / be * uint64(ti.Type.BlockBytes())
+}
