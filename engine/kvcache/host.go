@@ -1,0 +1,306 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// HostStore is the KV pool in host memory, laid out exactly as Layout
+// documents, with the CPU reference write (quantize + scatter) and paged
+// attention. It holds no page-allocation state: page ids come from a Pool.
+//
+// WriteRow calls for different (layer, page, slot) are independent; Attend
+// only reads and may run concurrently with other Attend calls and with
+// writes to slots it does not read.
+type HostStore struct {
+	l      Layout
+	layers []hostLayer
+	// decode table for FP8 codes (value of each code, scale not applied)
+	lut *[256]float32
+}
+
+type hostLayer struct {
+	k, v   []byte    // codes, [page][kv_head][slot][head_dim], 16-bit little-endian
+	ks, vs []float32 // dynamic FP8 scales, [page][kv_head][slot]; nil otherwise
+	// static FP8 scales of this layer, [kv_head]; nil otherwise
+	kStatic, vStatic []float32
+}
+
+// NewHostStore allocates a zeroed pool for l (all codes 0, all scales 0).
+func NewHostStore(l Layout) (*HostStore, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	s := &HostStore{l: l, layers: make([]hostLayer, l.Layers)}
+	switch l.DType {
+	case FP8E4M3:
+		s.lut = &e4m3Table
+	case FP8E5M2:
+		s.lut = &e5m2Table
+	}
+	nb := l.LayerElems() * l.DType.ElemBytes()
+	for i := range s.layers {
+		hl := &s.layers[i]
+		hl.k, hl.v = make([]byte, nb), make([]byte, nb)
+		if n := l.LayerScales(); n > 0 {
+			hl.ks, hl.vs = make([]float32, n), make([]float32, n)
+		}
+		if l.DType.IsFP8() && l.Scales == StaticScales {
+			hl.kStatic = l.KScale[i*l.KVHeads : (i+1)*l.KVHeads]
+			hl.vStatic = l.VScale[i*l.KVHeads : (i+1)*l.KVHeads]
+		}
+	}
+	return s, nil
+}
+
+// Layout returns the geometry the store was built with.
+func (s *HostStore) Layout() Layout { return s.l }
+
+// Raw returns views (not copies) of one layer's storage: the K and V codes
+// exactly as laid out (16-bit codes little-endian), and the K and V scales:
+// per (page, kv head, slot) for dynamic FP8, the layer's [kv_head] static
+// scales for static FP8, nil for 16-bit dtypes. Treat them as read-only.
+func (s *HostStore) Raw(layer int) (kCodes, vCodes []byte, kScales, vScales []float32) {
+	hl := &s.layers[layer]
+	if hl.ks != nil {
+		return hl.k, hl.v, hl.ks, hl.vs
+	}
+	return hl.k, hl.v, hl.kStatic, hl.vStatic
+}
+
+func (s *HostStore) checkSlot(layer, page, slot int) {
+	if layer < 0 || layer >= s.l.Layers || page < 0 || page >= s.l.Pages || slot < 0 || slot >= s.l.PageSize {
+		panic(fmt.Sprintf("kvcache: (layer %d, page %d, slot %d) outside the pool (%d layers, %d pages of %d)",
+			layer, page, slot, s.l.Layers, s.l.Pages, s.l.PageSize))
+	}
+}
+
+// WriteRow stores one token's K and V (each [KVHeads*HeadDim] float32, K
+// already rotated) at (page, slot) of layer, quantizing per (token, kv head).
+//
+// Dynamic FP8: scale = amax/FP8_MAX (float32 division), codes =
+// Encode(x/scale) (float32 division, RNE, saturating); an all-zero row
+// stores scale 0 and codes 0. Static FP8: codes = Encode(x/static_scale).
+// 16-bit: codes = Encode(x), RNE.
+func (s *HostStore) WriteRow(layer, page, slot int, k, v []float32) {
+	s.checkSlot(layer, page, slot)
+	hw := s.l.KVHeads * s.l.HeadDim
+	if len(k) != hw || len(v) != hw {
+		panic(fmt.Sprintf("kvcache: WriteRow got k %d, v %d values; want kv_heads*head_dim = %d", len(k), len(v), hw))
+	}
+	hl := &s.layers[layer]
+	d := s.l.HeadDim
+	for h := range s.l.KVHeads {
+		idx := s.l.CodeIndex(page, h, slot)
+		src := k[h*d : (h+1)*d]
+		vsrc := v[h*d : (h+1)*d]
+		switch s.l.DType {
+		case BF16:
+			putRow16(hl.k[2*idx:2*(idx+d)], src, EncodeBF16)
+			putRow16(hl.v[2*idx:2*(idx+d)], vsrc, EncodeBF16)
+		case F16:
+			putRow16(hl.k[2*idx:2*(idx+d)], src, EncodeF16)
+			putRow16(hl.v[2*idx:2*(idx+d)], vsrc, EncodeF16)
+		case FP8E4M3, FP8E5M2:
+			enc := EncodeE4M3
+			if s.l.DType == FP8E5M2 {
+				enc = EncodeE5M2
+			}
+			if hl.ks != nil {
+				si := s.l.ScaleIndex(page, h, slot)
+				hl.ks[si] = quantizeDynamic(hl.k[idx:idx+d], src, s.l.DType.FP8Max(), enc)
+				hl.vs[si] = quantizeDynamic(hl.v[idx:idx+d], vsrc, s.l.DType.FP8Max(), enc)
+			} else {
+				quantizeStatic(hl.k[idx:idx+d], src, hl.kStatic[h], enc)
+				quantizeStatic(hl.v[idx:idx+d], vsrc, hl.vStatic[h], enc)
+			}
+		}
+	}
+}
+
+func putRow16(dst []byte, src []float32, enc func(float32) uint16) {
+	for i, x := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], enc(x))
+	}
+}
+
+// DynamicScale is the per-row scale rule: amax/fp8Max in float32; 0 for
+// an all-zero row. Exported so kernel tests can state the rule once.
+func DynamicScale(row []float32, fp8Max float32) float32 {
+	var amax float32
+	for _, x := range row {
+		// NaN is not ordered, so a NaN row keeps the finite amax; its NaN
+		// values still encode to the NaN code.
+		if a := float32(math.Abs(float64(x))); a > amax {
+			amax = a
+		}
+	}
+	return amax / fp8Max
+}
+
+func quantizeDynamic(dst []byte, src []float32, fp8Max float32, enc func(float32) uint8) float32 {
+	scale := DynamicScale(src, fp8Max)
+	if scale == 0 {
+		clear(dst)
+		return 0
+	}
+	for i, x := range src {
+		dst[i] = enc(x / scale)
+	}
+	return scale
+}
+
+func quantizeStatic(dst []byte, src []float32, scale float32, enc func(float32) uint8) {
+	for i, x := range src {
+		dst[i] = enc(x / scale)
+	}
+}
+
+// attendBufs is per-call scratch so Attend needs no locks.
+type attendBufs struct {
+	scores []float32 // [group][n]
+	row    []float32 // one decoded row, [head_dim]
+}
+
+var attendPool = sync.Pool{New: func() any { return new(attendBufs) }}
+
+// Attend computes attention of one query row q ([heads*HeadDim], already
+// rotated) over the first n tokens of a sequence whose page table is
+// pages (token t at page pages[t/PageSize], slot t%PageSize), writing out
+// [heads*HeadDim]. Query head h reads kv head h/(heads/KVHeads) (GQA).
+// scores = scale * q·k; softmax is max-subtracted, all in float32.
+//
+// Codes are dequantized row by row as they are read (value = code value *
+// row scale; the scale is applied to the dot product and to the softmax
+// weight rather than to each element, which is the same number up to
+// float32 rounding); no 16-bit copy of the cache is made. n == 0 writes
+// zeros.
+func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads int, scale float32) {
+	l := s.l
+	d := l.HeadDim
+	if heads <= 0 || heads%l.KVHeads != 0 {
+		panic(fmt.Sprintf("kvcache: Attend with %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads))
+	}
+	if len(q) != heads*d || len(out) != heads*d {
+		panic(fmt.Sprintf("kvcache: Attend got q %d, out %d values; want heads*head_dim = %d", len(q), len(out), heads*d))
+	}
+	if n < 0 || n > len(pages)*l.PageSize {
+		panic(fmt.Sprintf("kvcache: Attend over %d tokens with a page table of %d pages of %d", n, len(pages), l.PageSize))
+	}
+	if layer < 0 || layer >= l.Layers {
+		panic(fmt.Sprintf("kvcache: layer %d outside 0..%d", layer, l.Layers-1))
+	}
+	for _, p := range pages[:(n+l.PageSize-1)/l.PageSize] {
+		if p < 0 || int(p) >= l.Pages {
+			panic(fmt.Sprintf("kvcache: page id %d outside the pool of %d pages", p, l.Pages))
+		}
+	}
+	if n == 0 {
+		clear(out)
+		return
+	}
+	group := heads / l.KVHeads
+	bufs := attendPool.Get().(*attendBufs)
+	defer attendPool.Put(bufs)
+	if cap(bufs.scores) < group*n {
+		bufs.scores = make([]float32, group*n)
+	}
+	if cap(bufs.row) < d {
+		bufs.row = make([]float32, d)
+	}
+	scores, row := bufs.scores[:group*n], bufs.row[:d]
+	hl := &s.layers[layer]
+	shift := pageShift(l.PageSize)
+	mask := l.PageSize - 1
+
+	for kh := range l.KVHeads {
+		q0 := kh * group // first query head of this group
+		// Pass 1: scores for all tokens, each K row decoded once per group.
+		for t := range n {
+			page, slot := int(pages[t>>shift]), t&mask
+			rs := s.decodeRow(row, hl.k, hl.ks, hl.kStatic, page, kh, slot)
+			for g := range group {
+				qh := q[(q0+g)*d : (q0+g+1)*d]
+				var dot float32
+				for i, x := range row {
+					dot += qh[i] * x
+				}
+				scores[g*n+t] = dot * rs * scale
+			}
+		}
+		// Softmax per query head, float32, max-subtracted.
+		for g := range group {
+			sc := scores[g*n : (g+1)*n]
+			m := float32(math.Inf(-1))
+			for _, x := range sc {
+				if x > m {
+					m = x
+				}
+			}
+			var sum float32
+			for t, x := range sc {
+				e := float32(math.Exp(float64(x - m)))
+				sc[t] = e
+				sum += e
+			}
+			inv := 1 / sum
+			for t := range sc {
+				sc[t] *= inv
+			}
+			clear(out[(q0+g)*d : (q0+g+1)*d])
+		}
+		// Pass 2: weighted sum of V rows, each decoded once per group.
+		for t := range n {
+			page, slot := int(pages[t>>shift]), t&mask
+			rs := s.decodeRow(row, hl.v, hl.vs, hl.vStatic, page, kh, slot)
+			for g := range group {
+				w := scores[g*n+t] * rs
+				o := out[(q0+g)*d : (q0+g+1)*d]
+				for i, x := range row {
+					o[i] += w * x
+				}
+			}
+		}
+	}
+}
+
+// decodeRow widens the codes of (page, kvHead, slot) into row and returns
+// the row's scale (1 for 16-bit dtypes).
+func (s *HostStore) decodeRow(row []float32, codes []byte, tokScales, static []float32, page, kvHead, slot int) float32 {
+	idx := s.l.CodeIndex(page, kvHead, slot)
+	d := len(row)
+	switch s.l.DType {
+	case BF16:
+		src := codes[2*idx : 2*(idx+d)]
+		for i := range row {
+			row[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+		}
+		return 1
+	case F16:
+		src := codes[2*idx : 2*(idx+d)]
+		lut := f16Table()
+		for i := range row {
+			row[i] = lut[binary.LittleEndian.Uint16(src[2*i:])]
+		}
+		return 1
+	}
+	src := codes[idx : idx+d]
+	lut := s.lut
+	for i, c := range src {
+		row[i] = lut[c]
+	}
+	if tokScales != nil {
+		return tokScales[s.l.ScaleIndex(page, kvHead, slot)]
+	}
+	return static[kvHead]
+}
+
+func pageShift(p int) int {
+	sh := 0
+	for 1<<sh < p {
+		sh++
+	}
+	return sh
+}

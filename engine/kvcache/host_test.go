@@ -1,0 +1,449 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+type storeCase struct {
+	dtype  DType
+	scales ScaleMode
+}
+
+func (c storeCase) String() string {
+	if c.dtype.IsFP8() {
+		return c.dtype.String() + "/" + c.scales.String()
+	}
+	return c.dtype.String()
+}
+
+var storeCases = []storeCase{
+	{BF16, DynamicScales}, {F16, DynamicScales},
+	{FP8E4M3, DynamicScales}, {FP8E5M2, DynamicScales},
+	{FP8E4M3, StaticScales}, {FP8E5M2, StaticScales},
+}
+
+type geom struct{ kvHeads, group, headDim, pageSize, n int }
+
+var geoms = []geom{
+	{1, 1, 64, 8, 300},
+	{2, 4, 128, 16, 500},
+	{1, 8, 256, 256, 700},
+	{4, 2, 64, 32, 257},
+	{2, 3, 80, 64, 129},
+	{3, 1, 96, 128, 1},
+	{2, 2, 128, 8, 64},
+}
+
+// randRows makes n rows of [kvHeads*headDim] with a few outlier channels,
+// as real K activations have.
+func randRows(r *rand.Rand, n, width int, outliers bool) [][]float32 {
+	rows := make([][]float32, n)
+	for t := range rows {
+		row := make([]float32, width)
+		for i := range row {
+			x := r.NormFloat64()
+			if outliers && i%17 == 3 {
+				x *= 8
+			}
+			row[i] = float32(x)
+		}
+		rows[t] = row
+	}
+	return rows
+}
+
+// staticScalesFor calibrates per-head scales from the data, optionally
+// tightened (factor < 1) so some values saturate.
+func staticScalesFor(rows [][]float32, kvHeads, headDim int, fp8Max float32, factor float32) []float32 {
+	s := make([]float32, kvHeads)
+	for _, row := range rows {
+		for h := range kvHeads {
+			for _, x := range row[h*headDim : (h+1)*headDim] {
+				s[h] = max(s[h], float32(math.Abs(float64(x))))
+			}
+		}
+	}
+	for h := range s {
+		s[h] = s[h] / fp8Max * factor
+	}
+	return s
+}
+
+// refAttend is the float64 reference: softmax(scale q·k) v over rows.
+func refAttend(q []float64, ks, vs [][]float64, heads, kvHeads, d int, scale float64) []float64 {
+	out := make([]float64, heads*d)
+	group := heads / kvHeads
+	n := len(ks)
+	s := make([]float64, n)
+	for h := range heads {
+		kh := h / group
+		m := math.Inf(-1)
+		for t := range n {
+			var dot float64
+			for i := range d {
+				dot += q[h*d+i] * ks[t][kh*d+i]
+			}
+			s[t] = dot * scale
+			m = math.Max(m, s[t])
+		}
+		var sum float64
+		for t := range n {
+			s[t] = math.Exp(s[t] - m)
+			sum += s[t]
+		}
+		for t := range n {
+			w := s[t] / sum
+			for i := range d {
+				out[h*d+i] += w * vs[t][kh*d+i]
+			}
+		}
+	}
+	return out
+}
+
+func to64(rows [][]float32) [][]float64 {
+	out := make([][]float64, len(rows))
+	for i, r := range rows {
+		out[i] = make([]float64, len(r))
+		for j, x := range r {
+			out[i][j] = float64(x)
+		}
+	}
+	return out
+}
+
+// storedRows reads back the value the store holds for each token (codes
+// decoded times scale), through Raw and the documented layout.
+func storedRows(s *HostStore, layer int, pages []int32, n int) (k, v [][]float64) {
+	l := s.Layout()
+	kc, vc, ksc, vsc := s.Raw(layer)
+	read := func(codes []byte, scales []float32, t int) []float64 {
+		row := make([]float64, l.KVHeads*l.HeadDim)
+		page, slot := int(pages[t/l.PageSize]), t%l.PageSize
+		for h := range l.KVHeads {
+			base := l.CodeIndex(page, h, slot)
+			sc := 1.0
+			switch {
+			case l.HasTokenScales():
+				sc = float64(scales[l.ScaleIndex(page, h, slot)])
+			case l.DType.IsFP8():
+				sc = float64(scales[h])
+			}
+			for i := range l.HeadDim {
+				var x float32
+				switch l.DType {
+				case BF16:
+					x = DecodeBF16(binary.LittleEndian.Uint16(codes[2*(base+i):]))
+				case F16:
+					x = DecodeF16(binary.LittleEndian.Uint16(codes[2*(base+i):]))
+				case FP8E4M3:
+					x = DecodeE4M3(codes[base+i])
+				case FP8E5M2:
+					x = DecodeE5M2(codes[base+i])
+				}
+				row[h*l.HeadDim+i] = float64(x) * sc
+			}
+		}
+		return row
+	}
+	for t := range n {
+		k = append(k, read(kc, ksc, t))
+		v = append(v, read(vc, vsc, t))
+	}
+	return
+}
+
+// elemBound is the largest quantization error allowed for one element x
+// stored with row scale sc: half a unit in the last place of the format,
+// relative to |x|, or half the smallest subnormal step (times sc).
+func elemBound(d DType, x, sc float64) float64 {
+	switch d {
+	case BF16:
+		return math.Abs(x) * 0x1p-8 * 1.0000001
+	case F16:
+		return math.Abs(x)*0x1p-11*1.0000001 + 0x1p-25
+	case FP8E4M3:
+		return math.Abs(x)*0x1p-4*1.0000001 + sc*0x1p-10
+	case FP8E5M2:
+		return math.Abs(x)*0x1p-3*1.0000001 + sc*0x1p-17
+	}
+	panic("dtype")
+}
+
+func TestHostStoreAttend(t *testing.T) {
+	for _, sc := range storeCases {
+		for gi, g := range geoms {
+			t.Run(fmt.Sprintf("%v/%d_kv%d_g%d_d%d_p%d_n%d", sc, gi, g.kvHeads, g.group, g.headDim, g.pageSize, g.n), func(t *testing.T) {
+				testAttend(t, sc, g, uint64(gi))
+			})
+		}
+	}
+}
+
+func testAttend(t *testing.T, sc storeCase, g geom, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, uint64(sc.dtype)*10+uint64(sc.scales)))
+	const layers = 2
+	const layer = 1
+	heads := g.kvHeads * g.group
+	width := g.kvHeads * g.headDim
+	npages := (g.n + g.pageSize - 1) / g.pageSize
+	l := Layout{Layers: layers, KVHeads: g.kvHeads, HeadDim: g.headDim, PageSize: g.pageSize,
+		Pages: npages*2 + 3, DType: sc.dtype, Scales: sc.scales}
+
+	ks := randRows(r, g.n, width, true)
+	vs := randRows(r, g.n, width, false)
+	if sc.scales == StaticScales && sc.dtype.IsFP8() {
+		// layer 0 gets arbitrary scales; layer 1 is calibrated on the data,
+		// V deliberately too tight so some values saturate.
+		kst := staticScalesFor(ks, g.kvHeads, g.headDim, sc.dtype.FP8Max(), 1)
+		vst := staticScalesFor(vs, g.kvHeads, g.headDim, sc.dtype.FP8Max(), 0.7)
+		for range g.kvHeads {
+			l.KScale = append(l.KScale, 1)
+			l.VScale = append(l.VScale, 2)
+		}
+		l.KScale = append(l.KScale, kst...)
+		l.VScale = append(l.VScale, vst...)
+	}
+	s, err := NewHostStore(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Non-contiguous page table: a random choice of distinct page ids.
+	perm := r.Perm(l.Pages)
+	pages := make([]int32, npages)
+	for i := range pages {
+		pages[i] = int32(perm[i])
+	}
+	// Fill the other layer and unused pages with junk that must not be read.
+	junk := randRows(r, 1, width, false)[0]
+	for _, p := range perm[npages:] {
+		for slot := range g.pageSize {
+			s.WriteRow(layer, p, slot, junk, junk)
+		}
+	}
+	for t := range g.n {
+		s.WriteRow(0, int(pages[t/g.pageSize]), t%g.pageSize, junk, junk)
+		s.WriteRow(layer, int(pages[t/g.pageSize]), t%g.pageSize, ks[t], vs[t])
+	}
+	// Tail slots of the last page hold junk too.
+	for slot := g.n % g.pageSize; slot != 0 && slot < g.pageSize; slot++ {
+		s.WriteRow(layer, int(pages[npages-1]), slot, junk, junk)
+	}
+
+	// Stored values are within the format's quantization bound of the input.
+	sk, sv := storedRows(s, layer, pages, g.n)
+	for tok := range g.n {
+		for h := range g.kvHeads {
+			rowScale := func(rows [][]float32, static []float32) float64 {
+				switch {
+				case sc.dtype.IsFP8() && sc.scales == DynamicScales:
+					return float64(DynamicScale(rows[tok][h*g.headDim:(h+1)*g.headDim], sc.dtype.FP8Max()))
+				case sc.dtype.IsFP8():
+					return float64(static[layer*g.kvHeads+h])
+				}
+				return 1
+			}
+			kscale, vscale := rowScale(ks, l.KScale), rowScale(vs, l.VScale)
+			for i := h * g.headDim; i < (h+1)*g.headDim; i++ {
+				x := float64(ks[tok][i])
+				if e := math.Abs(sk[tok][i] - x); e > elemBound(sc.dtype, x, kscale) {
+					t.Fatalf("token %d k[%d] = %g stored as %g (error %g > bound)", tok, i, x, sk[tok][i], e)
+				}
+				x = float64(vs[tok][i])
+				lim := elemBound(sc.dtype, x, vscale)
+				if sc.dtype.IsFP8() && sc.scales == StaticScales {
+					lim = max(lim, math.Abs(x)-vscale*float64(sc.dtype.FP8Max())) // saturation
+				}
+				if e := math.Abs(sv[tok][i] - x); e > lim {
+					t.Fatalf("token %d v[%d] = %g stored as %g (error %g > bound %g)", tok, i, x, sv[tok][i], e, lim)
+				}
+			}
+		}
+	}
+
+	scale := float32(1 / math.Sqrt(float64(g.headDim)))
+	for qi := range 3 {
+		q := randRows(r, 1, heads*g.headDim, false)[0]
+		for i := range q {
+			q[i] *= float32(qi + 1) // sharper softmax for later queries
+		}
+		out := make([]float32, heads*g.headDim)
+		for i := range out {
+			out[i] = float32(math.NaN())
+		}
+		s.Attend(out, q, layer, pages, g.n, heads, scale)
+		q64 := to64([][]float32{q})[0]
+
+		// 1. Arithmetic: against float64 attention over the stored values.
+		ref := refAttend(q64, sk, sv, heads, g.kvHeads, g.headDim, float64(scale))
+		vmax := 0.0
+		for _, row := range sv {
+			for _, x := range row {
+				vmax = math.Max(vmax, math.Abs(x))
+			}
+		}
+		for i := range out {
+			if e := math.Abs(float64(out[i]) - ref[i]); !(e <= 2e-5*vmax) {
+				t.Fatalf("query %d out[%d] = %g, float64 reference over stored values %g (error %g > %g)",
+					qi, i, out[i], ref[i], e, 2e-5*vmax)
+			}
+		}
+
+		// 2. Quantization: against float64 attention over the exact inputs,
+		// within the bound implied by the actual per-element errors: with
+		// D = max score perturbation, |Δout| ≤ (e^{2D}-1)·max|v'| + max|δv|.
+		exact := refAttend(q64, to64(ks), to64(vs), heads, g.kvHeads, g.headDim, float64(scale))
+		for h := range heads {
+			kh := h / g.group
+			var dScore, dv float64
+			for tok := range g.n {
+				var ds float64
+				for i := range g.headDim {
+					j := kh*g.headDim + i
+					ds += q64[h*g.headDim+i] * (sk[tok][j] - float64(ks[tok][j]))
+					dv = math.Max(dv, math.Abs(sv[tok][j]-float64(vs[tok][j])))
+				}
+				dScore = math.Max(dScore, math.Abs(ds)*float64(scale))
+			}
+			bound := math.Expm1(2*dScore)*vmax + dv + 2e-5*vmax
+			for i := h * g.headDim; i < (h+1)*g.headDim; i++ {
+				if e := math.Abs(float64(out[i]) - exact[i]); !(e <= bound) {
+					t.Fatalf("query %d head %d out[%d] = %g, exact %g: error %g > quantization bound %g",
+						qi, h, i, out[i], exact[i], e, bound)
+				}
+			}
+		}
+	}
+}
+
+// A tiny example whose bytes are computed by hand.
+func TestWriteRowBytesByHand(t *testing.T) {
+	l := Layout{Layers: 1, KVHeads: 2, HeadDim: 4, PageSize: 2, Pages: 2, DType: FP8E4M3}
+	s, err := NewHostStore(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// head 0: amax 448 -> scale 1; codes of 448, -1, 0.5, 3 =
+	//   0x7e (1.1110.110), 0xb8 (sign, exp 7 => 1.0), 0x30 (exp 6), 0x44 (exp 8, mant 100 => 1.5*2).
+	// head 1: all zero -> scale 0, codes 0.
+	k := []float32{448, -1, 0.5, 3, 0, 0, 0, 0}
+	// v head 0: amax 0.875 -> scale 0.875/448; 0.875 -> 448 (0x7e); 0.4375 -> 224 (0x76); -0.875 -> 0xfe; 0 -> 0.
+	// v head 1: amax 7 -> scale 7/448 = 1/64; 7 -> 0x7e; 1 -> 64 = 2^6 (exp 13: 0x68); 0.015625 -> 1 (0x38); -2 -> -128 = -2^7 (0xf0).
+	v := []float32{0.875, 0.4375, -0.875, 0, 7, 1, 0.015625, -2}
+	s.WriteRow(0, 1, 1, k, v) // page 1, slot 1
+	kc, vc, ksc, vsc := s.Raw(0)
+	// page 1 starts at code 1*2*2*4 = 16; head 0 slot 1 at 16+4 = 20; head 1 slot 1 at 16+8+4 = 28.
+	wantK := map[int]byte{20: 0x7e, 21: 0xb8, 22: 0x30, 23: 0x44}
+	wantV := map[int]byte{20: 0x7e, 21: 0x76, 22: 0xfe, 23: 0, 28: 0x7e, 29: 0x68, 30: 0x38, 31: 0xf0}
+	for i := range kc {
+		if kc[i] != wantK[i] {
+			t.Errorf("k code[%d] = 0x%02x, want 0x%02x", i, kc[i], wantK[i])
+		}
+		if vc[i] != wantV[i] {
+			t.Errorf("v code[%d] = 0x%02x, want 0x%02x", i, vc[i], wantV[i])
+		}
+	}
+	// scales [page][kv_head][slot]: page 1 head 0 slot 1 = 5, head 1 slot 1 = 7.
+	wantKS := map[int]float32{5: 1, 7: 0}
+	wantVS := map[int]float32{5: float32(0.875) / 448, 7: float32(1) / 64}
+	for i := range ksc {
+		if ksc[i] != wantKS[i] || vsc[i] != wantVS[i] {
+			t.Errorf("scale[%d] = k %g v %g, want k %g v %g", i, ksc[i], vsc[i], wantKS[i], wantVS[i])
+		}
+	}
+
+	// bf16: 1.0 = 0x3f80, -2 = 0xc000, little-endian at byte 2*index.
+	l.DType = BF16
+	s, err = NewHostStore(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.WriteRow(0, 0, 1, []float32{1, -2, 0, 0, 0, 0, 0, 3}, make([]float32, 8))
+	kc, _, ksc, _ = s.Raw(0)
+	if ksc != nil {
+		t.Error("bf16 store has scales")
+	}
+	// head 0 slot 1 at index 4 -> bytes 8..; head 1 slot 1 at index 12 -> bytes 24..; 3.0 = 0x4040 at index 15.
+	want := map[int]byte{8: 0x80, 9: 0x3f, 10: 0x00, 11: 0xc0, 30: 0x40, 31: 0x40}
+	for i := range kc {
+		if kc[i] != want[i] {
+			t.Errorf("bf16 byte[%d] = 0x%02x, want 0x%02x", i, kc[i], want[i])
+		}
+	}
+}
+
+// Concurrent Attend calls give identical results (no shared scratch).
+func TestAttendConcurrent(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	l := Layout{Layers: 1, KVHeads: 2, HeadDim: 64, PageSize: 16, Pages: 20, DType: FP8E4M3}
+	s, err := NewHostStore(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := make([]int32, 20)
+	for i := range pages {
+		pages[i] = int32(19 - i)
+	}
+	rows := randRows(r, 320, 128, true)
+	for tok, row := range rows {
+		s.WriteRow(0, int(pages[tok/16]), tok%16, row, row)
+	}
+	q := randRows(r, 8, 4*64, false)
+	want := make([][]float32, len(q))
+	for i := range q {
+		want[i] = make([]float32, 4*64)
+		s.Attend(want[i], q[i], 0, pages, 100+25*i, 4, 0.125)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for w := range 8 {
+		wg.Go(func() {
+			out := make([]float32, 4*64)
+			for rep := range 20 {
+				i := (w + rep) % len(q)
+				s.Attend(out, q[i], 0, pages, 100+25*i, 4, 0.125)
+				for j := range out {
+					if out[j] != want[i][j] {
+						errs <- fmt.Sprintf("worker %d query %d: out[%d] %g != %g", w, i, j, out[j], want[i][j])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func TestNewHostStoreRejects(t *testing.T) {
+	ok := Layout{Layers: 1, KVHeads: 1, HeadDim: 64, PageSize: 16, Pages: 4, DType: FP8E4M3}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Layout)
+		want string
+	}{
+		{"auto", func(l *Layout) { l.DType = Auto }, "resolved"},
+		{"page size", func(l *Layout) { l.PageSize = 24 }, "power of two"},
+		{"no pages", func(l *Layout) { l.Pages = 0 }, "pages"},
+		{"static count", func(l *Layout) { l.Scales = StaticScales; l.KScale = []float32{1}; l.VScale = nil }, "static scales need 1"},
+		{"static zero", func(l *Layout) { l.Scales = StaticScales; l.KScale = []float32{1}; l.VScale = []float32{0} }, "positive"},
+	} {
+		l := ok
+		tc.mod(&l)
+		_, err := NewHostStore(l)
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want mention of %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := NewHostStore(ok); err != nil {
+		t.Fatal(err)
+	}
+}
