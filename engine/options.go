@@ -1,16 +1,113 @@
 package engine
 
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+)
+
 // Options holds everything a user can set for the engine. Validate is the
 // one place that rejects unsupported combinations.
 type Options struct {
 	Model        string // local GGUF path or a known model name
 	Device       string // auto | cpu | cuda | cuda:N
-	GPUMemory    int64  // device memory budget in bytes; 0 = what the device has
+	GPUMemory    int64  // device memory budget in bytes; 0 = what the device has free
 	KVDType      string // auto | bf16 | fp16 | fp8_e4m3 | fp8_e5m2
 	KVScales     string // "" (dynamic) | "checkpoint" | path to a calibration file
 	PageSize     int    // tokens per KV page; 0 = default
 	ContextLen   int    // max tokens per sequence; 0 = the model's
-	KVTokens     int    // CPU: pool size in tokens; 0 = ContextLen
+	KVTokens     int    // CPU: pool size in bf16-equivalent tokens; 0 = ContextLen
 	Threads      int    // CPU threads; 0 = all cores
 	PrefillChunk int    // tokens per prefill step; 0 = default
+}
+
+// DefaultPageSize is the KV page size in tokens when Options.PageSize is 0
+// (docs/kv-cache.md explains the choice).
+const DefaultPageSize = 16
+
+// DefaultPrefillChunk bounds the activations of one prefill step.
+const DefaultPrefillChunk = 256
+
+// Hardware is what Validate needs to know about the machine.
+type Hardware struct {
+	CUDA        bool   // a usable CUDA device was found
+	CUDAReason  string // why not, when CUDA is false
+	ComputeCap  int    // e.g. 90 for sm_90
+	DeviceName  string
+	DeviceCount int
+}
+
+var deviceRE = regexp.MustCompile(`^(auto|cpu|cuda(:[0-9]+)?)$`)
+
+// Device is a parsed --device value.
+type Device struct {
+	Kind    string // auto, cpu, cuda
+	Ordinal int
+}
+
+// ParseDevice reads --device.
+func ParseDevice(s string) (Device, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		s = "auto"
+	}
+	if !deviceRE.MatchString(s) {
+		return Device{}, fmt.Errorf("--device %q: supported values are auto, cpu, cuda, cuda:N", s)
+	}
+	d := Device{Kind: s}
+	if strings.HasPrefix(s, "cuda:") {
+		n, _ := strconv.Atoi(s[5:])
+		d = Device{Kind: "cuda", Ordinal: n}
+	}
+	return d, nil
+}
+
+// Validate rejects unsupported option values and combinations before
+// anything is loaded. Model-dependent checks (head_dim, scales file vs
+// model shape) happen in Load, with the same style of message.
+func (o Options) Validate(hw Hardware) error {
+	dev, err := ParseDevice(o.Device)
+	if err != nil {
+		return err
+	}
+	dt := kvcache.Auto
+	if o.KVDType != "" {
+		if dt, err = kvcache.ParseDType(o.KVDType); err != nil {
+			return err
+		}
+	}
+	if o.PageSize != 0 {
+		if err := kvcache.ValidatePageSize(o.PageSize); err != nil {
+			return fmt.Errorf("--page-size %d: %w", o.PageSize, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--ctx-size", o.ContextLen}, {"--kv-tokens", o.KVTokens}, {"--threads", o.Threads}} {
+		if c.v < 0 {
+			return fmt.Errorf("%s %d: must be 0 (default) or positive", c.name, c.v)
+		}
+	}
+	if o.GPUMemory < 0 {
+		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)
+	}
+	if o.KVScales != "" && !dt.IsFP8() {
+		return fmt.Errorf("--kv-scales %q needs an fp8 --kv-cache-dtype (fp8_e4m3 or fp8_e5m2), not %s", o.KVScales, dt)
+	}
+	if dev.Kind == "cuda" {
+		if !hw.CUDA {
+			return fmt.Errorf("--device %s: no usable CUDA device: %s (use --device cpu or auto)", o.Device, hw.CUDAReason)
+		}
+		if dev.Ordinal >= hw.DeviceCount {
+			return fmt.Errorf("--device %s: only %d CUDA device(s) present (cuda:0..cuda:%d)", o.Device, hw.DeviceCount, hw.DeviceCount-1)
+		}
+		if dt.IsFP8() && hw.ComputeCap < 80 {
+			return fmt.Errorf("--kv-cache-dtype %s: %s (sm_%d) cannot run the fp8 kernels; they need sm_80 or newer (use bf16 or --device cpu)", dt, hw.DeviceName, hw.ComputeCap)
+		}
+	}
+	return nil
 }

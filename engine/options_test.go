@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	gpu := Hardware{CUDA: true, ComputeCap: 90, DeviceName: "H200", DeviceCount: 1}
+	old := Hardware{CUDA: true, ComputeCap: 75, DeviceName: "T4", DeviceCount: 1}
+	none := Hardware{CUDAReason: "libcuda.so.1 not found"}
+	cases := []struct {
+		name string
+		o    Options
+		hw   Hardware
+		want string // substring of the error; "" = valid
+	}{
+		{"defaults", Options{}, none, ""},
+		{"fp8 cpu", Options{KVDType: "fp8_e4m3", Device: "cpu"}, none, ""},
+		{"fp8 gpu", Options{KVDType: "fp8_e4m3", Device: "cuda"}, gpu, ""},
+		{"bad dtype", Options{KVDType: "int4"}, none, "--kv-cache-dtype"},
+		{"bad device", Options{Device: "tpu"}, none, "supported values are auto, cpu, cuda"},
+		{"cuda missing", Options{Device: "cuda"}, none, "libcuda.so.1 not found"},
+		{"cuda ordinal", Options{Device: "cuda:3"}, gpu, "only 1 CUDA device"},
+		{"fp8 on sm75", Options{Device: "cuda", KVDType: "fp8_e5m2"}, old, "sm_80 or newer"},
+		{"bf16 on sm75", Options{Device: "cuda", KVDType: "bf16"}, old, ""},
+		{"page not pow2", Options{PageSize: 24}, none, "--page-size 24"},
+		{"negative ctx", Options{ContextLen: -1}, none, "--ctx-size -1"},
+		{"scales need fp8", Options{KVScales: "s.json", KVDType: "bf16"}, none, "needs an fp8"},
+		{"scales fp8", Options{KVScales: "s.json", KVDType: "fp8_e4m3"}, none, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate(tc.hw)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
