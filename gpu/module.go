@@ -1,0 +1,94 @@
+package gpu
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"unsafe"
+)
+
+// kernelFS holds gpu/kernels: the CUDA C sources and the PTX generated from
+// them (go generate ./gpu/...), one PTX per source and target:
+// <name>_sm80.ptx (compute_80) and <name>_sm89.ptx (compute_89).
+//
+//go:embed kernels
+var kernelFS embed.FS
+
+// ptxTarget picks the PTX flavour for a compute capability: compute_89
+// (hardware FP8 conversions) on sm_89 and newer, compute_80 on sm_80..88.
+func ptxTarget(arch int) (string, error) {
+	switch {
+	case arch >= 89:
+		return "sm89", nil
+	case arch >= MinComputeCapability:
+		return "sm80", nil
+	}
+	return "", fmt.Errorf("%w: sm_%d is older than sm_80 (Ampere)", ErrUnsupported, arch)
+}
+
+// KernelPTX returns the embedded PTX of module name for arch, NUL-terminated
+// as cuModuleLoadData requires.
+func KernelPTX(name string, arch int) ([]byte, error) {
+	t, err := ptxTarget(arch)
+	if err != nil {
+		return nil, err
+	}
+	file := "kernels/" + name + "_" + t + ".ptx"
+	b, err := fs.ReadFile(kernelFS, file)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernel module %q has no embedded PTX %s (run go generate ./gpu/...)", name, file)
+	}
+	out := make([]byte, len(b)+1) // trailing NUL
+	copy(out, b)
+	return out, nil
+}
+
+// Module loads (once) the embedded kernel module name, e.g. "ops" for
+// kernels/ops.cu, JIT-compiling its PTX for this device.
+func (c *Ctx) Module(name string) (uintptr, error) {
+	if m, ok := c.mods[name]; ok {
+		return m, nil
+	}
+	ptx, err := KernelPTX(name, c.d.info.Arch())
+	if err != nil {
+		return 0, err
+	}
+	logBuf := make([]byte, 8192)
+	opts := []uintptr{5, 6}                                                      // CU_JIT_ERROR_LOG_BUFFER, _SIZE_BYTES
+	vals := []uintptr{uintptr(unsafe.Pointer(&logBuf[0])), uintptr(len(logBuf))} //nolint:govet
+	var m uintptr
+	r := ccall(c.drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&ptx[0])),
+		2, uintptr(unsafe.Pointer(&opts[0])), uintptr(unsafe.Pointer(&vals[0])))
+	if err := c.drv.check("cuModuleLoadDataEx("+name+")", r); err != nil {
+		msg := strings.TrimRight(goString(uintptr(unsafe.Pointer(&logBuf[0]))), "\n")
+		var ce *Error
+		if errors.As(err, &ce) && (ce.Code == cudaErrorUnsupPTX || ce.Code == cudaErrorInvalidPTX) {
+			return 0, fmt.Errorf("%w: the driver (CUDA %d.%d) cannot compile ftchat's PTX (needs driver R520 / CUDA 11.8 or newer): %v %s",
+				ErrUnsupported, c.d.info.Driver/1000, c.d.info.Driver%1000/10, err, msg)
+		}
+		return 0, fmt.Errorf("%v %s", err, msg)
+	}
+	c.mods[name] = m
+	return m, nil
+}
+
+// Function returns kernel fn of module mod (loading the module on first use).
+func (c *Ctx) Function(mod, fn string) (*Function, error) {
+	key := mod + "." + fn
+	if f, ok := c.funcs[key]; ok {
+		return f, nil
+	}
+	m, err := c.Module(mod)
+	if err != nil {
+		return nil, err
+	}
+	cname := append([]byte(fn), 0)
+	f := &Function{Name: fn}
+	if err := c.drv.check("cuModuleGetFunction("+fn+")", ccall(c.drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&f.h)), m, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
+		return nil, err
+	}
+	c.funcs[key] = f
+	return f, nil
+}

@@ -1,0 +1,74 @@
+package gpu
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPTXUpToDate fails when a kernels/*.cu changed without regenerating its
+// PTX: each generated file records the SHA-256 of the source it came from.
+func TestPTXUpToDate(t *testing.T) {
+	srcs, err := filepath.Glob("kernels/*.cu")
+	if err != nil || len(srcs) == 0 {
+		t.Fatalf("no kernel sources found: %v", err)
+	}
+	for _, src := range srcs {
+		code, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(code)
+		want := hex.EncodeToString(sum[:])
+		name := strings.TrimSuffix(filepath.Base(src), ".cu")
+		for _, suf := range []string{"sm80", "sm89"} {
+			ptx := filepath.Join("kernels", name+"_"+suf+".ptx")
+			b, err := os.ReadFile(ptx)
+			if err != nil {
+				t.Errorf("%s has no generated %s: run go generate ./gpu/...", src, ptx)
+				continue
+			}
+			if got := headerHash(b); got != want {
+				t.Errorf("%s is stale (records source hash %q, %s hashes to %s): run go generate ./gpu/...", ptx, got, src, want)
+			}
+			if !bytes.Contains(b, []byte(".target sm_"+suf[2:])) {
+				t.Errorf("%s does not target sm_%s", ptx, suf[2:])
+			}
+		}
+	}
+}
+
+func headerHash(ptx []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(ptx))
+	for i := 0; i < 5 && sc.Scan(); i++ {
+		if h, ok := strings.CutPrefix(sc.Text(), "// source-sha256: "); ok {
+			return strings.TrimSpace(h)
+		}
+	}
+	return ""
+}
+
+func TestKernelPTXTarget(t *testing.T) {
+	for _, tc := range []struct {
+		arch    int
+		want    string
+		wantErr bool
+	}{{75, "", true}, {80, "sm80", false}, {86, "sm80", false}, {89, "sm89", false}, {90, "sm89", false}, {120, "sm89", false}} {
+		got, err := ptxTarget(tc.arch)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ptxTarget(%d) = %q, %v; want %q (error %v)", tc.arch, got, err, tc.want, tc.wantErr)
+		}
+	}
+	p, err := KernelPTX("ops", 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[len(p)-1] != 0 {
+		t.Error("PTX handed to the driver must end in a NUL byte")
+	}
+}
