@@ -146,9 +146,9 @@ def main():
                 "offset": int(t.data_offset),
                 "values": [float(v) for v in quants.dequantize(t.data, t.tensor_type).reshape(-1)[:8]],
             })
-        out = {"alignment": r.alignment, "kv": kv, "tensors": tensors}
+        out = {"alignment": int(r.alignment), "kv": kv, "tensors": tensors}
         with open(os.path.join(OUT, "written_check.json"), "w") as fh:
-            json.dump(out, fh, indent=1, sort_keys=True, ensure_ascii=False)
+            json.dump(out, fh, indent=1, sort_keys=True, ensure_ascii=False, default=lambda o: o.item())
             fh.write("\n")
         print("checked", written)
     else:
