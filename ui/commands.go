@@ -1,0 +1,406 @@
+package ui
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+)
+
+type command struct {
+	name, args, help string
+}
+
+var commands = []command{
+	{"/help", "", "show this help"},
+	{"/kvdtype", "<dtype>", "switch the live KV cache dtype: " + strings.Join(kvDTypes, ", ")},
+	{"/clear", "", "start over: drop the conversation and its cached tokens"},
+	{"/system", "[text]", "set the system prompt (no text: show it)"},
+	{"/model", "", "show the model and engine"},
+	{"/save", "[name]", "save the conversation (under a name)"},
+	{"/load", "<name>", "resume a saved conversation"},
+	{"/stats", "", "show all engine statistics"},
+	{"/copy", "", "copy the last answer to the clipboard"},
+	{"/quit", "", "quit (also Ctrl+D, or Ctrl+C twice)"},
+}
+
+func helpText() string {
+	var b strings.Builder
+	b.WriteString("commands (Tab completes):\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-20s %s\n", c.name+" "+c.args, c.help)
+	}
+	b.WriteString("keys: Enter send · Ctrl+J/Shift+Enter newline · Up/Down history · Esc/Ctrl+C stop answer\n")
+	b.WriteString("      PgUp/PgDn, wheel scroll · Home/End (empty input) or Ctrl+Home/End top/bottom · Ctrl+T thinking")
+	return b.String()
+}
+
+// command runs one slash command line. Errors are one line in the chat.
+func (m *model) command(line string) tea.Cmd {
+	name, arg, _ := strings.Cut(line, " ")
+	arg = strings.TrimSpace(arg)
+	m.setNotice("", false)
+	if m.gen != nil && name != "/quit" && name != "/help" && name != "/stats" {
+		m.setNotice("still answering: wait, or press Esc to stop it, before "+name, true)
+		return nil
+	}
+	noArgs := func() bool {
+		if arg != "" {
+			m.addError(fmt.Sprintf("%s takes no arguments (got %q)", name, arg))
+			return false
+		}
+		return true
+	}
+	defer m.scrollBottom()
+	switch name {
+	case "/help":
+		m.addInfo(helpText())
+	case "/quit", "/exit":
+		return m.quit()
+	case "/clear":
+		if !noArgs() {
+			return nil
+		}
+		if m.reconf != nil {
+			m.addError("/clear: the KV cache is being reconfigured; wait for it to finish")
+			return nil
+		}
+		m.sess.Reset()
+		m.msgs = nil
+		m.entries = nil
+		m.sessName = newSessionName(time.Now())
+		m.unsaved = false
+		m.stats = m.eng.Stats()
+		m.addInfo("conversation cleared; new session " + m.sessName)
+	case "/system":
+		if arg == "" {
+			if m.system == "" {
+				m.addInfo("no system prompt set; /system <text> sets one")
+			} else {
+				m.addInfo("system prompt: " + m.system)
+			}
+			return nil
+		}
+		m.system = arg
+		m.unsaved = true
+		m.addInfo("system prompt set; it applies from the next message")
+	case "/model":
+		if arg != "" {
+			m.addError(fmt.Sprintf("/model: switching models needs a restart: ftchat --model %s", arg))
+			return nil
+		}
+		m.addInfo(m.modelInfo())
+	case "/stats":
+		if !noArgs() {
+			return nil
+		}
+		m.stats = m.eng.Stats()
+		m.addInfo(statsTable(m.stats))
+	case "/kvdtype":
+		return m.startReconf(arg)
+	case "/save":
+		if arg != "" {
+			if err := checkName(arg); err != nil {
+				m.addError("/save: " + err.Error())
+				return nil
+			}
+			m.sessName = arg
+		}
+		f := m.sessionFile()
+		if err := m.store.Save(f, m.nextSeq()); err != nil {
+			m.addError("/save: " + err.Error())
+			return nil
+		}
+		m.unsaved = false
+		m.addInfo(fmt.Sprintf("saved as %q in %s", m.sessName, m.store.Dir))
+	case "/load":
+		if arg == "" {
+			names, _ := m.store.List()
+			m.addError("/load needs a session name; saved: " + listOrNone(names))
+			return nil
+		}
+		f, err := m.store.Load(arg)
+		if err != nil {
+			m.addError("/load: " + err.Error())
+			return nil
+		}
+		m.applySession(f)
+	case "/copy":
+		if !noArgs() {
+			return nil
+		}
+		return m.copyLast()
+	default:
+		m.addError(fmt.Sprintf("unknown command %s; /help lists the commands", name))
+	}
+	return nil
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	if len(names) > 10 {
+		names = append(names[:10:10], "…")
+	}
+	return strings.Join(names, ", ")
+}
+
+// modelInfo describes the model from the engine's numbers plus whatever
+// the caller passed in Config.ModelInfo.
+func (m *model) modelInfo() string {
+	s := m.eng.Stats()
+	var b strings.Builder
+	fmt.Fprintf(&b, "model   %s\ndevice  %s\nkv      %s, %s tokens capacity (%s per token)",
+		s.Model, s.Device, s.KVDType, formatInt(int64(s.TokensCapacity)), formatBytes(int64(s.BytesPerToken)))
+	if m.cfg.ModelInfo != "" {
+		b.WriteString("\n" + strings.TrimRight(m.cfg.ModelInfo, "\n"))
+	}
+	b.WriteString("\nother models: restart with ftchat --model <name or path>")
+	return b.String()
+}
+
+// ---- /kvdtype --------------------------------------------------------------
+
+func (m *model) startReconf(dtype string) tea.Cmd {
+	if dtype == "" {
+		m.addError("/kvdtype needs a dtype: " + strings.Join(kvDTypes, ", ") + fmt.Sprintf(" (now %s)", m.stats.KVDType))
+		return nil
+	}
+	if !contains(kvDTypes, dtype) {
+		m.addError(fmt.Sprintf("/kvdtype: unknown dtype %q; use one of %s", dtype, strings.Join(kvDTypes, ", ")))
+		return nil
+	}
+	if m.reconf != nil {
+		m.addError("/kvdtype: a switch to " + m.reconf.dtype + " is already running")
+		return nil
+	}
+	before := m.eng.Stats()
+	m.reconf = &reconfState{dtype: dtype}
+	ch := make(chan tea.Msg, 4)
+	m.reconfCh = ch
+	ctx, eng := m.ctx, m.eng
+	go func() {
+		var last time.Time
+		err := eng.Reconfigure(ctx, dtype, func(done, total int) {
+			// Throttle: the engine may report every token.
+			if now := time.Now(); done == total || now.Sub(last) >= frameInterval {
+				last = now
+				select {
+				case ch <- reconfProgMsg{done, total}:
+				default:
+				}
+			}
+		})
+		ch <- reconfDoneMsg{dtype: dtype, err: err}
+		close(ch)
+	}()
+	m.addInfo(fmt.Sprintf("switching the KV cache from %s to %s…", before.KVDType, dtype))
+	return m.listenReconf()
+}
+
+func (m *model) listenReconf() tea.Cmd {
+	ch := m.reconfCh
+	if ch == nil {
+		return nil
+	}
+	return func() tea.Msg {
+		msg, ok := <-ch
+		if !ok {
+			return nil
+		}
+		return msg
+	}
+}
+
+func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
+	m.reconf = nil
+	m.reconfCh = nil
+	prev := m.stats
+	m.stats = m.eng.Stats()
+	if msg.err != nil {
+		m.addError(fmt.Sprintf("/kvdtype %s refused, nothing changed: %v", msg.dtype, msg.err))
+		return nil
+	}
+	s := m.stats
+	m.addInfo(fmt.Sprintf("KV cache is now %s: capacity %s → %s tokens, conversation %s tokens kept (%s → %s)",
+		s.KVDType, formatInt(int64(prev.TokensCapacity)), formatInt(int64(s.TokensCapacity)),
+		formatInt(int64(s.TokensUsed)), formatBytes(prev.BytesUsed), formatBytes(s.BytesUsed)))
+	m.scrollBottom()
+	return nil
+}
+
+// ---- sessions --------------------------------------------------------------
+
+func (m *model) nextSeq() uint64 { m.saveSeq++; return m.saveSeq }
+
+func (m *model) sessionFile() *SessionFile {
+	now := time.Now().UTC()
+	return &SessionFile{
+		Name:     m.sessName,
+		Created:  now,
+		Updated:  now,
+		Model:    m.stats.Model,
+		KVDType:  m.stats.KVDType,
+		Messages: m.conversation(),
+	}
+}
+
+// autosave saves the conversation after each turn, off the UI goroutine.
+func (m *model) autosave() tea.Cmd {
+	if len(m.msgs) == 0 || m.cfg.NoSave {
+		return nil
+	}
+	f, seq, st := m.sessionFile(), m.nextSeq(), m.store
+	m.unsaved = false
+	return func() tea.Msg {
+		return savedMsg{name: f.Name, err: st.Save(f, seq)}
+	}
+}
+
+// applySession replaces the conversation with a saved one.
+func (m *model) applySession(f *SessionFile) {
+	m.sess.Reset()
+	m.msgs = nil
+	m.entries = nil
+	m.system = ""
+	for _, msg := range f.Messages {
+		switch msg.Role {
+		case "system":
+			m.system = msg.Content
+			continue
+		case "user":
+			m.addEntry(&entry{kind: entryUser, text: msg.Content})
+		case "assistant":
+			m.addEntry(&entry{kind: entryAssistant, text: msg.Content})
+		}
+		m.msgs = append(m.msgs, msg)
+	}
+	m.sessName = f.Name
+	m.unsaved = false
+	m.scrollBottom()
+	m.addInfo(fmt.Sprintf("resumed session %q (%d messages); the next message re-prefills it", f.Name, len(m.msgs)))
+}
+
+func (m *model) resumeLatest() {
+	name, err := m.store.Latest()
+	if err != nil {
+		m.addError(err.Error())
+		return
+	}
+	if name == "" {
+		m.addInfo("no saved session to continue; starting a new one")
+		return
+	}
+	f, err := m.store.Load(name)
+	if err != nil {
+		m.addError("--continue: " + err.Error())
+		return
+	}
+	m.applySession(f)
+}
+
+// ---- completion --------------------------------------------------------------
+
+// complete completes the command name or its argument in place; with
+// several candidates it extends to their common prefix and lists them.
+func (m *model) complete() {
+	v := m.input.Value()
+	if !strings.HasPrefix(v, "/") || strings.Contains(v, "\n") {
+		return
+	}
+	name, arg, hasArg := strings.Cut(v, " ")
+	var cands []string
+	prefix := name
+	if !hasArg {
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, name) {
+				cands = append(cands, c.name)
+			}
+		}
+	} else {
+		prefix = strings.TrimLeft(arg, " ")
+		var pool []string
+		switch name {
+		case "/kvdtype":
+			pool = kvDTypes
+		case "/load":
+			pool, _ = m.store.List()
+		}
+		for _, p := range pool {
+			if strings.HasPrefix(p, prefix) {
+				cands = append(cands, p)
+			}
+		}
+	}
+	switch len(cands) {
+	case 0:
+		m.setNotice("no completion for "+strings.TrimSpace(v), true)
+		return
+	case 1:
+		if hasArg {
+			m.input.SetValue(name + " " + cands[0])
+		} else {
+			m.input.SetValue(cands[0] + " ")
+		}
+		m.input.MoveToEnd()
+		m.setNotice("", false)
+		return
+	}
+	sort.Strings(cands)
+	cp := commonPrefix(cands)
+	if len(cp) > len(prefix) {
+		if hasArg {
+			m.input.SetValue(name + " " + cp)
+		} else {
+			m.input.SetValue(cp)
+		}
+		m.input.MoveToEnd()
+	}
+	m.setNotice(strings.Join(cands, "  "), false)
+}
+
+func commonPrefix(ss []string) string {
+	p := ss[0]
+	for _, s := range ss[1:] {
+		for !strings.HasPrefix(s, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	return p
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- /copy -------------------------------------------------------------------
+
+func (m *model) lastAnswer() string {
+	for i := len(m.msgs) - 1; i >= 0; i-- {
+		if m.msgs[i].Role == "assistant" {
+			return m.msgs[i].Content
+		}
+	}
+	return ""
+}
+
+func (m *model) copyLast() tea.Cmd {
+	a := m.lastAnswer()
+	if a == "" {
+		m.addError("/copy: there is no answer to copy yet")
+		return nil
+	}
+	clip := m.clip
+	return tea.Batch(tea.SetClipboard(a), func() tea.Msg {
+		how, err := clip(a)
+		return copiedMsg{how: how, err: err}
+	})
+}

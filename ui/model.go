@@ -1,0 +1,830 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"charm.land/bubbles/v2/key"
+	"charm.land/bubbles/v2/textarea"
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// frameInterval batches streamed tokens into about 30 renders per second.
+const frameInterval = time.Second / 30
+
+// Messages the model receives besides Bubble Tea's own.
+type (
+	// eventsMsg carries the engine events that were ready at once.
+	eventsMsg struct {
+		id     int
+		events []engine.Event
+		closed bool
+	}
+	tickMsg       struct{}
+	reconfProgMsg struct{ done, total int }
+	reconfDoneMsg struct {
+		dtype string
+		err   error
+	}
+	savedMsg struct {
+		name string
+		err  error
+	}
+	copiedMsg struct {
+		how string
+		err error
+	}
+	startMsg struct{}
+)
+
+// generation is one Generate call in flight.
+type generation struct {
+	id       int
+	cancel   context.CancelFunc
+	ch       <-chan engine.Event
+	entry    *entry
+	text     strings.Builder
+	think    strings.Builder
+	dirty    bool
+	finished bool // EventDone or EventError seen
+	stopped  bool // the user cancelled
+	userMsg  int  // index in msgs of the user message of this turn
+	prefill  [2]int
+}
+
+// model is the Bubble Tea model of the interactive UI.
+type model struct {
+	ctx   context.Context
+	cfg   Config
+	eng   Engine
+	sess  Session
+	store *Store
+
+	width, height int
+	r             *renderer
+	st            styles
+
+	entries   []*entry
+	msgs      []engine.Message // the conversation sent to the engine
+	system    string
+	showThink bool
+
+	// scrolling: follow pins the view to the bottom; otherwise the top
+	// visible line is line anchorL of entry anchorE's block.
+	follow           bool
+	anchorE, anchorL int
+	newBelow         bool
+
+	input     textarea.Model
+	history   []string
+	histIdx   int // len(history) when not browsing
+	histDraft string
+
+	notice    string
+	noticeErr bool
+	quitArmed bool
+	quitting  bool
+
+	stats  engine.Stats
+	gen    *generation
+	genSeq int
+
+	reconf     *reconfState
+	reconfCh   chan tea.Msg
+	ticking    bool
+	ticksSched int // how many ticks were scheduled (tests)
+
+	piped        string // attached to the first user message, then cleared
+	pipedTokens  int
+	initialQueue string
+
+	sessName string
+	saveSeq  uint64
+	unsaved  bool
+
+	// tick schedules the next frame; replaced in tests.
+	tick func() tea.Cmd
+	// clip copies to the native clipboard; replaced in tests.
+	clip func(string) (string, error)
+}
+
+type reconfState struct {
+	dtype       string
+	done, total int
+}
+
+func newModel(ctx context.Context, cfg Config) *model {
+	m := &model{
+		ctx:       ctx,
+		cfg:       cfg,
+		eng:       cfg.Engine,
+		sess:      cfg.Session,
+		store:     &Store{Dir: cfg.SessionDir},
+		st:        newStyles(),
+		follow:    true,
+		system:    cfg.System,
+		piped:     cfg.Piped,
+		width:     80,
+		height:    24,
+		clip:      copyNative,
+		showThink: cfg.ShowThinking,
+	}
+	m.tick = func() tea.Cmd { return tea.Tick(frameInterval, func(time.Time) tea.Msg { return tickMsg{} }) }
+	m.input = newInput()
+	m.stats = m.eng.Stats()
+	if m.piped != "" {
+		m.pipedTokens = m.eng.CountTokens(m.piped)
+	}
+	m.initialQueue = cfg.InitialPrompt
+	m.resize(cfg.Width, cfg.Height)
+	m.sessName = newSessionName(time.Now())
+	if cfg.Continue {
+		m.resumeLatest()
+	}
+	if m.piped != "" {
+		m.addInfo(fmt.Sprintf("stdin: %s lines (%s tokens) will be attached to your first message as context",
+			formatInt(int64(strings.Count(strings.TrimRight(m.piped, "\n"), "\n")+1)), formatInt(int64(m.pipedTokens))))
+	}
+	return m
+}
+
+func newInput() textarea.Model {
+	ta := textarea.New()
+	ta.Prompt = "› "
+	ta.Placeholder = "Ask anything · / for commands · Enter sends, Ctrl+J newline"
+	ta.ShowLineNumbers = false
+	ta.CharLimit = 0
+	ta.DynamicHeight = true
+	ta.MinHeight = 1
+	ta.MaxHeight = 8
+	// MaxHeight only limits the visible rows; without this the textarea
+	// would refuse input past MaxHeight lines.
+	ta.MaxContentHeight = 1 << 30
+	ta.SetVirtualCursor(false) // the terminal cursor: no blink ticks while idle
+	ta.KeyMap.InsertNewline = key.NewBinding(key.WithKeys("ctrl+j", "shift+enter", "alt+enter"))
+	ta.KeyMap.TransposeCharacterBackward = key.NewBinding() // ctrl+t toggles thinking
+	ta.KeyMap.DeleteCharacterForward = key.NewBinding(key.WithKeys("delete"))
+	ta.KeyMap.PageUp = key.NewBinding()   // pgup/pgdown scroll the chat
+	ta.KeyMap.PageDown = key.NewBinding() //
+	ta.KeyMap.InputBegin = key.NewBinding(key.WithKeys("alt+<"))
+	ta.KeyMap.InputEnd = key.NewBinding(key.WithKeys("alt+>"))
+	s := ta.Styles()
+	s.Focused.CursorLine = lipgloss.NewStyle()
+	s.Focused.Placeholder = lipgloss.NewStyle().Foreground(lipgloss.Color("8"))
+	s.Blurred.Placeholder = s.Focused.Placeholder
+	ta.SetStyles(s)
+	ta.Focus()
+	return ta
+}
+
+func (m *model) Init() tea.Cmd {
+	if m.initialQueue != "" {
+		return func() tea.Msg { return startMsg{} }
+	}
+	return nil
+}
+
+func (m *model) resize(w, h int) {
+	if w <= 0 || h <= 0 {
+		return
+	}
+	if m.r == nil || w != m.width || m.r.width != w {
+		m.r = newRenderer(w, m.cfg.glamourStyle())
+	}
+	m.width, m.height = w, h
+	m.input.SetWidth(w)
+}
+
+// Update implements tea.Model.
+func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.resize(msg.Width, msg.Height)
+		return m, nil
+	case startMsg:
+		p := m.initialQueue
+		m.initialQueue = ""
+		return m, m.submit(p)
+	case tea.KeyPressMsg:
+		return m, m.key(msg)
+	case tea.PasteMsg:
+		m.quitArmed = false
+		var cmd tea.Cmd
+		m.input, cmd = m.input.Update(msg)
+		return m, cmd
+	case tea.MouseWheelMsg:
+		switch msg.Button {
+		case tea.MouseWheelUp:
+			m.scrollUp(3)
+		case tea.MouseWheelDown:
+			m.scrollDown(3)
+		}
+		return m, nil
+	case eventsMsg:
+		return m, m.onEvents(msg)
+	case tickMsg:
+		m.ticking = false
+		if m.gen == nil {
+			return m, nil // idle: the frame clock stops
+		}
+		m.flushStream()
+		return m, m.scheduleTick()
+	case reconfProgMsg:
+		if m.reconf != nil {
+			m.reconf.done, m.reconf.total = msg.done, msg.total
+		}
+		return m, m.listenReconf()
+	case reconfDoneMsg:
+		return m, m.onReconfDone(msg)
+	case savedMsg:
+		if msg.err != nil {
+			m.setNotice(msg.err.Error(), true)
+		}
+		return m, nil
+	case copiedMsg:
+		if msg.err != nil {
+			m.setNotice("copied with OSC 52 only ("+msg.err.Error()+")", false)
+		} else {
+			m.setNotice("copied to the clipboard (OSC 52 + "+msg.how+")", false)
+		}
+		return m, nil
+	}
+	return m, nil
+}
+
+func (m *model) setNotice(s string, isErr bool) { m.notice, m.noticeErr = s, isErr }
+
+func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
+	ks := k.Keystroke()
+	if ks != "ctrl+c" {
+		m.quitArmed = false
+	}
+	switch ks {
+	case "ctrl+c":
+		if m.gen != nil {
+			m.cancelGen()
+			return nil
+		}
+		if m.input.Value() != "" {
+			m.input.Reset()
+			m.histIdx = len(m.history)
+			return nil
+		}
+		if m.quitArmed {
+			return m.quit()
+		}
+		m.quitArmed = true
+		m.setNotice("press Ctrl+C again to quit (or Ctrl+D)", false)
+		return nil
+	case "ctrl+d":
+		return m.quit()
+	case "esc":
+		if m.gen != nil {
+			m.cancelGen()
+		} else {
+			m.setNotice("", false)
+		}
+		return nil
+	case "enter":
+		if m.completionOpen() {
+			return nil
+		}
+		v := m.input.Value()
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		if m.gen != nil && !strings.HasPrefix(strings.TrimSpace(v), "/") {
+			m.setNotice("still answering: wait, or press Esc to stop it", true)
+			return nil
+		}
+		m.input.Reset()
+		m.pushHistory(v)
+		return m.submit(v)
+	case "tab":
+		m.complete()
+		return nil
+	case "ctrl+t":
+		m.showThink = !m.showThink
+		return nil
+	case "pgup":
+		m.scrollUp(max(m.chatHeight()-1, 1))
+		return nil
+	case "pgdown":
+		m.scrollDown(max(m.chatHeight()-1, 1))
+		return nil
+	case "ctrl+home":
+		m.scrollTop()
+		return nil
+	case "ctrl+end":
+		m.scrollBottom()
+		return nil
+	case "home", "end":
+		if m.input.Value() == "" {
+			if ks == "home" {
+				m.scrollTop()
+			} else {
+				m.scrollBottom()
+			}
+			return nil
+		}
+	case "up":
+		if m.input.Line() == 0 && m.historyPrev() {
+			return nil
+		}
+	case "down":
+		if m.input.Line() == m.input.LineCount()-1 && m.historyNext() {
+			return nil
+		}
+	}
+	var cmd tea.Cmd
+	m.input, cmd = m.input.Update(k)
+	return cmd
+}
+
+// completionOpen is a hook for a future completion menu; Tab completes in place.
+func (m *model) completionOpen() bool { return false }
+
+func (m *model) pushHistory(v string) {
+	if n := len(m.history); n == 0 || m.history[n-1] != v {
+		m.history = append(m.history, v)
+	}
+	m.histIdx = len(m.history)
+	m.histDraft = ""
+}
+
+func (m *model) historyPrev() bool {
+	if m.histIdx == 0 {
+		return false
+	}
+	if m.histIdx == len(m.history) {
+		m.histDraft = m.input.Value()
+	}
+	m.histIdx--
+	m.input.SetValue(m.history[m.histIdx])
+	m.input.MoveToBegin()
+	return true
+}
+
+func (m *model) historyNext() bool {
+	if m.histIdx >= len(m.history) {
+		return false
+	}
+	m.histIdx++
+	if m.histIdx == len(m.history) {
+		m.input.SetValue(m.histDraft)
+	} else {
+		m.input.SetValue(m.history[m.histIdx])
+	}
+	m.input.MoveToEnd()
+	return true
+}
+
+func (m *model) quit() tea.Cmd {
+	if m.gen != nil {
+		m.cancelGen()
+		go drain(m.gen.ch) // let the engine finish its last send
+	}
+	m.quitting = true
+	return tea.Quit
+}
+
+func drain(ch <-chan engine.Event) {
+	for range ch {
+	}
+}
+
+// submit handles one line of input: a slash command or a chat message.
+func (m *model) submit(v string) tea.Cmd {
+	if t := strings.TrimSpace(v); strings.HasPrefix(t, "/") {
+		return m.command(t)
+	}
+	return m.send(v)
+}
+
+func (m *model) addEntry(e *entry) {
+	m.entries = append(m.entries, e)
+	if !m.follow {
+		m.newBelow = true
+	}
+}
+
+func (m *model) addInfo(s string)  { m.addEntry(&entry{kind: entryInfo, text: s}) }
+func (m *model) addError(s string) { m.addEntry(&entry{kind: entryError, text: s}) }
+
+// conversation returns the messages to send, with the system prompt first.
+func (m *model) conversation() []engine.Message {
+	out := make([]engine.Message, 0, len(m.msgs)+1)
+	if m.system != "" {
+		out = append(out, engine.Message{Role: "system", Content: m.system})
+	}
+	return append(out, m.msgs...)
+}
+
+func (m *model) request() engine.Request {
+	return engine.Request{Messages: m.conversation(), MaxTokens: m.cfg.MaxTokens, Sampling: m.cfg.Sampling}
+}
+
+// send starts a generation for a user message.
+func (m *model) send(text string) tea.Cmd {
+	if m.reconf != nil {
+		m.setNotice("the KV cache is being reconfigured; wait for it to finish", true)
+		return nil
+	}
+	content := text
+	attached := ""
+	if m.piped != "" {
+		content = attachContext(text, m.piped)
+		attached = fmt.Sprintf("+ stdin context: %s tokens", formatInt(int64(m.pipedTokens)))
+	}
+	m.msgs = append(m.msgs, engine.Message{Role: "user", Content: content})
+	req := m.request()
+	if err := m.eng.FitCheck(req); err != nil {
+		m.msgs = m.msgs[:len(m.msgs)-1]
+		msg := "not sent: " + err.Error()
+		if attached != "" {
+			msg = fmt.Sprintf("not sent: the piped input (%s tokens) does not fit: %v", formatInt(int64(m.pipedTokens)), err)
+		}
+		m.addError(msg)
+		m.input.SetValue(text)
+		m.scrollBottom()
+		return nil
+	}
+	m.piped = ""
+	m.addEntry(&entry{kind: entryUser, text: text, attached: attached})
+	ae := &entry{kind: entryAssistant, streaming: true}
+	m.addEntry(ae)
+	m.scrollBottom()
+	m.setNotice("", false)
+	m.unsaved = true
+
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.genSeq++
+	g := &generation{id: m.genSeq, cancel: cancel, entry: ae, userMsg: len(m.msgs) - 1}
+	g.ch = m.sess.Generate(ctx, req)
+	m.gen = g
+	return tea.Batch(listen(g.id, g.ch), m.scheduleTick())
+}
+
+// attachContext puts piped text after the prompt in a clearly delimited block.
+func attachContext(prompt, ctx string) string {
+	fence := "```"
+	for strings.Contains(ctx, fence) {
+		fence += "`"
+	}
+	return prompt + "\n\nContext (piped from stdin):\n" + fence + "\n" + strings.TrimRight(ctx, "\n") + "\n" + fence
+}
+
+// listen waits for the next engine events, taking all that are ready.
+func listen(id int, ch <-chan engine.Event) tea.Cmd {
+	return func() tea.Msg {
+		ev, ok := <-ch
+		if !ok {
+			return eventsMsg{id: id, closed: true}
+		}
+		evs := []engine.Event{ev}
+		for len(evs) < 1024 {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					return eventsMsg{id: id, events: evs, closed: true}
+				}
+				evs = append(evs, ev)
+			default:
+				return eventsMsg{id: id, events: evs}
+			}
+		}
+		return eventsMsg{id: id, events: evs}
+	}
+}
+
+func (m *model) scheduleTick() tea.Cmd {
+	if m.ticking {
+		return nil
+	}
+	m.ticking = true
+	m.ticksSched++
+	return m.tick()
+}
+
+func (m *model) cancelGen() {
+	if m.gen != nil && !m.gen.stopped {
+		m.gen.stopped = true
+		m.gen.cancel()
+		m.setNotice("stopping…", false)
+	}
+}
+
+func (m *model) onEvents(msg eventsMsg) tea.Cmd {
+	g := m.gen
+	if g == nil || msg.id != g.id {
+		return nil
+	}
+	for _, ev := range msg.events {
+		switch ev.Kind {
+		case engine.EventText:
+			g.text.WriteString(ev.Text)
+			g.dirty = true
+		case engine.EventThinking:
+			g.think.WriteString(ev.Text)
+			g.dirty = true
+		case engine.EventStats:
+			m.stats = ev.Stats
+		case engine.EventProgress:
+			g.prefill = [2]int{ev.Done, ev.Total}
+		case engine.EventToolCall:
+			if ev.ToolCall != nil {
+				m.addInfo(fmt.Sprintf("tool call: %s %v", ev.ToolCall.Name, ev.ToolCall.Arguments))
+			}
+		case engine.EventDone:
+			m.stats = ev.Stats
+			g.finished = true
+			g.entry.note = stopNote(ev.Stop, ev.Stats)
+		case engine.EventError:
+			g.finished = true
+			if ev.Err != nil {
+				m.addError("error: " + ev.Err.Error())
+			}
+		}
+	}
+	if msg.closed {
+		return m.finishGen()
+	}
+	return listen(g.id, g.ch)
+}
+
+func stopNote(r engine.StopReason, s engine.Stats) string {
+	switch r {
+	case engine.StopCancelled:
+		return "stopped"
+	case engine.StopMaxTokens:
+		return "stopped: token limit reached"
+	case engine.StopPoolFull:
+		return fmt.Sprintf("stopped: the KV pool is full (%s / %s tokens) · /clear, or /kvdtype fp8_e4m3 to fit more",
+			formatInt(int64(s.TokensUsed)), formatInt(int64(s.TokensCapacity)))
+	}
+	return ""
+}
+
+// flushStream copies the streamed text into the entry and invalidates its
+// cached lines; the next frame re-renders only this entry.
+func (m *model) flushStream() {
+	g := m.gen
+	if g == nil || !g.dirty {
+		return
+	}
+	g.entry.text = g.text.String()
+	g.entry.think = g.think.String()
+	g.entry.valid = false
+	g.dirty = false
+	if !m.follow {
+		m.newBelow = true
+	}
+}
+
+func (m *model) finishGen() tea.Cmd {
+	g := m.gen
+	m.flushStream()
+	g.entry.streaming = false
+	g.entry.valid = false
+	if !g.finished {
+		g.entry.note = "the engine closed the stream without finishing"
+	}
+	if g.stopped && g.entry.note == "" {
+		g.entry.note = "stopped"
+	}
+	answer := g.entry.text
+	if strings.TrimSpace(answer) == "" {
+		// Nothing answered: take the question back out of the conversation
+		// so the next request does not hold two user turns in a row.
+		m.msgs = m.msgs[:g.userMsg]
+		if g.entry.note == "" {
+			g.entry.note = "(no answer)"
+		}
+	} else {
+		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
+	}
+	m.gen = nil
+	g.cancel()
+	m.stats = m.eng.Stats()
+	if g.stopped || m.notice == "stopping…" {
+		m.setNotice("stopped", false)
+	}
+	return m.autosave()
+}
+
+// ---- scrolling -----------------------------------------------------------
+
+func (m *model) blockLen(i int) int {
+	n := len(m.r.render(m.entries[i], m.showThink))
+	if i > 0 {
+		n++ // blank separator line
+	}
+	return n
+}
+
+func (m *model) blockLine(i, k int) string {
+	if i > 0 {
+		if k == 0 {
+			return ""
+		}
+		k--
+	}
+	return m.entries[i].lines[k]
+}
+
+// topAnchor returns the top visible line while following the bottom.
+func (m *model) topAnchor(h int) (int, int) {
+	total := 0
+	for i := len(m.entries) - 1; i >= 0; i-- {
+		n := m.blockLen(i)
+		total += n
+		if total >= h {
+			return i, total - h
+		}
+	}
+	return 0, 0
+}
+
+func (m *model) scrollUp(n int) {
+	if len(m.entries) == 0 {
+		return
+	}
+	if m.follow {
+		m.anchorE, m.anchorL = m.topAnchor(m.chatHeight())
+		m.follow = false
+	}
+	m.anchorL -= n
+	for m.anchorL < 0 && m.anchorE > 0 {
+		m.anchorE--
+		m.anchorL += m.blockLen(m.anchorE)
+	}
+	m.anchorL = max(m.anchorL, 0)
+}
+
+func (m *model) scrollDown(n int) {
+	if m.follow || len(m.entries) == 0 {
+		return
+	}
+	m.anchorL += n
+	for m.anchorE < len(m.entries)-1 && m.anchorL >= m.blockLen(m.anchorE) {
+		m.anchorL -= m.blockLen(m.anchorE)
+		m.anchorE++
+	}
+	// Back to following once the bottom is in view.
+	h, seen := m.chatHeight(), 0
+	for i := m.anchorE; i < len(m.entries) && seen <= h; i++ {
+		seen += m.blockLen(i)
+		if i == m.anchorE {
+			seen -= m.anchorL
+		}
+	}
+	if seen <= h {
+		m.scrollBottom()
+	}
+}
+
+func (m *model) scrollTop() {
+	m.follow, m.anchorE, m.anchorL = false, 0, 0
+	if len(m.entries) == 0 {
+		m.follow = true
+	}
+}
+
+func (m *model) scrollBottom() { m.follow, m.newBelow = true, false }
+
+// chatLines returns the h visible lines of the chat view.
+func (m *model) chatLines(h int) []string {
+	out := make([]string, 0, h)
+	if h <= 0 || len(m.entries) == 0 {
+		return out
+	}
+	ae, al := m.anchorE, m.anchorL
+	if m.follow {
+		ae, al = m.topAnchor(h)
+	}
+	for i := ae; i < len(m.entries) && len(out) < h; i++ {
+		n := m.blockLen(i)
+		for k := al; k < n && len(out) < h; k++ {
+			out = append(out, m.blockLine(i, k))
+		}
+		al = 0
+	}
+	return out
+}
+
+// ---- layout and view -----------------------------------------------------
+
+func (m *model) statusView() []string { return statusLines(m.stats, m.width, m.st) }
+
+func (m *model) inputHeight() int {
+	return min(max(m.input.LineCount(), 1), 8, max(m.height/3, 1))
+}
+
+func (m *model) chatHeight() int {
+	return max(m.height-1-m.inputHeight()-len(m.statusView()), 0)
+}
+
+// noticeLine is the rule between the chat and the input, carrying the
+// generation state, notices and scroll hints.
+func (m *model) noticeLine() string {
+	var left string
+	style := m.st.dim
+	switch {
+	case m.reconf != nil:
+		frac := 0.0
+		if m.reconf.total > 0 {
+			frac = float64(m.reconf.done) / float64(m.reconf.total)
+		}
+		left = fmt.Sprintf("switching KV cache to %s: re-prefilling %s %s / %s tokens", m.reconf.dtype, bar(frac, 20),
+			formatInt(int64(m.reconf.done)), formatInt(int64(m.reconf.total)))
+		style = m.st.note
+	case m.gen != nil && m.gen.stopped:
+		left = "stopping…"
+	case m.gen != nil && m.gen.entry.text == "" && m.gen.entry.think == "" && m.gen.prefill[1] > 0:
+		left = fmt.Sprintf("prefill %s / %s tokens · esc to stop", formatInt(int64(m.gen.prefill[0])), formatInt(int64(m.gen.prefill[1])))
+	case m.gen != nil:
+		left = "answering · " + formatRate(m.stats.DecodeTokensPerS) + " tok/s · esc to stop"
+	case m.notice != "":
+		left = m.notice
+		if m.noticeErr {
+			style = m.st.err
+		} else {
+			style = m.st.note
+		}
+	}
+	right := ""
+	if !m.follow {
+		right = "↑ scrolled · End/ctrl+end: bottom"
+		if m.newBelow {
+			right = "↓ new output below · ctrl+end"
+		}
+	}
+	lw, rw := ansi.StringWidth(left), ansi.StringWidth(right)
+	if lw+rw+6 > m.width {
+		left = ansi.Truncate(left, max(m.width-rw-6, 0), "…")
+		lw = ansi.StringWidth(left)
+	}
+	fill := max(m.width-lw-rw-4, 0)
+	line := m.st.dim.Render("─ ")
+	if left != "" {
+		line += style.Render(left) + " "
+	} else {
+		fill++
+	}
+	line += m.st.dim.Render(strings.Repeat("─", fill))
+	if right != "" {
+		line += " " + m.st.note.Render(right)
+	} else {
+		line += m.st.dim.Render("─")
+	}
+	return line
+}
+
+// frame renders the whole screen as a string and the cursor position.
+func (m *model) frame() (string, *tea.Cursor) {
+	ih := m.inputHeight()
+	m.input.SetHeight(ih)
+	status := m.statusView()
+	ch := max(m.height-1-ih-len(status), 0)
+	lines := m.chatLines(ch)
+	var b strings.Builder
+	for i := 0; i < ch; i++ {
+		if i < len(lines) {
+			b.WriteString(lines[i])
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString(m.noticeLine())
+	b.WriteByte('\n')
+	b.WriteString(m.input.View())
+	for _, s := range status {
+		b.WriteByte('\n')
+		b.WriteString(s)
+	}
+	var cur *tea.Cursor
+	if c := m.input.Cursor(); c != nil {
+		c.Y += ch + 1
+		cur = c
+	}
+	return b.String(), cur
+}
+
+// View implements tea.Model.
+func (m *model) View() tea.View {
+	if m.quitting {
+		return tea.NewView("")
+	}
+	s, cur := m.frame()
+	v := tea.NewView(s)
+	v.AltScreen = true
+	v.MouseMode = tea.MouseModeCellMotion
+	v.Cursor = cur
+	v.WindowTitle = "ftchat"
+	return v
+}

@@ -1,0 +1,259 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// Config is everything Run and PrintMode need. Engine and Session are
+// required; the rest is optional.
+type Config struct {
+	Engine  Engine  // *engine.Engine
+	Session Session // from Engine.NewSession()
+
+	// ModelInfo is extra text for /model (e.g. architecture, context length).
+	ModelInfo string
+	// Piped is text read from a non-terminal stdin (see ReadPiped); it is
+	// attached to the first user message as a delimited context block.
+	Piped string
+	// InitialPrompt is sent at start (interactive) or is the whole
+	// question (PrintMode).
+	InitialPrompt string
+	// System is the initial system prompt.
+	System string
+	// Continue resumes the most recently saved session.
+	Continue bool
+	// SessionDir holds saved sessions; "" means DefaultSessionDir().
+	SessionDir string
+	// NoSave disables saving after each turn.
+	NoSave bool
+	// ShowThinking starts with thinking blocks expanded.
+	ShowThinking bool
+
+	Sampling  engine.Sampling
+	MaxTokens int
+
+	// Style is the glamour style: "dark" (default), "light", "notty", ...
+	Style string
+
+	// In and Out replace the terminal (tests). In nil: the terminal, opened
+	// as /dev/tty when stdin is a pipe. Out nil: os.Stdout.
+	In  io.Reader
+	Out io.Writer
+	// Width and Height fix the initial size (tests); 0: ask the terminal.
+	Width, Height int
+	// ColorProfile forces a color profile (tests); 0: detect.
+	ColorProfile colorprofile.Profile
+}
+
+func (c Config) glamourStyle() string {
+	if c.Style != "" {
+		return c.Style
+	}
+	return "dark"
+}
+
+func (c *Config) check() error {
+	if c.Engine == nil || c.Session == nil {
+		return errors.New("ui: Config.Engine and Config.Session are required")
+	}
+	if c.SessionDir == "" {
+		d, err := DefaultSessionDir()
+		if err != nil {
+			return err
+		}
+		c.SessionDir = d
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	return nil
+}
+
+// Run runs the interactive chat until the user quits or ctx is cancelled.
+// On exit it saves the conversation and prints how to resume it.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	m := newModel(ctx, cfg)
+	opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithOutput(cfg.Out)}
+	if cfg.In != nil {
+		opts = append(opts, tea.WithInput(cfg.In))
+	} else if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice == 0 {
+		// stdin carried the piped context: read keys from the terminal.
+		tty, err := os.Open("/dev/tty")
+		if err != nil {
+			return fmt.Errorf("stdin is a pipe and the terminal (/dev/tty) cannot be opened for keys: %w; use -p for a non-interactive answer", err)
+		}
+		defer tty.Close()
+		opts = append(opts, tea.WithInput(tty))
+	}
+	if cfg.Width > 0 && cfg.Height > 0 {
+		opts = append(opts, tea.WithWindowSize(cfg.Width, cfg.Height))
+	}
+	if cfg.ColorProfile != 0 {
+		opts = append(opts, tea.WithColorProfile(cfg.ColorProfile))
+	}
+	p := tea.NewProgram(m, opts...)
+	_, err := p.Run()
+	if m.gen != nil {
+		m.gen.cancel()
+		go drain(m.gen.ch)
+	}
+	if len(m.msgs) > 0 && !cfg.NoSave {
+		if m.unsaved {
+			if serr := m.store.Save(m.sessionFile(), m.nextSeq()); serr != nil {
+				fmt.Fprintf(cfg.Out, "could not save the session: %v\n", serr)
+			}
+		}
+		fmt.Fprintf(cfg.Out, "session %q saved · resume with: ftchat --continue\n", m.sessName)
+	}
+	if err != nil && !errors.Is(err, tea.ErrInterrupted) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// PrintMode answers InitialPrompt (with Piped context) without a UI: it
+// writes only the answer text to Out and returns when it is complete.
+// Use it for -p or when stdout is not a terminal.
+func PrintMode(ctx context.Context, cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	prompt := strings.TrimSpace(cfg.InitialPrompt)
+	piped := cfg.Piped
+	if prompt == "" && piped != "" {
+		prompt, piped = piped, ""
+	}
+	if prompt == "" {
+		return errors.New("nothing to answer: give a prompt as an argument or on stdin")
+	}
+	var msgs []engine.Message
+	if cfg.Continue {
+		st := &Store{Dir: cfg.SessionDir}
+		name, err := st.Latest()
+		if err != nil {
+			return err
+		}
+		if name != "" {
+			f, err := st.Load(name)
+			if err != nil {
+				return fmt.Errorf("--continue: %w", err)
+			}
+			msgs = f.Messages
+		}
+	}
+	if cfg.System != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
+		msgs = append([]engine.Message{{Role: "system", Content: cfg.System}}, msgs...)
+	}
+	content := prompt
+	if piped != "" {
+		content = attachContext(prompt, piped)
+	}
+	msgs = append(msgs, engine.Message{Role: "user", Content: content})
+	req := engine.Request{Messages: msgs, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling}
+	if err := cfg.Engine.FitCheck(req); err != nil {
+		if piped != "" {
+			return fmt.Errorf("the piped input (%s tokens) does not fit the KV pool: %w", formatInt(int64(cfg.Engine.CountTokens(piped))), err)
+		}
+		return err
+	}
+	var (
+		werr    error
+		endedNL = true
+	)
+	for ev := range cfg.Session.Generate(ctx, req) {
+		switch ev.Kind {
+		case engine.EventText:
+			if werr == nil && ev.Text != "" {
+				_, werr = io.WriteString(cfg.Out, ev.Text)
+				endedNL = strings.HasSuffix(ev.Text, "\n")
+			}
+		case engine.EventError:
+			return ev.Err
+		case engine.EventDone:
+			if ev.Stop == engine.StopPoolFull {
+				defer func() {
+					fmt.Fprintf(os.Stderr, "ftchat: stopped, the KV pool is full (%s / %s tokens)\n",
+						formatInt(int64(ev.Stats.TokensUsed)), formatInt(int64(ev.Stats.TokensCapacity)))
+				}()
+			}
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	if !endedNL {
+		io.WriteString(cfg.Out, "\n")
+	}
+	return ctx.Err()
+}
+
+// ReadPiped reads a non-terminal stdin for Config.Piped. When a prompt
+// was given on the command line, a stdin that stays open without sending
+// anything for idle (e.g. a pipe from a process that never exits) does not
+// block: what arrived so far is returned. Without a prompt it reads to EOF.
+// limit bounds the bytes read (0: 64 MiB).
+func ReadPiped(r io.Reader, promptGiven bool, idle time.Duration, limit int64) (string, error) {
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	type chunk struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan chunk, 16)
+	go func() {
+		lr := io.LimitReader(r, limit+1)
+		for {
+			buf := make([]byte, 64<<10)
+			n, err := lr.Read(buf)
+			if n > 0 {
+				ch <- chunk{b: buf[:n]}
+			}
+			if err != nil {
+				ch <- chunk{err: err}
+				close(ch)
+				return
+			}
+		}
+	}()
+	var out bytes.Buffer
+	var timer <-chan time.Time
+	for {
+		if promptGiven {
+			timer = time.After(idle)
+		}
+		select {
+		case c := <-ch:
+			if c.err != nil {
+				if !errors.Is(c.err, io.EOF) {
+					return "", fmt.Errorf("reading stdin: %w", c.err)
+				}
+				if int64(out.Len()) > limit {
+					return "", fmt.Errorf("stdin is larger than %s; pipe less text", formatBytes(limit))
+				}
+				return out.String(), nil
+			}
+			out.Write(c.b)
+			if int64(out.Len()) > limit {
+				return "", fmt.Errorf("stdin is larger than %s; pipe less text", formatBytes(limit))
+			}
+		case <-timer:
+			return out.String(), nil
+		}
+	}
+}

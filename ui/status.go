@@ -1,0 +1,195 @@
+package ui
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// formatInt writes n with thousands separators: 131,072.
+func formatInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// formatBytes uses binary units with three significant digits: 786 MiB, 2.50 GiB.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v := float64(n)
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := -1
+	for v >= unit && i < len(units)-1 {
+		v /= unit
+		i++
+	}
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f %s", v, units[i])
+	case v >= 10:
+		return fmt.Sprintf("%.1f %s", v, units[i])
+	default:
+		return fmt.Sprintf("%.2f %s", v, units[i])
+	}
+}
+
+// formatRate shows tokens per second, or "-" before anything was measured.
+func formatRate(r float64) string {
+	switch {
+	case r <= 0:
+		return "-"
+	case r >= 100:
+		return formatInt(int64(r + 0.5))
+	default:
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	}
+}
+
+// bar draws a fixed-width usage bar of frac in [0,1].
+func bar(frac float64, width int) string {
+	if width < 1 {
+		return ""
+	}
+	frac = min(max(frac, 0), 1)
+	full := int(frac*float64(width) + 0.5)
+	if frac > 0 && full == 0 {
+		full = 1 // something used is never shown as empty
+	}
+	return "▕" + strings.Repeat("█", full) + strings.Repeat("░", width-full) + "▏"
+}
+
+// statusSegments are the status pane's items, grouped in lines that wrap
+// as a whole when the terminal is narrow.
+func statusSegments(s engine.Stats) [][]string {
+	frac := 0.0
+	if s.PagesTotal > 0 {
+		frac = float64(s.PagesUsed) / float64(s.PagesTotal)
+	}
+	pool := []string{
+		"KV " + bar(frac, 16) + fmt.Sprintf(" %3.0f%%", frac*100),
+		formatInt(int64(s.TokensUsed)) + " / " + formatInt(int64(s.TokensCapacity)) + " tok",
+		formatBytes(s.BytesUsed) + " / " + formatBytes(s.PoolBytes),
+	}
+	dtype := s.KVDType
+	if dtype == "" {
+		dtype = "?"
+	}
+	ratio := "-"
+	if s.CapacityRatio > 0 {
+		ratio = "×" + strconv.FormatFloat(s.CapacityRatio, 'f', 2, 64)
+	}
+	kv := []string{
+		"kv " + dtype,
+		"now " + formatBytes(s.BytesUsed) + " vs bf16 " + formatBytes(s.BytesBF16),
+		"capacity " + ratio + " of bf16",
+	}
+	budget := "no budget"
+	if s.BudgetBytes > 0 {
+		budget = "budget " + formatBytes(s.BudgetBytes)
+	}
+	model := s.Model
+	if model == "" {
+		model = "?"
+	}
+	run := []string{
+		"prefill " + formatRate(s.PrefillTokensPerS) + " tok/s",
+		"decode " + formatRate(s.DecodeTokensPerS) + " tok/s",
+		s.Device,
+		budget,
+		model,
+	}
+	return [][]string{pool, kv, run}
+}
+
+// statusLines lays out the status pane for width columns.
+func statusLines(s engine.Stats, width int, st styles) []string {
+	sep := st.dim.Render(" · ")
+	var out []string
+	for _, group := range statusSegments(s) {
+		line, w := "", 0
+		for _, seg := range group {
+			if seg == "" {
+				continue
+			}
+			sw := ansi.StringWidth(seg)
+			if w > 0 && w+3+sw > width {
+				out = append(out, line)
+				line, w = "", 0
+			}
+			if w > 0 {
+				line += sep
+				w += 3
+			}
+			line += seg
+			w += sw
+		}
+		if w > 0 {
+			out = append(out, ansi.Truncate(line, width, "…"))
+		}
+	}
+	return out
+}
+
+// statsTable is the full /stats output.
+func statsTable(s engine.Stats) string {
+	rows := [][2]string{
+		{"model", s.Model},
+		{"device", s.Device},
+		{"kv dtype", s.KVDType},
+		{"page size", formatInt(int64(s.PageSize)) + " tokens"},
+		{"pages used / total", formatInt(int64(s.PagesUsed)) + " / " + formatInt(int64(s.PagesTotal))},
+		{"tokens used / capacity", formatInt(int64(s.TokensUsed)) + " / " + formatInt(int64(s.TokensCapacity))},
+		{"bytes per token", formatInt(int64(s.BytesPerToken))},
+		{"kv bytes used", formatBytes(s.BytesUsed) + " (" + formatInt(s.BytesUsed) + " B)"},
+		{"same tokens in bf16", formatBytes(s.BytesBF16) + " (" + formatInt(s.BytesBF16) + " B)"},
+		{"capacity ratio vs bf16", strconv.FormatFloat(s.CapacityRatio, 'f', 3, 64)},
+		{"pool bytes", formatBytes(s.PoolBytes)},
+		{"weights bytes", formatBytes(s.WeightsBytes)},
+		{"memory budget", budgetString(s.BudgetBytes)},
+		{"prefill tok/s (last turn)", formatRate(s.PrefillTokensPerS)},
+		{"decode tok/s (last turn)", formatRate(s.DecodeTokensPerS)},
+		{"last turn prefilled", formatInt(int64(s.LastPrefillTokens)) + " tokens in " + s.LastTurnDuration.Round(1e6).String()},
+		{"prefilled (total)", formatInt(s.PrefillTokens)},
+		{"reused from cache (total)", formatInt(s.ReusedTokens)},
+		{"decoded (total)", formatInt(s.DecodeTokens)},
+	}
+	w := 0
+	for _, r := range rows {
+		w = max(w, len(r[0]))
+	}
+	var b strings.Builder
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%-*s  %s", w, r[0], r[1])
+	}
+	return b.String()
+}
+
+func budgetString(b int64) string {
+	if b <= 0 {
+		return "none (all device memory / CPU)"
+	}
+	return formatBytes(b)
+}
