@@ -80,7 +80,7 @@ func (l Layout) Validate() error {
 		return fmt.Errorf("kv layout: %d pages; need at least 1 (raise the memory budget or --kv-tokens)", l.Pages)
 	}
 	if err := ValidatePageSize(l.PageSize); err != nil {
-		return err
+		return fmt.Errorf("kv layout: page size %d: %w", l.PageSize, err)
 	}
 	if !l.DType.Valid() || l.DType == Auto {
 		return fmt.Errorf("kv layout: dtype %v must be resolved to one of bf16, fp16, fp8_e4m3, fp8_e5m2 (DType.Resolve) before allocating", l.DType)
@@ -110,11 +110,12 @@ func (l Layout) Validate() error {
 	return nil
 }
 
-// ValidatePageSize checks a --page-size value.
+// ValidatePageSize checks a --page-size value. The message is meant to
+// follow the option name and value ("--page-size 24: must be ...").
 func ValidatePageSize(p int) error {
 	if p < MinPageSize || p > MaxPageSize || p&(p-1) != 0 {
-		return fmt.Errorf("--page-size %d is not supported; use a power of two from %d to %d (default %d)",
-			p, MinPageSize, MaxPageSize, DefaultPageSize)
+		return fmt.Errorf("must be a power of two from %d to %d tokens (default %d)",
+			MinPageSize, MaxPageSize, DefaultPageSize)
 	}
 	return nil
 }

@@ -304,3 +304,23 @@ func pageShift(p int) int {
 	}
 	return sh
 }
+
+// CopyPage copies page src to page dst in every layer: K and V codes and,
+// with dynamic FP8, their scales. It implements PageCopier.
+func (s *HostStore) CopyPage(dst, src int32) {
+	l := s.l
+	if src < 0 || int(src) >= l.Pages || dst < 0 || int(dst) >= l.Pages {
+		panic(fmt.Sprintf("kvcache: CopyPage(%d, %d) outside the pool of %d pages", dst, src, l.Pages))
+	}
+	eb := l.PageElems() * l.DType.ElemBytes()
+	sn := l.KVHeads * l.PageSize
+	for i := range s.layers {
+		hl := &s.layers[i]
+		copy(hl.k[int(dst)*eb:int(dst+1)*eb], hl.k[int(src)*eb:int(src+1)*eb])
+		copy(hl.v[int(dst)*eb:int(dst+1)*eb], hl.v[int(src)*eb:int(src+1)*eb])
+		if hl.ks != nil {
+			copy(hl.ks[int(dst)*sn:int(dst+1)*sn], hl.ks[int(src)*sn:int(src+1)*sn])
+			copy(hl.vs[int(dst)*sn:int(dst+1)*sn], hl.vs[int(src)*sn:int(src+1)*sn])
+		}
+	}
+}

@@ -1,0 +1,33 @@
+package kvcache
+
+import (
+	"fmt"
+	"strings"
+)
+
+// PoolFullError reports that new tokens do not fit in the KV pool. The
+// sequence is unchanged. Error() is written for the user.
+type PoolFullError struct {
+	Asked         int   // new tokens requested
+	Fit           int   // how many of them would fit now
+	Held          int   // tokens this conversation keeps in the cache
+	Capacity      int   // pool size in tokens
+	Used          int   // tokens held by all conversations (shared ones once)
+	DType         DType // the pool's dtype
+	BytesPerToken int
+	// E4M3Capacity is the pool size in tokens if the same memory held
+	// fp8_e4m3 (dynamic scales); 0 when the pool already is fp8_e4m3.
+	E4M3Capacity int
+}
+
+func (e *PoolFullError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "KV cache full: %d new tokens do not fit, only %d do (this conversation holds %d tokens; the %s pool holds %d tokens, %d in use). To continue: ",
+		e.Asked, e.Fit, e.Held, e.DType, e.Capacity, e.Used)
+	fmt.Fprintf(&b, "/clear to start a new conversation")
+	if e.E4M3Capacity > 0 {
+		fmt.Fprintf(&b, ", switch the KV cache to fp8_e4m3 (/kvdtype fp8_e4m3 or --kv-cache-dtype fp8_e4m3: about %d tokens in the same memory)", e.E4M3Capacity)
+	}
+	b.WriteString(", or give the cache more memory (--gpu-memory on a GPU, --kv-tokens on the CPU).")
+	return b.String()
+}
