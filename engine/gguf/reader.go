@@ -658,9 +658,10 @@ func parse(path string, b []byte) (*File, error) {
 			return nil, &FormatError{Path: path, Offset: int64(at), Msg: fmt.Sprintf(
 				"tensor %q offset %d is not a multiple of the alignment %d", name, ti.Offset, f.Alignment)}
 		}
-		if ti.Type.Known() && len(ti.Dims) > 0 && ti.Dims[0]%uint64(ti.Type.BlockElems()) != 0 {
+		if ti.Type.Known() && (len(ti.Dims) == 0 && ti.Type.BlockElems() > 1 ||
+			len(ti.Dims) > 0 && ti.Dims[0]%uint64(ti.Type.BlockElems()) != 0) {
 			return nil, &FormatError{Path: path, Offset: int64(at), Msg: fmt.Sprintf(
-				"tensor %q row length %d is not a multiple of the %s block size %d", name, ti.Dims[0], ti.Type, ti.Type.BlockElems())}
+				"tensor %q row length %v is not a multiple of the %s block size %d", name, ti.Dims, ti.Type, ti.Type.BlockElems())}
 		}
 		f.tensorIdx[name] = i
 		f.Tensors[i] = ti
