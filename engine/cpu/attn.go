@@ -1,0 +1,85 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// AllocKV creates the host KV pool for layout, replacing any previous one.
+func (b *Backend) AllocKV(layout kvcache.Layout) error {
+	b.kv = nil
+	if b.f32kv {
+		if err := layout.Validate(); err != nil {
+			return fmt.Errorf("cpu: KV pool: %w", err)
+		}
+		b.kv, b.layout = newF32Store(layout), layout
+		return nil
+	}
+	s, err := kvcache.NewHostStore(layout)
+	if err != nil {
+		return fmt.Errorf("cpu: KV pool: %w", err)
+	}
+	b.kv, b.layout = s, layout
+	return nil
+}
+
+// FreeKV drops the KV pool.
+func (b *Backend) FreeKV() { b.kv = nil }
+
+// kvStore is what KVWrite and Attention need from a pool.
+type kvStore interface {
+	WriteRow(layer, page, slot int, k, v []float32)
+	Attend(out, q []float32, layer int, pages []int32, n, heads int, scale float32)
+}
+
+// KVStore returns the host KV pool, or nil when there is none or it is the
+// float32 reference store.
+func (b *Backend) KVStore() *kvcache.HostStore {
+	s, _ := b.kv.(*kvcache.HostStore)
+	return s
+}
+
+func (b *Backend) store() kvStore {
+	if b.kv == nil {
+		panic("cpu: KV op before AllocKV")
+	}
+	return b.kv
+}
+
+// KVWrite rotates k in place and stores each row's k and v at its position
+// in its sequence's pages.
+func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model.Rope) {
+	st := b.store()
+	kt, vt := ten(k), ten(v)
+	l := b.layout
+	b.RoPE(kt, bt.Pos, l.HeadDim, r)
+	for _, sq := range bt.Seqs {
+		b.pool.parallel(sq.NewTokens, 4, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row := sq.Offset + i
+				p := int(bt.Pos[row])
+				if p/l.PageSize >= len(sq.Pages) {
+					panic(fmt.Sprintf("cpu: position %d beyond the sequence's %d pages of %d tokens", p, len(sq.Pages), l.PageSize))
+				}
+				st.WriteRow(layer, int(sq.Pages[p/l.PageSize]), p%l.PageSize, kt.row(row), vt.row(row))
+			}
+		})
+	}
+}
+
+// Attention runs causal paged attention for every row: row at position p
+// attends to tokens 0..p of its sequence.
+func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, heads int, scale float32) {
+	st := b.store()
+	d, qt := ten(dst), ten(q)
+	for _, sq := range bt.Seqs {
+		b.pool.parallel(sq.NewTokens, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row := sq.Offset + i
+				st.Attend(d.row(row), qt.row(row), layer, sq.Pages, int(bt.Pos[row])+1, heads, scale)
+			}
+		})
+	}
+}
