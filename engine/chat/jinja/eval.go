@@ -1,0 +1,917 @@
+// Package jinja is a Jinja2 interpreter for Hugging Face chat templates. It
+// renders templates the way transformers' apply_chat_template does: jinja2's
+// ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
+// loopcontrols extension, transformers' tojson, raise_exception and
+// strftime_now, and Python semantics for values, operators, string and dict
+// methods.
+//
+// Not supported (an error names them): template inheritance and includes
+// ({% extends %}, {% include %}, {% import %}, {% block %}), {% call %},
+// recursive loops, and autoescaping.
+package jinja
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Template is a parsed template; it is safe for concurrent Render calls.
+type Template struct {
+	body []node
+	// Now is the clock strftime_now reads (time.Now when nil).
+	Now func() time.Time
+}
+
+// Parse compiles template source.
+func Parse(src string) (*Template, error) {
+	pieces, err := lex(src)
+	if err != nil {
+		return nil, err
+	}
+	body, err := parse(pieces)
+	if err != nil {
+		return nil, err
+	}
+	return &Template{body: body}, nil
+}
+
+// maxDepth bounds macro recursion so a template cannot overflow the stack.
+const maxDepth = 200
+
+// maxOutput bounds the rendered size (a runaway loop is an error, not OOM).
+const maxOutput = 64 << 20
+
+type frame struct {
+	vars   map[string]any
+	parent *frame
+}
+
+func (f *frame) lookup(name string) (any, bool) {
+	for ; f != nil; f = f.parent {
+		if v, ok := f.vars[name]; ok {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+type renderer struct {
+	t     *Template
+	depth int
+	size  int
+}
+
+var (
+	errBreak    = errors.New("break")
+	errContinue = errors.New("continue")
+)
+
+// ExceptionError is what raise_exception(msg) produces.
+type ExceptionError struct {
+	Line int
+	Msg  string
+}
+
+func (e *ExceptionError) Error() string {
+	return fmt.Sprintf("jinja: line %d: template raised an exception: %s", e.Line, e.Msg)
+}
+
+// Render evaluates the template with vars (converted with FromGo) on top of
+// the globals: namespace, dict, range, raise_exception, strftime_now.
+func (t *Template) Render(vars map[string]any) (string, error) {
+	r := &renderer{t: t}
+	globals := &frame{vars: r.globals()}
+	root := &frame{vars: map[string]any{}, parent: globals}
+	for k, v := range vars {
+		root.vars[k] = FromGo(v)
+	}
+	var b strings.Builder
+	err := r.exec(t.body, root, &b)
+	if err == errBreak || err == errContinue {
+		err = &Error{Msg: "{% break %} or {% continue %} outside a loop"}
+	}
+	if err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func (r *renderer) write(b *strings.Builder, s string, line int) error {
+	r.size += len(s)
+	if r.size > maxOutput {
+		return errorf(line, "output exceeds %d bytes", maxOutput)
+	}
+	b.WriteString(s)
+	return nil
+}
+
+func (r *renderer) exec(nodes []node, f *frame, b *strings.Builder) error {
+	for _, n := range nodes {
+		if err := r.execNode(n, f, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *renderer) execNode(n node, f *frame, b *strings.Builder) error {
+	switch n := n.(type) {
+	case *textNode:
+		return r.write(b, n.s, 0)
+	case *outputNode:
+		v, err := r.eval(n.x, f)
+		if err != nil {
+			return err
+		}
+		return r.write(b, toStr(v), n.line)
+	case *ifNode:
+		for i, c := range n.conds {
+			v, err := r.eval(c, f)
+			if err != nil {
+				return err
+			}
+			if truthy(v) {
+				return r.exec(n.bodies[i], f, b)
+			}
+		}
+		return r.exec(n.els, f, b)
+	case *forNode:
+		return r.execFor(n, f, b)
+	case *setNode:
+		v, err := r.eval(n.x, f)
+		if err != nil {
+			return err
+		}
+		if n.nsObj != "" {
+			obj, ok := f.lookup(n.nsObj)
+			ns, isNS := obj.(*Namespace)
+			if !ok || !isNS {
+				return errorf(n.line, "cannot assign attribute on '%s': it is not a namespace() object", n.nsObj)
+			}
+			if strings.HasPrefix(n.nsAttr, "_") {
+				return errorf(n.line, "cannot store underscore-prefixed attribute %q on a namespace", n.nsAttr)
+			}
+			ns.d.set(n.nsAttr, v)
+			return nil
+		}
+		if len(n.targets) == 1 {
+			f.vars[n.targets[0]] = v
+			return nil
+		}
+		items, err := iterate(v)
+		if err != nil {
+			return errorf(n.line, "cannot unpack: %v", err)
+		}
+		if len(items) != len(n.targets) {
+			return errorf(n.line, "cannot unpack %d values into %d names", len(items), len(n.targets))
+		}
+		for i, t := range n.targets {
+			f.vars[t] = items[i]
+		}
+		return nil
+	case *setBlockNode:
+		var sb strings.Builder
+		if err := r.exec(n.body, f, &sb); err != nil {
+			return err
+		}
+		var v any = sb.String()
+		for _, fl := range n.filters {
+			var err error
+			if v, err = r.applyFilter(fl, v, f); err != nil {
+				return err
+			}
+		}
+		f.vars[n.name] = v
+		return nil
+	case *macroNode:
+		f.vars[n.name] = r.makeMacro(n, f)
+		return nil
+	case *filterBlockNode:
+		var sb strings.Builder
+		if err := r.exec(n.body, f, &sb); err != nil {
+			return err
+		}
+		var v any = sb.String()
+		for _, fl := range n.filters {
+			var err error
+			if v, err = r.applyFilter(fl, v, f); err != nil {
+				return err
+			}
+		}
+		return r.write(b, toStr(v), n.line)
+	case *breakNode:
+		return errBreak
+	case *continueNode:
+		return errContinue
+	}
+	return fmt.Errorf("jinja: internal error: unknown node %T", n)
+}
+
+type loopObj struct {
+	items  []any
+	index  int
+	length int
+}
+
+func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
+	it, err := r.eval(n.iter, f)
+	if err != nil {
+		return err
+	}
+	items, err := iterate(it)
+	if err != nil {
+		return errorf(n.line, "{%% for %%}: %v", err)
+	}
+	bind := func(fr *frame, item any) error {
+		if len(n.targets) == 1 {
+			fr.vars[n.targets[0]] = item
+			return nil
+		}
+		parts, err := iterate(item)
+		if err != nil {
+			return errorf(n.line, "cannot unpack loop item: %v", err)
+		}
+		if len(parts) != len(n.targets) {
+			return errorf(n.line, "cannot unpack %d values into %d loop variables", len(parts), len(n.targets))
+		}
+		for i, t := range n.targets {
+			fr.vars[t] = parts[i]
+		}
+		return nil
+	}
+	if n.cond != nil {
+		// the "if" filter decides which items the loop (and loop.length) sees
+		var kept []any
+		for _, item := range items {
+			fr := &frame{vars: map[string]any{}, parent: f}
+			if err := bind(fr, item); err != nil {
+				return err
+			}
+			v, err := r.eval(n.cond, fr)
+			if err != nil {
+				return err
+			}
+			if truthy(v) {
+				kept = append(kept, item)
+			}
+		}
+		items = kept
+	}
+	if len(items) == 0 {
+		return r.exec(n.els, f, b)
+	}
+	for i, item := range items {
+		// every iteration gets a fresh scope, as in jinja2: assignments in
+		// the body neither leak out nor survive to the next iteration
+		fr := &frame{vars: map[string]any{"loop": &loopObj{items: items, index: i, length: len(items)}}, parent: f}
+		if err := bind(fr, item); err != nil {
+			return err
+		}
+		err := r.exec(n.body, fr, b)
+		if err == errBreak {
+			break
+		}
+		if err != nil && err != errContinue {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *renderer) makeMacro(n *macroNode, def *frame) Func {
+	return func(args []any, kwargs map[string]any) (any, error) {
+		if len(args) > len(n.params) {
+			return nil, errorf(n.line, "macro %s takes %d arguments, got %d", n.name, len(n.params), len(args))
+		}
+		if r.depth >= maxDepth {
+			return nil, errorf(n.line, "macro %s: recursion deeper than %d", n.name, maxDepth)
+		}
+		fr := &frame{vars: map[string]any{}, parent: def}
+		for i, p := range n.params {
+			switch {
+			case i < len(args):
+				fr.vars[p] = args[i]
+			default:
+				if v, ok := kwargs[p]; ok {
+					fr.vars[p] = v
+				} else if n.defaults[i] != nil {
+					v, err := r.eval(n.defaults[i], fr)
+					if err != nil {
+						return nil, err
+					}
+					fr.vars[p] = v
+				} else {
+					fr.vars[p] = Undefined{hint: fmt.Sprintf("parameter '%s' of macro %s was not given", p, n.name)}
+				}
+			}
+		}
+		for k := range kwargs {
+			found := false
+			for _, p := range n.params {
+				found = found || p == k
+			}
+			if !found {
+				return nil, errorf(n.line, "macro %s has no parameter named '%s'", n.name, k)
+			}
+		}
+		r.depth++
+		defer func() { r.depth-- }()
+		var sb strings.Builder
+		if err := r.exec(n.body, fr, &sb); err != nil {
+			if err == errBreak || err == errContinue {
+				return nil, errorf(n.line, "{%% break %%} or {%% continue %%} outside a loop in macro %s", n.name)
+			}
+			return nil, err
+		}
+		return sb.String(), nil
+	}
+}
+
+func lineOf(x expr) int {
+	switch e := x.(type) {
+	case *nameExpr:
+		return e.line
+	case *attrExpr:
+		return e.line
+	case *itemExpr:
+		return e.line
+	case *sliceExpr:
+		return e.line
+	case *callExpr:
+		return e.line
+	case *filterExpr:
+		return e.line
+	case *testExpr:
+		return e.line
+	case *unaryExpr:
+		return e.line
+	case *binExpr:
+		return e.line
+	case *compareExpr:
+		return e.line
+	case *condExpr:
+		return e.line
+	}
+	return 0
+}
+
+func undefErr(line int, u Undefined) error {
+	return errorf(line, "%s", u.msg())
+}
+
+func (r *renderer) eval(x expr, f *frame) (any, error) {
+	switch e := x.(type) {
+	case *literal:
+		return e.v, nil
+	case *nameExpr:
+		if v, ok := f.lookup(e.name); ok {
+			return v, nil
+		}
+		return Undefined{hint: fmt.Sprintf("'%s' is undefined", e.name)}, nil
+	case *listExpr:
+		out := make([]any, len(e.items))
+		for i, it := range e.items {
+			v, err := r.eval(it, f)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		if e.tuple {
+			return Tuple(out), nil
+		}
+		return out, nil
+	case *dictExpr:
+		d := NewDict()
+		for i := range e.keys {
+			k, err := r.eval(e.keys[i], f)
+			if err != nil {
+				return nil, err
+			}
+			if !hashable(k) {
+				return nil, errorf(lineOf(e.keys[i]), "unhashable dict key of type '%s'", typeName(k))
+			}
+			v, err := r.eval(e.vals[i], f)
+			if err != nil {
+				return nil, err
+			}
+			d.set(normKey(k), v)
+		}
+		return d, nil
+	case *attrExpr:
+		obj, err := r.eval(e.obj, f)
+		if err != nil {
+			return nil, err
+		}
+		return r.getAttr(obj, e.name, e.line)
+	case *itemExpr:
+		obj, err := r.eval(e.obj, f)
+		if err != nil {
+			return nil, err
+		}
+		key, err := r.eval(e.key, f)
+		if err != nil {
+			return nil, err
+		}
+		return r.getItem(obj, key, e.line)
+	case *sliceExpr:
+		return r.evalSlice(e, f)
+	case *callExpr:
+		return r.evalCall(e, f)
+	case *filterExpr:
+		v, err := r.eval(e.x, f)
+		if err != nil {
+			return nil, err
+		}
+		return r.applyFilter(e, v, f)
+	case *testExpr:
+		return r.evalTest(e, f)
+	case *unaryExpr:
+		v, err := r.eval(e.x, f)
+		if err != nil {
+			return nil, err
+		}
+		switch e.op {
+		case "not":
+			return !truthy(v), nil
+		case "-", "+":
+			i, fl, isF, ok := asNumber(v)
+			if !ok {
+				if u, isU := v.(Undefined); isU {
+					return nil, undefErr(e.line, u)
+				}
+				return nil, errorf(e.line, "bad operand type for unary %s: '%s'", e.op, typeName(v))
+			}
+			if e.op == "+" {
+				if isF {
+					return fl, nil
+				}
+				return i, nil
+			}
+			if isF {
+				return -fl, nil
+			}
+			return -i, nil
+		}
+	case *binExpr:
+		l, err := r.eval(e.l, f)
+		if err != nil {
+			return nil, err
+		}
+		switch e.op {
+		case "and":
+			if !truthy(l) {
+				return l, nil
+			}
+			return r.eval(e.r, f)
+		case "or":
+			if truthy(l) {
+				return l, nil
+			}
+			return r.eval(e.r, f)
+		}
+		rv, err := r.eval(e.r, f)
+		if err != nil {
+			return nil, err
+		}
+		v, err := binOp(e.op, l, rv)
+		if err != nil {
+			return nil, errorf(e.line, "%v", err)
+		}
+		return v, nil
+	case *compareExpr:
+		l, err := r.eval(e.first, f)
+		if err != nil {
+			return nil, err
+		}
+		for i, op := range e.ops {
+			rv, err := r.eval(e.rest[i], f)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := compare(op, l, rv)
+			if err != nil {
+				return nil, errorf(e.line, "%v", err)
+			}
+			if !ok {
+				return false, nil
+			}
+			l = rv
+		}
+		return true, nil
+	case *condExpr:
+		c, err := r.eval(e.cond, f)
+		if err != nil {
+			return nil, err
+		}
+		if truthy(c) {
+			return r.eval(e.a, f)
+		}
+		if e.b == nil {
+			return Undefined{hint: "the conditional expression had no else branch"}, nil
+		}
+		return r.eval(e.b, f)
+	}
+	return nil, fmt.Errorf("jinja: internal error: unknown expression %T", x)
+}
+
+func compare(op string, l, r any) (bool, error) {
+	switch op {
+	case "==":
+		return valuesEqual(l, r), nil
+	case "!=":
+		return !valuesEqual(l, r), nil
+	case "in":
+		return contains(r, l)
+	case "notin":
+		ok, err := contains(r, l)
+		return !ok, err
+	}
+	c, err := compareOrder(l, r)
+	if err != nil {
+		return false, err
+	}
+	switch op {
+	case "<":
+		return c < 0, nil
+	case "<=":
+		return c <= 0, nil
+	case ">":
+		return c > 0, nil
+	case ">=":
+		return c >= 0, nil
+	}
+	return false, fmt.Errorf("unknown comparison %s", op)
+}
+
+func (r *renderer) getAttr(obj any, name string, line int) (any, error) {
+	switch x := unTuple(obj).(type) {
+	case Undefined:
+		return nil, undefErr(line, x)
+	case *Dict:
+		if m := dictMethod(x, name); m != nil {
+			return m, nil
+		}
+		if v, ok := x.m[name]; ok {
+			return v, nil
+		}
+		return Undefined{hint: fmt.Sprintf("'dict object' has no attribute '%s'", name)}, nil
+	case *Namespace:
+		if v, ok := x.d.m[name]; ok {
+			return v, nil
+		}
+	case string:
+		if m := strMethod(x, name); m != nil {
+			return m, nil
+		}
+	case []any:
+		if m := listMethod(x, name); m != nil {
+			return m, nil
+		}
+	case *loopObj:
+		if v, ok := x.attr(name); ok {
+			return v, nil
+		}
+	}
+	return Undefined{hint: fmt.Sprintf("'%s object' has no attribute '%s'", typeName(obj), name)}, nil
+}
+
+func (r *renderer) getItem(obj, key any, line int) (any, error) {
+	obj = unTuple(obj)
+	switch x := obj.(type) {
+	case Undefined:
+		return nil, undefErr(line, x)
+	case *Dict:
+		if v, ok := x.get(key); ok {
+			return v, nil
+		}
+		if s, ok := key.(string); ok {
+			if m := dictMethod(x, s); m != nil {
+				return m, nil
+			}
+		}
+		return Undefined{hint: fmt.Sprintf("'dict object' has no attribute %s", repr(key))}, nil
+	case []any, string:
+		i, _, isF, ok := asNumber(key)
+		if !ok || isF {
+			if s, isS := key.(string); isS {
+				return r.getAttr(obj, s, line)
+			}
+			return Undefined{hint: fmt.Sprintf("'%s object' has no attribute %s", typeName(obj), repr(key))}, nil
+		}
+		if l, ok := x.([]any); ok {
+			n := int64(len(l))
+			if i < 0 {
+				i += n
+			}
+			if i < 0 || i >= n {
+				return Undefined{hint: fmt.Sprintf("list index %d out of range", i)}, nil
+			}
+			return l[i], nil
+		}
+		rs := []rune(x.(string))
+		n := int64(len(rs))
+		if i < 0 {
+			i += n
+		}
+		if i < 0 || i >= n {
+			return Undefined{hint: fmt.Sprintf("string index %d out of range", i)}, nil
+		}
+		return string(rs[i]), nil
+	case *Namespace, *loopObj:
+		if s, ok := key.(string); ok {
+			return r.getAttr(obj, s, line)
+		}
+	}
+	return Undefined{hint: fmt.Sprintf("'%s object' has no attribute %s", typeName(obj), repr(key))}, nil
+}
+
+func (r *renderer) evalSlice(e *sliceExpr, f *frame) (any, error) {
+	obj, err := r.eval(e.obj, f)
+	if err != nil {
+		return nil, err
+	}
+	var bounds [3]*int64
+	for i, b := range []expr{e.start, e.stop, e.step} {
+		if b == nil {
+			continue
+		}
+		v, err := r.eval(b, f)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		n, _, isF, ok := asNumber(v)
+		if !ok || isF {
+			return nil, errorf(e.line, "slice indices must be integers or None, not %s", typeName(v))
+		}
+		bounds[i] = &n
+	}
+	var items []any
+	isStr := false
+	switch x := unTuple(obj).(type) {
+	case Undefined:
+		return nil, undefErr(e.line, x)
+	case []any:
+		items = x
+	case string:
+		isStr = true
+		for _, r := range x {
+			items = append(items, string(r))
+		}
+	default:
+		return nil, errorf(e.line, "'%s' object is not subscriptable", typeName(obj))
+	}
+	idx, err := sliceIndices(len(items), bounds[0], bounds[1], bounds[2])
+	if err != nil {
+		return nil, errorf(e.line, "%v", err)
+	}
+	if isStr {
+		var sb strings.Builder
+		for _, i := range idx {
+			sb.WriteString(items[i].(string))
+		}
+		return sb.String(), nil
+	}
+	out := make([]any, len(idx))
+	for k, i := range idx {
+		out[k] = items[i]
+	}
+	return out, nil
+}
+
+// sliceIndices follows Python's slice.indices.
+func sliceIndices(n int, start, stop, step *int64) ([]int, error) {
+	st := int64(1)
+	if step != nil {
+		st = *step
+	}
+	if st == 0 {
+		return nil, fmt.Errorf("slice step cannot be zero")
+	}
+	ln := int64(n)
+	clamp := func(p *int64, def int64, lo, hi int64) int64 {
+		if p == nil {
+			return def
+		}
+		v := *p
+		if v < 0 {
+			v += ln
+			if v < lo {
+				v = lo
+			}
+		} else if v > hi {
+			v = hi
+		}
+		return v
+	}
+	var out []int
+	if st > 0 {
+		a := clamp(start, 0, 0, ln)
+		b := clamp(stop, ln, 0, ln)
+		for i := a; i < b; i += st {
+			out = append(out, int(i))
+		}
+	} else {
+		a := clamp(start, ln-1, -1, ln-1)
+		b := clamp(stop, -1, -1, ln-1)
+		if stop == nil {
+			b = -1
+		}
+		for i := a; i > b; i += st {
+			out = append(out, int(i))
+		}
+	}
+	return out, nil
+}
+
+func (r *renderer) evalArgs(args []expr, kwName []string, kwVal []expr, f *frame) ([]any, map[string]any, error) {
+	av := make([]any, len(args))
+	for i, a := range args {
+		v, err := r.eval(a, f)
+		if err != nil {
+			return nil, nil, err
+		}
+		av[i] = v
+	}
+	var kw map[string]any
+	if len(kwName) > 0 {
+		kw = map[string]any{}
+		for i, k := range kwName {
+			v, err := r.eval(kwVal[i], f)
+			if err != nil {
+				return nil, nil, err
+			}
+			kw[k] = v
+		}
+	}
+	return av, kw, nil
+}
+
+func (r *renderer) evalCall(e *callExpr, f *frame) (any, error) {
+	fn, err := r.eval(e.fn, f)
+	if err != nil {
+		return nil, err
+	}
+	args, kw, err := r.evalArgs(e.args, e.kwName, e.kwVal, f)
+	if err != nil {
+		return nil, err
+	}
+	switch c := fn.(type) {
+	case Func:
+		v, err := c(args, kw)
+		if err != nil {
+			var je *Error
+			var ee *ExceptionError
+			if errors.As(err, &ee) {
+				if ee.Line == 0 {
+					ee.Line = e.line
+				}
+				return nil, err
+			}
+			if errors.As(err, &je) {
+				return nil, err
+			}
+			return nil, errorf(e.line, "%s", err.Error())
+		}
+		return v, nil
+	case Undefined:
+		return nil, undefErr(e.line, c)
+	}
+	return nil, errorf(e.line, "'%s' object is not callable", typeName(fn))
+}
+
+func (lo *loopObj) attr(name string) (any, bool) {
+	switch name {
+	case "index":
+		return int64(lo.index + 1), true
+	case "index0":
+		return int64(lo.index), true
+	case "revindex":
+		return int64(lo.length - lo.index), true
+	case "revindex0":
+		return int64(lo.length - lo.index - 1), true
+	case "first":
+		return lo.index == 0, true
+	case "last":
+		return lo.index == lo.length-1, true
+	case "length":
+		return int64(lo.length), true
+	case "depth":
+		return int64(1), true
+	case "depth0":
+		return int64(0), true
+	case "previtem":
+		if lo.index > 0 {
+			return lo.items[lo.index-1], true
+		}
+		return Undefined{hint: "there is no previous item"}, true
+	case "nextitem":
+		if lo.index+1 < lo.length {
+			return lo.items[lo.index+1], true
+		}
+		return Undefined{hint: "there is no next item"}, true
+	case "cycle":
+		return Func(func(args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("loop.cycle() needs at least one argument")
+			}
+			return args[lo.index%len(args)], nil
+		}), true
+	}
+	return nil, false
+}
+
+func (r *renderer) globals() map[string]any {
+	now := r.t.Now
+	if now == nil {
+		now = time.Now
+	}
+	return map[string]any{
+		"raise_exception": Func(func(args []any, _ map[string]any) (any, error) {
+			msg := ""
+			if len(args) > 0 {
+				msg = toStr(args[0])
+			}
+			return nil, &ExceptionError{Msg: msg}
+		}),
+		"strftime_now": Func(func(args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("strftime_now takes one format string")
+			}
+			s, ok := args[0].(string)
+			if !ok {
+				return nil, fmt.Errorf("strftime_now: format must be a string, not %s", typeName(args[0]))
+			}
+			return strftime(now(), s), nil
+		}),
+		"namespace": Func(func(args []any, kw map[string]any) (any, error) {
+			d := NewDict()
+			for _, a := range args {
+				src, ok := a.(*Dict)
+				if !ok {
+					return nil, fmt.Errorf("namespace() takes a dict or keyword arguments, not %s", typeName(a))
+				}
+				for _, k := range src.keys {
+					d.set(k, src.m[k])
+				}
+			}
+			for _, k := range sortedKeys(kw) {
+				if strings.HasPrefix(k, "_") {
+					return nil, fmt.Errorf("cannot store underscore-prefixed attribute %q on a namespace", k)
+				}
+				d.set(k, kw[k])
+			}
+			return &Namespace{d: d}, nil
+		}),
+		"dict": Func(func(args []any, kw map[string]any) (any, error) {
+			d := NewDict()
+			for _, a := range args {
+				src, ok := a.(*Dict)
+				if !ok {
+					return nil, fmt.Errorf("dict() takes a dict or keyword arguments, not %s", typeName(a))
+				}
+				for _, k := range src.keys {
+					d.set(k, src.m[k])
+				}
+			}
+			for _, k := range sortedKeys(kw) {
+				d.set(k, kw[k])
+			}
+			return d, nil
+		}),
+		"range": Func(func(args []any, _ map[string]any) (any, error) {
+			var p [3]int64
+			p[2] = 1
+			for i, a := range args {
+				n, _, isF, ok := asNumber(a)
+				if !ok || isF || i > 2 {
+					return nil, fmt.Errorf("range() takes up to three integers")
+				}
+				p[i] = n
+			}
+			start, stop, step := int64(0), p[0], int64(1)
+			if len(args) >= 2 {
+				start, stop = p[0], p[1]
+			}
+			if len(args) == 3 {
+				step = p[2]
+			}
+			if step == 0 {
+				return nil, fmt.Errorf("range() step must not be zero")
+			}
+			var out []any
+			for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+				if len(out) >= 1<<20 {
+					return nil, fmt.Errorf("range() too long")
+				}
+				out = append(out, i)
+			}
+			return out, nil
+		}),
+	}
+}

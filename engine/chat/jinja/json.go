@@ -1,0 +1,338 @@
+package jinja
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+)
+
+// writeJSON is Python's json.dumps as transformers' tojson filter calls it:
+// ensure_ascii=False by default, separators (", ", ": ") without indent and
+// (",", ": ") with it, keys in insertion order unless sort_keys.
+
+type jsonOpts struct {
+	ensureASCII bool
+	hasIndent   bool
+	indent      string
+	itemSep     string
+	keySep      string
+	sortKeys    bool
+}
+
+const maxJSONDepth = 500
+
+func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
+	if level > maxJSONDepth {
+		return fmt.Errorf("tojson: nesting deeper than %d", maxJSONDepth)
+	}
+	newline := func(l int) {
+		if o.hasIndent {
+			b.WriteByte('\n')
+			b.WriteString(strings.Repeat(o.indent, l))
+		}
+	}
+	switch x := unTuple(v).(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			b.WriteString("NaN")
+		case math.IsInf(x, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(x, -1):
+			b.WriteString("-Infinity")
+		default:
+			b.WriteString(pyFloatRepr(x))
+		}
+	case string:
+		writeJSONString(b, x, o.ensureASCII)
+	case []any:
+		if len(x) == 0 {
+			b.WriteString("[]")
+			return nil
+		}
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(o.itemSep)
+			}
+			newline(level + 1)
+			if err := writeJSON(b, e, o, level+1); err != nil {
+				return err
+			}
+		}
+		newline(level)
+		b.WriteByte(']')
+	case *Dict:
+		if x.Len() == 0 {
+			b.WriteString("{}")
+			return nil
+		}
+		keys := x.keys
+		if o.sortKeys {
+			keys = append([]any(nil), keys...)
+			var serr error
+			sort.SliceStable(keys, func(i, j int) bool {
+				c, err := compareOrder(keys[i], keys[j])
+				if err != nil {
+					serr = err
+				}
+				return c < 0
+			})
+			if serr != nil {
+				return fmt.Errorf("tojson: sort_keys: %v", serr)
+			}
+		}
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(o.itemSep)
+			}
+			newline(level + 1)
+			var ks string
+			switch kk := k.(type) {
+			case string:
+				ks = kk
+			case nil:
+				ks = "null"
+			case bool:
+				ks = map[bool]string{true: "true", false: "false"}[kk]
+			case int64:
+				ks = strconv.FormatInt(kk, 10)
+			case float64:
+				ks = pyFloatRepr(kk)
+			default:
+				return fmt.Errorf("tojson: keys must be str, int, float, bool or None, not %s", typeName(k))
+			}
+			writeJSONString(b, ks, o.ensureASCII)
+			b.WriteString(o.keySep)
+			if err := writeJSON(b, x.m[k], o, level+1); err != nil {
+				return err
+			}
+		}
+		newline(level)
+		b.WriteByte('}')
+	case *Namespace:
+		return fmt.Errorf("Object of type Namespace is not JSON serializable")
+	case Undefined:
+		return fmt.Errorf("Object of type Undefined is not JSON serializable (%s)", x.msg())
+	default:
+		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
+	}
+	return nil
+}
+
+func writeJSONString(b *strings.Builder, s string, ascii bool) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			switch {
+			case r < 0x20 || (ascii && r == 0x7f):
+				b.WriteString(`\u00`)
+				b.WriteByte(hex[r>>4])
+				b.WriteByte(hex[r&0xf])
+			case ascii && r > 0x7f:
+				if r > 0xffff {
+					r1, r2 := utf16.EncodeRune(r)
+					fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
+				} else {
+					fmt.Fprintf(b, `\u%04x`, r)
+				}
+			default:
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// strftime implements the C/Python strftime directives templates use.
+// Unknown directives are copied through, as glibc does.
+func strftime(t time.Time, f string) string {
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c != '%' || i+1 >= len(f) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		d := f[i]
+		pad := true
+		if d == '-' && i+1 < len(f) { // glibc: %-d drops the padding
+			pad = false
+			i++
+			d = f[i]
+		}
+		num := func(v, w int) {
+			s := strconv.Itoa(v)
+			if pad {
+				for len(s) < w {
+					s = "0" + s
+				}
+			}
+			b.WriteString(s)
+		}
+		switch d {
+		case 'a':
+			b.WriteString(t.Weekday().String()[:3])
+		case 'A':
+			b.WriteString(t.Weekday().String())
+		case 'b', 'h':
+			b.WriteString(t.Month().String()[:3])
+		case 'B':
+			b.WriteString(t.Month().String())
+		case 'd':
+			num(t.Day(), 2)
+		case 'e':
+			s := strconv.Itoa(t.Day())
+			if pad && len(s) < 2 {
+				s = " " + s
+			}
+			b.WriteString(s)
+		case 'm':
+			num(int(t.Month()), 2)
+		case 'y':
+			num(t.Year()%100, 2)
+		case 'Y':
+			b.WriteString(strconv.Itoa(t.Year()))
+		case 'H':
+			num(t.Hour(), 2)
+		case 'I':
+			h := t.Hour() % 12
+			if h == 0 {
+				h = 12
+			}
+			num(h, 2)
+		case 'M':
+			num(t.Minute(), 2)
+		case 'S':
+			num(t.Second(), 2)
+		case 'p':
+			if t.Hour() < 12 {
+				b.WriteString("AM")
+			} else {
+				b.WriteString("PM")
+			}
+		case 'j':
+			num(t.YearDay(), 3)
+		case 'f':
+			num(t.Nanosecond()/1000, 6)
+		case 'w':
+			b.WriteString(strconv.Itoa(int(t.Weekday())))
+		case 'F':
+			b.WriteString(t.Format("2006-01-02"))
+		case 'T':
+			b.WriteString(t.Format("15:04:05"))
+		case 'Z', 'z':
+			// datetime.now() is naive: empty
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			if !pad {
+				b.WriteByte('-')
+			}
+			b.WriteByte(d)
+		}
+	}
+	return b.String()
+}
+
+// DecodeJSON parses JSON into interpreter values, keeping object key order
+// and the integer/float distinction (as Python's json.loads does).
+func DecodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("json: trailing data after value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("json: nesting deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		switch x {
+		case '{':
+			d := NewDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, fmt.Errorf("json: object key is not a string")
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.set(k, v)
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			out := []any{}
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			}
+			_, err := dec.Token()
+			return out, err
+		}
+		return nil, fmt.Errorf("json: unexpected %v", x)
+	case json.Number:
+		return FromGo(x), nil
+	case string, bool, nil:
+		return x, nil
+	}
+	return nil, fmt.Errorf("json: unexpected token %v", tok)
+}

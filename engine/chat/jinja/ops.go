@@ -1,0 +1,315 @@
+package jinja
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func opTypeError(op string, l, r any) error {
+	if u, ok := l.(Undefined); ok {
+		return fmt.Errorf("%s", u.msg())
+	}
+	if u, ok := r.(Undefined); ok {
+		return fmt.Errorf("%s", u.msg())
+	}
+	if ls, ok := l.(string); ok && op == "+" {
+		_ = ls
+		return fmt.Errorf("can only concatenate str (not \"%s\") to str", typeName(r))
+	}
+	return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(l), typeName(r))
+}
+
+func binOp(op string, l, r any) (any, error) {
+	if op == "~" {
+		return toStr(l) + toStr(r), nil
+	}
+	li, lf, lfl, lok := asNumber(l)
+	ri, rf, rfl, rok := asNumber(r)
+	if lok && rok {
+		isF := lfl || rfl
+		switch op {
+		case "+":
+			if isF {
+				return lf + rf, nil
+			}
+			return li + ri, nil
+		case "-":
+			if isF {
+				return lf - rf, nil
+			}
+			return li - ri, nil
+		case "*":
+			if isF {
+				return lf * rf, nil
+			}
+			return li * ri, nil
+		case "/":
+			if rf == 0 {
+				return nil, fmt.Errorf("division by zero")
+			}
+			return lf / rf, nil
+		case "//":
+			if rf == 0 {
+				return nil, fmt.Errorf("integer division or modulo by zero")
+			}
+			if isF {
+				return math.Floor(lf / rf), nil
+			}
+			q := li / ri
+			if (li%ri != 0) && ((li < 0) != (ri < 0)) {
+				q--
+			}
+			return q, nil
+		case "%":
+			if rf == 0 {
+				return nil, fmt.Errorf("integer division or modulo by zero")
+			}
+			if isF {
+				m := math.Mod(lf, rf)
+				if m != 0 && (m < 0) != (rf < 0) {
+					m += rf
+				}
+				return m, nil
+			}
+			m := li % ri
+			if m != 0 && (m < 0) != (ri < 0) {
+				m += ri
+			}
+			return m, nil
+		case "**":
+			if isF || ri < 0 {
+				return math.Pow(lf, rf), nil
+			}
+			res := int64(1)
+			base := li
+			for e := ri; e > 0; e >>= 1 {
+				if e&1 == 1 {
+					if res != 0 && absI(res) > math.MaxInt64/maxI(absI(base), 1) {
+						return nil, fmt.Errorf("integer result of ** is too large")
+					}
+					res *= base
+				}
+				if e > 1 {
+					if absI(base) > 3037000499 {
+						return nil, fmt.Errorf("integer result of ** is too large")
+					}
+					base *= base
+				}
+			}
+			return res, nil
+		}
+	}
+	l, r = unTuple(l), unTuple(r)
+	switch op {
+	case "+":
+		switch x := l.(type) {
+		case string:
+			if y, ok := r.(string); ok {
+				return x + y, nil
+			}
+		case []any:
+			if y, ok := r.([]any); ok {
+				out := append(append([]any(nil), x...), y...)
+				return out, nil
+			}
+		}
+	case "*":
+		if s, ok := l.(string); ok && rok && !rfl {
+			if ri <= 0 {
+				return "", nil
+			}
+			if int64(len(s))*ri > maxOutput {
+				return nil, fmt.Errorf("string repetition too large")
+			}
+			return strings.Repeat(s, int(ri)), nil
+		}
+		if s, ok := r.(string); ok && lok && !lfl {
+			return binOp(op, s, l)
+		}
+		if xs, ok := l.([]any); ok && rok && !rfl {
+			if int64(len(xs))*ri > maxOutput {
+				return nil, fmt.Errorf("list repetition too large")
+			}
+			var out []any
+			for k := int64(0); k < ri; k++ {
+				out = append(out, xs...)
+			}
+			return out, nil
+		}
+	}
+	return nil, opTypeError(op, l, r)
+}
+
+func absI(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func maxI(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// ---- tests ----
+
+var testNames = map[string]bool{
+	"defined": true, "undefined": true, "none": true, "boolean": true, "false": true, "true": true,
+	"integer": true, "float": true, "number": true, "string": true, "mapping": true, "iterable": true,
+	"sequence": true, "callable": true, "sameas": true, "lower": true, "upper": true, "even": true,
+	"odd": true, "divisibleby": true, "eq": true, "equalto": true, "==": true, "ne": true, "!=": true,
+	"lt": true, "lessthan": true, "le": true, "gt": true, "greaterthan": true, "ge": true, "in": true,
+	"escaped": true,
+}
+
+func knownTest(name string) bool { return testNames[name] }
+
+func (r *renderer) evalTest(e *testExpr, f *frame) (any, error) {
+	v, err := r.eval(e.x, f)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(e.args))
+	for i, a := range e.args {
+		if args[i], err = r.eval(a, f); err != nil {
+			return nil, err
+		}
+	}
+	ok, err := runTest(e.name, v, args)
+	if err != nil {
+		return nil, errorf(e.line, "test '%s': %v", e.name, err)
+	}
+	return ok != e.negate, nil
+}
+
+func runTest(name string, v any, args []any) (bool, error) {
+	arg := func() (any, error) {
+		if len(args) != 1 {
+			return nil, fmt.Errorf("needs one argument")
+		}
+		return args[0], nil
+	}
+	switch name {
+	case "defined":
+		_, u := v.(Undefined)
+		return !u, nil
+	case "undefined":
+		_, u := v.(Undefined)
+		return u, nil
+	case "none":
+		return v == nil, nil
+	case "boolean":
+		_, ok := v.(bool)
+		return ok, nil
+	case "true":
+		b, ok := v.(bool)
+		return ok && b, nil
+	case "false":
+		b, ok := v.(bool)
+		return ok && !b, nil
+	case "integer":
+		_, ok := v.(int64)
+		return ok, nil
+	case "float":
+		_, ok := v.(float64)
+		return ok, nil
+	case "number":
+		_, _, _, ok := asNumber(v)
+		return ok, nil
+	case "string":
+		_, ok := v.(string)
+		return ok, nil
+	case "mapping":
+		_, ok := v.(*Dict)
+		return ok, nil
+	case "iterable":
+		switch v.(type) {
+		case string, []any, Tuple, *Dict, Undefined:
+			return true, nil
+		}
+		return false, nil
+	case "sequence":
+		switch v.(type) {
+		case string, []any, Tuple, *Dict:
+			return true, nil
+		}
+		return false, nil
+	case "callable":
+		_, ok := v.(Func)
+		return ok, nil
+	case "escaped":
+		return false, nil
+	case "lower":
+		s, ok := v.(string)
+		return ok && s == strings.ToLower(s), nil
+	case "upper":
+		s, ok := v.(string)
+		return ok && s == strings.ToUpper(s), nil
+	case "even", "odd":
+		i, _, isF, ok := asNumber(v)
+		if !ok || isF {
+			return false, fmt.Errorf("needs an integer, got %s", typeName(v))
+		}
+		return (i%2 == 0) == (name == "even"), nil
+	case "divisibleby":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		m, err := binOp("%", v, a)
+		if err != nil {
+			return false, err
+		}
+		return valuesEqual(m, int64(0)), nil
+	case "sameas":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		switch a.(type) {
+		case nil, bool:
+			return v == a, nil
+		}
+		return valuesEqual(v, a), nil
+	case "eq", "equalto", "==":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		return valuesEqual(v, a), nil
+	case "ne", "!=":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		return !valuesEqual(v, a), nil
+	case "lt", "lessthan", "le", "gt", "greaterthan", "ge":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		op := map[string]string{"lt": "<", "lessthan": "<", "le": "<=", "gt": ">", "greaterthan": ">", "ge": ">="}[name]
+		return compare(op, v, a)
+	case "in":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		return contains(a, v)
+	}
+	return false, fmt.Errorf("no test named '%s'", name)
+}
