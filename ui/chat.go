@@ -83,6 +83,8 @@ func (r *renderer) markdown(md string) []string {
 	if strings.TrimSpace(md) == "" {
 		return nil
 	}
+	// Tabs would be expanded by the terminal, not counted by the layout.
+	md = strings.ReplaceAll(md, "\t", "    ")
 	if r.tr != nil {
 		if out, err := r.tr.Render(md); err == nil {
 			return trimBlank(strings.Split(out, "\n"))
@@ -94,6 +96,7 @@ func (r *renderer) markdown(md string) []string {
 // plain wraps text to the width after prefix, styling each line.
 func (r *renderer) plain(text, prefix string, st lipgloss.Style) []string {
 	w := max(r.width-ansi.StringWidth(prefix), 10)
+	text = strings.ReplaceAll(text, "\t", "    ")
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
 		for _, wl := range strings.Split(ansi.Wrap(l, w, ""), "\n") {

@@ -53,6 +53,7 @@ type generation struct {
 	think    strings.Builder
 	dirty    bool
 	finished bool // EventDone or EventError seen
+	final    bool // EventDone carried the final stats
 	stopped  bool // the user cancelled
 	userMsg  int  // index in msgs of the user message of this turn
 	prefill  [2]int
@@ -542,7 +543,10 @@ func (m *model) onEvents(msg eventsMsg) tea.Cmd {
 				m.addInfo(fmt.Sprintf("tool call: %s %v", ev.ToolCall.Name, ev.ToolCall.Arguments))
 			}
 		case engine.EventDone:
-			m.stats = ev.Stats
+			if ev.Stats != (engine.Stats{}) {
+				m.stats = ev.Stats
+				g.final = true
+			}
 			g.finished = true
 			g.entry.note = stopNote(ev.Stop, ev.Stats)
 		case engine.EventError:
@@ -611,7 +615,9 @@ func (m *model) finishGen() tea.Cmd {
 	}
 	m.gen = nil
 	g.cancel()
-	m.stats = m.eng.Stats()
+	if !g.final {
+		m.stats = m.eng.Stats()
+	}
 	if g.stopped || m.notice == "stopping…" {
 		m.setNotice("stopped", false)
 	}
@@ -741,7 +747,7 @@ func (m *model) noticeLine() string {
 		if m.reconf.total > 0 {
 			frac = float64(m.reconf.done) / float64(m.reconf.total)
 		}
-		left = fmt.Sprintf("switching KV cache to %s: re-prefilling %s %s / %s tokens", m.reconf.dtype, bar(frac, 20),
+		left = fmt.Sprintf("kv → %s: re-prefilling %s %s / %s tokens", m.reconf.dtype, bar(frac, 12),
 			formatInt(int64(m.reconf.done)), formatInt(int64(m.reconf.total)))
 		style = m.st.note
 	case m.gen != nil && m.gen.stopped:
@@ -771,11 +777,9 @@ func (m *model) noticeLine() string {
 		lw = ansi.StringWidth(left)
 	}
 	fill := max(m.width-lw-rw-4, 0)
-	line := m.st.dim.Render("─ ")
+	line := m.st.dim.Render("──")
 	if left != "" {
-		line += style.Render(left) + " "
-	} else {
-		fill++
+		line = m.st.dim.Render("─ ") + style.Render(left) + " "
 	}
 	line += m.st.dim.Render(strings.Repeat("─", fill))
 	if right != "" {
