@@ -1,0 +1,208 @@
+// Package sample turns logits into tokens: greedy, temperature, top-k,
+// top-p, min-p and repetition penalty, with a seeded generator so a run is
+// reproducible; and stop handling (end-of-generation ids, stop strings).
+package sample
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Params selects the sampling rule. The zero value is greedy decoding.
+type Params struct {
+	Temperature   float32 // 0 = greedy (argmax after penalties)
+	TopK          int     // keep the k most likely tokens; 0 = off
+	TopP          float32 // keep the smallest set with probability ≥ TopP; 0 or 1 = off
+	MinP          float32 // drop tokens below MinP × the top probability; 0 = off
+	RepeatPenalty float32 // > 1 discourages tokens seen in the last RepeatLastN; 0 or 1 = off
+	RepeatLastN   int     // history window for RepeatPenalty; 0 = 64, -1 = all
+	Seed          uint64
+}
+
+// Validate reports the first out-of-range parameter.
+func (p Params) Validate() error {
+	switch {
+	case p.Temperature < 0 || isNaN(p.Temperature):
+		return fmt.Errorf("sample: temperature %v must be ≥ 0", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("sample: top-k %d must be ≥ 0", p.TopK)
+	case p.TopP < 0 || p.TopP > 1 || isNaN(p.TopP):
+		return fmt.Errorf("sample: top-p %v must be in [0, 1]", p.TopP)
+	case p.MinP < 0 || p.MinP > 1 || isNaN(p.MinP):
+		return fmt.Errorf("sample: min-p %v must be in [0, 1]", p.MinP)
+	case p.RepeatPenalty < 0 || isNaN(p.RepeatPenalty):
+		return fmt.Errorf("sample: repetition penalty %v must be > 0 (1 = off)", p.RepeatPenalty)
+	case p.RepeatLastN < -1:
+		return fmt.Errorf("sample: repeat-last-n %d must be ≥ -1", p.RepeatLastN)
+	}
+	return nil
+}
+
+func isNaN(f float32) bool { return f != f }
+
+// Sampler draws tokens according to Params. Not safe for concurrent use.
+type Sampler struct {
+	p    Params
+	rng  *rand.Rand
+	work []float32
+	cand []cand
+	seen map[int32]bool
+}
+
+type cand struct {
+	id int32
+	p  float32 // logit, then probability
+}
+
+// New returns a Sampler whose random stream is fixed by p.Seed.
+func New(p Params) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15)), seen: map[int32]bool{}}, nil
+}
+
+// Sample picks the next token from logits (one per vocabulary entry; not
+// modified) given the tokens so far (for the repetition penalty).
+//
+// Order: repetition penalty, then greedy argmax if Temperature is 0;
+// otherwise logits/temperature, top-k, softmax, top-p, min-p, renormalise
+// and draw.
+func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	p := s.p
+	lg := logits
+	if p.RepeatPenalty > 0 && p.RepeatPenalty != 1 && len(history) > 0 {
+		s.work = append(s.work[:0], logits...)
+		lg = s.work
+		n := p.RepeatLastN
+		if n == 0 {
+			n = 64
+		}
+		h := history
+		if n > 0 && len(h) > n {
+			h = h[len(h)-n:]
+		}
+		clear(s.seen)
+		for _, t := range h {
+			if t < 0 || int(t) >= len(lg) || s.seen[t] {
+				continue
+			}
+			s.seen[t] = true
+			// CTRL-style: shrink positive logits, push negative ones further down.
+			if lg[t] > 0 {
+				lg[t] /= p.RepeatPenalty
+			} else {
+				lg[t] *= p.RepeatPenalty
+			}
+		}
+	}
+	if p.Temperature == 0 {
+		return Argmax(lg)
+	}
+
+	c := s.cand[:0]
+	if p.TopK > 0 && p.TopK < len(lg) {
+		c = topK(c, lg, p.TopK)
+	} else {
+		for i, v := range lg {
+			c = append(c, cand{int32(i), v})
+		}
+	}
+	// Softmax of logits/T, max-subtracted, in float64.
+	inv := 1 / float64(p.Temperature)
+	mx := float64(math.Inf(-1))
+	for _, x := range c {
+		mx = max(mx, float64(x.p))
+	}
+	var sum float64
+	for i := range c {
+		e := math.Exp((float64(c[i].p) - mx) * inv)
+		c[i].p = float32(e)
+		sum += e
+	}
+	top := float32(0)
+	for i := range c {
+		c[i].p = float32(float64(c[i].p) / sum)
+		top = max(top, c[i].p)
+	}
+	if p.MinP > 0 {
+		th := p.MinP * top
+		c = slices.DeleteFunc(c, func(x cand) bool { return x.p < th })
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		// Tokens below (1-TopP)/V together hold less than 1-TopP, so the
+		// nucleus lies entirely above that bound: filter before sorting.
+		th := (1 - p.TopP) / float32(len(lg))
+		c = slices.DeleteFunc(c, func(x cand) bool { return x.p < th })
+		slices.SortStableFunc(c, func(a, b cand) int { return cmp.Compare(b.p, a.p) })
+		var acc float32
+		for i := range c {
+			acc += c[i].p
+			if acc >= p.TopP {
+				c = c[:i+1]
+				break
+			}
+		}
+	}
+	s.cand = c
+	var tot float64
+	for _, x := range c {
+		tot += float64(x.p)
+	}
+	r := s.rng.Float64() * tot
+	for _, x := range c {
+		r -= float64(x.p)
+		if r < 0 {
+			return x.id
+		}
+	}
+	return c[len(c)-1].id
+}
+
+// Argmax returns the index of the largest value (the first on ties).
+func Argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// topK keeps the k largest logits (ties: lower id first), in id order.
+func topK(dst []cand, lg []float32, k int) []cand {
+	h := minHeap(dst[:0])
+	for i, v := range lg {
+		if len(h) < k {
+			heap.Push(&h, cand{int32(i), v})
+		} else if v > h[0].p {
+			h[0] = cand{int32(i), v}
+			heap.Fix(&h, 0)
+		}
+	}
+	slices.SortFunc(h, func(a, b cand) int { return cmp.Compare(a.id, b.id) })
+	return h
+}
+
+type minHeap []cand
+
+func (h minHeap) Len() int { return len(h) }
+func (h minHeap) Less(i, j int) bool {
+	if h[i].p != h[j].p {
+		return h[i].p < h[j].p
+	}
+	return h[i].id > h[j].id // among equals, evict the higher id first
+}
+func (h minHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *minHeap) Push(x any)   { *h = append(*h, x.(cand)) }
+func (h *minHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
