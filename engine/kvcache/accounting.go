@@ -1,5 +1,10 @@
 package kvcache
 
+import (
+	"fmt"
+	"math"
+)
+
 // BytesPerToken is the exact pool size of one token across all attention
 // layers, K and V, data plus per-token scales:
 //
@@ -22,4 +27,57 @@ func PoolBytes(l Layout) int64 {
 		b += int64(2 * l.Layers * l.KVHeads * 4)
 	}
 	return b
+}
+
+// PlanPool sizes the pool for a memory budget: the pages (of l.PageSize
+// tokens, geometry and dtype from l; l.Pages is ignored) that fit in
+// budget after the weights and the workspace (activations of the largest
+// prefill chunk, recurrent state of hybrid models, ...), rounded down to
+// whole pages. It fails with a message for the user when not even one
+// page fits.
+func PlanPool(budget, weights, workspace int64, l Layout) (pages int, err error) {
+	l.Pages = 1
+	if err := l.Validate(); err != nil {
+		return 0, err
+	}
+	left := budget - weights - workspace - PoolBytes(l) + l.BytesPerPage() // static scale tables, if any
+	pages64 := left / l.BytesPerPage()
+	if left <= 0 || pages64 < 1 {
+		return 0, fmt.Errorf("memory budget %s: weights %s + workspace %s leave %s, less than one KV page (%d tokens of %s = %s); raise --gpu-memory, use a smaller model, or a smaller prefill chunk",
+			FormatBytes(budget), FormatBytes(weights), FormatBytes(workspace), FormatBytes(max(0, left)),
+			l.PageSize, l.DType, FormatBytes(l.BytesPerPage()))
+	}
+	if pages64 > math.MaxInt32 {
+		pages64 = math.MaxInt32
+	}
+	return int(pages64), nil
+}
+
+// PagesForTokens is the number of pages that hold tokens tokens (CPU pools
+// are sized in tokens: --kv-tokens).
+func PagesForTokens(tokens, pageSize int) int { return ceilDiv(tokens, pageSize) }
+
+// CapacityTokens is how many tokens a pool of poolBytes holds for the
+// geometry of l in dtype d (dynamic scales for FP8), in whole pages.
+// `ftchat bench capacity` and the pool-full message use it.
+func CapacityTokens(poolBytes int64, l Layout, d DType, m ScaleMode) int {
+	l.DType, l.Scales = d, m
+	page := l.BytesPerPage()
+	if page <= 0 || poolBytes <= 0 {
+		return 0
+	}
+	return int(poolBytes/page) * l.PageSize
+}
+
+// FormatBytes prints n with a binary unit (GiB, MiB, KiB) and two decimals.
+func FormatBytes(n int64) string {
+	switch a := math.Abs(float64(n)); {
+	case a >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case a >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case a >= 1<<10:
+		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
