@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ftchat/ftchat/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -37,5 +39,70 @@ func checkGolden(t *testing.T, name, got string) {
 	}
 	if got != string(want) {
 		t.Errorf("frame differs from %s (run with -update to accept):\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
+	}
+}
+
+// goldenConversation plays a fixed conversation into a driver.
+func goldenConversation(t *testing.T, w, h int) *driver {
+	d := newDriver(t, func(c *Config) { c.Width, c.Height = w, h })
+	d.sess.push(
+		think("The user wants a loop. Go has only for loops, so show the three-clause form."),
+		text("Go has a single loop keyword, `for`:\n\n```go\nfor i := 0; i < 3; i++ {\n\tfmt.Println(i)\n}\n```\n\n"),
+		text("- it prints **0**, **1** and **2**\n- `range` iterates over slices and maps\n"),
+		done(engine.StopEOS),
+	)
+	d.submit("How do I write a loop in Go?")
+	d.settle()
+	d.typeText("and a while loop?")
+	return d
+}
+
+func TestGoldenFrames(t *testing.T) {
+	tests := []struct {
+		name string
+		w, h int
+		mut  func(d *driver)
+	}{
+		{"conversation_80x24", 80, 24, nil},
+		{"conversation_120x40", 120, 40, nil},
+		{"thinking_120x40", 120, 40, func(d *driver) { d.key(keyCtrlT) }},
+		{"streaming_80x24", 80, 24, func(d *driver) {
+			d.m.input.Reset()
+			d.sess.push(
+				engine.Event{Kind: engine.EventProgress, Done: 12, Total: 12},
+				text("Go has no `while` keyword; a `for` with only a condition is one:\n\n```go\nn := 10\nfor n > 0 {\n"),
+				engine.Event{Kind: waitCancel},
+			)
+			d.enter() // the input is empty: nothing happens
+			d.submit("and a while loop?")
+			d.send(tickMsg{})
+		}},
+		{"kvdtype_progress_80x24", 80, 24, func(d *driver) {
+			d.m.reconf = &reconfState{dtype: "fp8_e4m3"}
+			d.send(reconfProgMsg{done: 12000, total: 16000})
+		}},
+		{"scrolled_80x16", 80, 16, func(d *driver) { d.m.input.Reset(); d.key(keyPgUp) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := goldenConversation(t, tc.w, tc.h)
+			if tc.mut != nil {
+				tc.mut(d)
+			}
+			got := d.frame()
+			if n := strings.Count(got, "\n") + 1; n != tc.h {
+				t.Errorf("frame has %d lines, want %d", n, tc.h)
+			}
+			for i, l := range strings.Split(got, "\n") {
+				if w := ansi.StringWidth(l); w > tc.w {
+					t.Errorf("line %d is %d columns wide (> %d): %q", i, w, tc.w, l)
+				}
+			}
+			checkGolden(t, tc.name, got)
+			if d.m.gen != nil {
+				d.key(keyEsc)
+				d.settle()
+			}
+		})
 	}
 }

@@ -682,7 +682,12 @@ func (m *model) scrollDown(n int) {
 		m.anchorL -= m.blockLen(m.anchorE)
 		m.anchorE++
 	}
-	// Back to following once the bottom is in view.
+	m.followIfBottomVisible()
+}
+
+// followIfBottomVisible goes back to following once the last line is in
+// view from the anchor.
+func (m *model) followIfBottomVisible() {
 	h, seen := m.chatHeight(), 0
 	for i := m.anchorE; i < len(m.entries) && seen <= h; i++ {
 		seen += m.blockLen(i)
@@ -697,9 +702,7 @@ func (m *model) scrollDown(n int) {
 
 func (m *model) scrollTop() {
 	m.follow, m.anchorE, m.anchorL = false, 0, 0
-	if len(m.entries) == 0 {
-		m.follow = true
-	}
+	m.followIfBottomVisible()
 }
 
 func (m *model) scrollBottom() { m.follow, m.newBelow = true, false }
