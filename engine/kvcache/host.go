@@ -222,12 +222,7 @@ func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads 
 			page, slot := int(pages[t>>shift]), t&mask
 			rs := s.decodeRow(row, hl.k, hl.ks, hl.kStatic, page, kh, slot)
 			for g := range group {
-				qh := q[(q0+g)*d : (q0+g+1)*d]
-				var dot float32
-				for i, x := range row {
-					dot += qh[i] * x
-				}
-				scores[g*n+t] = dot * rs * scale
+				scores[g*n+t] = dot(q[(q0+g)*d:(q0+g+1)*d], row) * rs * scale
 			}
 		}
 		// Softmax per query head, float32, max-subtracted.
@@ -256,11 +251,7 @@ func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads 
 			page, slot := int(pages[t>>shift]), t&mask
 			rs := s.decodeRow(row, hl.v, hl.vs, hl.vStatic, page, kh, slot)
 			for g := range group {
-				w := scores[g*n+t] * rs
-				o := out[(q0+g)*d : (q0+g+1)*d]
-				for i, x := range row {
-					o[i] += w * x
-				}
+				axpy(out[(q0+g)*d:(q0+g+1)*d], row, scores[g*n+t]*rs)
 			}
 		}
 	}
@@ -322,5 +313,38 @@ func (s *HostStore) CopyPage(dst, src int32) {
 			copy(hl.ks[int(dst)*sn:int(dst+1)*sn], hl.ks[int(src)*sn:int(src+1)*sn])
 			copy(hl.vs[int(dst)*sn:int(dst+1)*sn], hl.vs[int(src)*sn:int(src+1)*sn])
 		}
+	}
+}
+
+// dot is a float32 dot product with four partial sums (more accurate and
+// faster than one running sum).
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy adds w*x to y.
+func axpy(y, x []float32, w float32) {
+	x = x[:len(y)]
+	i := 0
+	for ; i+4 <= len(y); i += 4 {
+		y[i] += w * x[i]
+		y[i+1] += w * x[i+1]
+		y[i+2] += w * x[i+2]
+		y[i+3] += w * x[i+3]
+	}
+	for ; i < len(y); i++ {
+		y[i] += w * x[i]
 	}
 }

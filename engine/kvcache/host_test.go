@@ -447,3 +447,89 @@ func TestNewHostStoreRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The write rule the CUDA kernel must match bit for bit: scale =
+// amax/FP8_MAX and codes = Encode(x/scale), both IEEE float32 divisions
+// (not a multiplication by a reciprocal).
+func TestWriteRowDivisionRule(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, d := range []DType{FP8E4M3, FP8E5M2} {
+		l := Layout{Layers: 1, KVHeads: 2, HeadDim: 64, PageSize: 4, Pages: 2, DType: d}
+		s, _ := NewHostStore(l)
+		enc := map[DType]func(float32) uint8{FP8E4M3: EncodeE4M3, FP8E5M2: EncodeE5M2}[d]
+		recipDiffers := 0
+		for range 200 {
+			k := randRows(r, 1, 128, true)[0]
+			for i := range k {
+				k[i] *= float32(math.Ldexp(1, r.IntN(30)-15))
+			}
+			s.WriteRow(0, 1, 3, k, k)
+			kc, _, ks, _ := s.Raw(0)
+			for h := range 2 {
+				row := k[h*64 : (h+1)*64]
+				var amax float32
+				for _, x := range row {
+					amax = max(amax, float32(math.Abs(float64(x))))
+				}
+				scale := amax / d.FP8Max()
+				if got := ks[l.ScaleIndex(1, h, 3)]; got != scale {
+					t.Fatalf("%v scale %g want %g", d, got, scale)
+				}
+				base := l.CodeIndex(1, h, 3)
+				for i, x := range row {
+					if kc[base+i] != enc(x/scale) {
+						t.Fatalf("%v code %d = 0x%02x want 0x%02x", d, i, kc[base+i], enc(x/scale))
+					}
+					if enc(x*(1/scale)) != enc(x/scale) {
+						recipDiffers++
+					}
+				}
+			}
+		}
+		t.Logf("%v: %d of %d codes would differ with x*(1/scale)", d, recipDiffers, 200*128)
+	}
+}
+
+func BenchmarkWriteRow(b *testing.B) {
+	for _, d := range []DType{BF16, FP8E4M3} {
+		b.Run(d.String(), func(b *testing.B) {
+			l := Layout{Layers: 1, KVHeads: 8, HeadDim: 128, PageSize: 64, Pages: 4, DType: d}
+			s, _ := NewHostStore(l)
+			row := randRows(rand.New(rand.NewPCG(1, 1)), 1, 1024, true)[0]
+			b.SetBytes(int64(l.BytesPerToken()))
+			for i := 0; b.Loop(); i++ {
+				s.WriteRow(0, i&3, i&63, row, row)
+			}
+		})
+	}
+}
+
+// Decode attention over 4096 tokens, Llama-3.1-8B head shapes (32 q / 8 kv
+// heads, head_dim 128), one layer, per dtype and page size. Bytes/s counts
+// the KV bytes read.
+func BenchmarkAttend(b *testing.B) {
+	const n = 4096
+	for _, d := range []DType{BF16, FP8E4M3} {
+		for _, ps := range []int{16, 64, 256} {
+			b.Run(fmt.Sprintf("%v/page%d", d, ps), func(b *testing.B) {
+				l := Layout{Layers: 1, KVHeads: 8, HeadDim: 128, PageSize: ps, Pages: n / ps, DType: d}
+				s, _ := NewHostStore(l)
+				r := rand.New(rand.NewPCG(2, 2))
+				pages := make([]int32, l.Pages)
+				for i, p := range r.Perm(l.Pages) {
+					pages[i] = int32(p)
+				}
+				row := randRows(r, 1, 1024, true)[0]
+				for tok := range n {
+					s.WriteRow(0, int(pages[tok/ps]), tok%ps, row, row)
+				}
+				q := randRows(r, 1, 32*128, false)[0]
+				out := make([]float32, len(q))
+				b.SetBytes(int64(n * l.BytesPerToken()))
+				for b.Loop() {
+					s.Attend(out, q, 0, pages, n, 32, 0.088)
+				}
+			})
+		}
+	}
+}

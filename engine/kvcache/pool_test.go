@@ -345,6 +345,14 @@ func TestForkCopyOnWrite(t *testing.T) {
 	}
 }
 
+func TestGroupDigits(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 131072: "131,072", -1234567: "-1,234,567"} {
+		if got := group(n); got != want {
+			t.Errorf("group(%d) = %q want %q", n, got, want)
+		}
+	}
+}
+
 func TestPoolRejectsBadLayout(t *testing.T) {
 	_, err := NewPool(Layout{Layers: 1, KVHeads: 1, HeadDim: 64, PageSize: 3, Pages: 4, DType: BF16}, nil)
 	if err == nil || !strings.Contains(err.Error(), "power of two") {

@@ -22,12 +22,26 @@ type PoolFullError struct {
 
 func (e *PoolFullError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "KV cache full: %d new tokens do not fit, only %d do (this conversation holds %d tokens; the %s pool holds %d tokens, %d in use). To continue: ",
-		e.Asked, e.Fit, e.Held, e.DType, e.Capacity, e.Used)
+	fmt.Fprintf(&b, "KV cache full: %s new tokens do not fit, only %s do (this conversation holds %s tokens; the %s pool holds %s tokens, %s in use). To continue: ",
+		group(e.Asked), group(e.Fit), group(e.Held), e.DType, group(e.Capacity), group(e.Used))
 	fmt.Fprintf(&b, "/clear to start a new conversation")
 	if e.E4M3Capacity > 0 {
-		fmt.Fprintf(&b, ", switch the KV cache to fp8_e4m3 (/kvdtype fp8_e4m3 or --kv-cache-dtype fp8_e4m3: about %d tokens in the same memory)", e.E4M3Capacity)
+		fmt.Fprintf(&b, ", switch the KV cache to fp8_e4m3 (/kvdtype fp8_e4m3 or --kv-cache-dtype fp8_e4m3: about %s tokens in the same memory)", group(e.E4M3Capacity))
 	}
 	b.WriteString(", or give the cache more memory (--gpu-memory on a GPU, --kv-tokens on the CPU).")
 	return b.String()
+}
+
+// group writes n with thousands separators: 131072 -> "131,072".
+func group(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }
