@@ -2,7 +2,11 @@
 // block formats of the tensor types ftchat supports.
 package gguf
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
 
 // Type is a ggml tensor type as stored in GGUF tensor infos.
 type Type uint32
@@ -80,4 +84,19 @@ func (ti TensorInfo) Bytes() uint64 {
 		return 0
 	}
 	return ti.Elements() / be * uint64(ti.Type.BlockBytes())
+}
+
+// ParseType returns the Type named s (case-insensitive), e.g. "q4_k", "F16".
+func ParseType(s string) (Type, error) {
+	for t, ti := range typeInfo {
+		if strings.EqualFold(ti.name, s) {
+			return t, nil
+		}
+	}
+	names := make([]string, 0, len(typeInfo))
+	for _, ti := range typeInfo {
+		names = append(names, ti.name)
+	}
+	sort.Strings(names)
+	return 0, fmt.Errorf("gguf: unknown tensor type %q (known: %s)", s, strings.Join(names, ", "))
 }

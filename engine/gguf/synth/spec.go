@@ -1,0 +1,348 @@
+// Package synth writes random-weight GGUF models of real shapes (SmolLM2,
+// Llama 3.x, Qwen2/Qwen3/Qwen3-MoE) with llama.cpp's key and tensor names
+// and a small byte-level BPE tokenizer, for tests and benchmarks that need a
+// full-size model without downloading one.
+package synth
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
+
+// Llama3Rope is Llama 3.x rope scaling. llama.cpp carries it as the
+// rope_freqs.weight tensor (per-frequency divisors), which synth writes;
+// only the original context length is stored as a key.
+type Llama3Rope struct {
+	Factor, LowFreqFactor, HighFreqFactor float64
+	OriginalContext                       int
+}
+
+// Spec describes a synthetic model.
+type Spec struct {
+	Name     string // general.name
+	Arch     string // "llama", "qwen2", "qwen3" or "qwen3moe"
+	Layers   int
+	Dim      int // embedding length
+	FF       int // feed-forward length (dense)
+	Heads    int
+	KVHeads  int
+	HeadDim  int
+	Vocab    int
+	Context  int
+	Tied     bool // no output.weight: the output projection reuses token_embd
+	RopeBase float64
+	RMSEps   float64
+	Llama3   *Llama3Rope
+
+	Experts, ExpertsUsed, ExpertFF int // qwen3moe
+
+	TokenizerPre string    // tokenizer.ggml.pre
+	WeightType   gguf.Type // matrices; norms, biases and the MoE router stay F32
+}
+
+var presets = map[string]Spec{
+	"smollm2-135m": {
+		Name: "SmolLM2 135M (synthetic)", Arch: "llama", Layers: 30, Dim: 576, FF: 1536, Heads: 9, KVHeads: 3, HeadDim: 64,
+		Vocab: 49152, Context: 8192, Tied: true, RopeBase: 100000, RMSEps: 1e-5, TokenizerPre: "smollm",
+	},
+	"llama-3.2-1b": {
+		Name: "Llama 3.2 1B (synthetic)", Arch: "llama", Layers: 16, Dim: 2048, FF: 8192, Heads: 32, KVHeads: 8, HeadDim: 64,
+		Vocab: 128256, Context: 131072, Tied: true, RopeBase: 500000, RMSEps: 1e-5, TokenizerPre: "smollm",
+		Llama3: &Llama3Rope{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192},
+	},
+	"llama-3.1-8b": {
+		Name: "Llama 3.1 8B (synthetic)", Arch: "llama", Layers: 32, Dim: 4096, FF: 14336, Heads: 32, KVHeads: 8, HeadDim: 128,
+		Vocab: 128256, Context: 131072, Tied: false, RopeBase: 500000, RMSEps: 1e-5, TokenizerPre: "smollm",
+		Llama3: &Llama3Rope{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192},
+	},
+	"qwen2-tiny": {
+		Name: "Qwen2 tiny (synthetic)", Arch: "qwen2", Layers: 2, Dim: 256, FF: 512, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Vocab: 512, Context: 4096, Tied: true, RopeBase: 1000000, RMSEps: 1e-6, TokenizerPre: "qwen2",
+	},
+	"qwen3-tiny": {
+		Name: "Qwen3 tiny (synthetic)", Arch: "qwen3", Layers: 2, Dim: 256, FF: 512, Heads: 4, KVHeads: 2, HeadDim: 128,
+		Vocab: 512, Context: 4096, Tied: true, RopeBase: 1000000, RMSEps: 1e-6, TokenizerPre: "qwen2",
+	},
+	"qwen3moe-tiny": {
+		Name: "Qwen3 MoE tiny (synthetic)", Arch: "qwen3moe", Layers: 2, Dim: 256, FF: 512, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Vocab: 512, Context: 4096, Tied: false, RopeBase: 1000000, RMSEps: 1e-6, TokenizerPre: "qwen2",
+		Experts: 8, ExpertsUsed: 2, ExpertFF: 256,
+	},
+}
+
+// Presets lists the preset names, sorted.
+func Presets() []string {
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Preset returns the named preset with weight type t.
+func Preset(name string, t gguf.Type) (Spec, error) {
+	s, ok := presets[name]
+	if !ok {
+		return Spec{}, fmt.Errorf("synth: unknown preset %q (known: %v)", name, Presets())
+	}
+	if s.Llama3 != nil {
+		l := *s.Llama3
+		s.Llama3 = &l
+	}
+	s.WeightType = t
+	return s, s.Validate()
+}
+
+// Validate checks that the spec describes a model the writer can produce.
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch s.Arch {
+	case "llama", "qwen2", "qwen3", "qwen3moe":
+	default:
+		bad("unsupported arch %q (llama, qwen2, qwen3, qwen3moe)", s.Arch)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Layers", s.Layers}, {"Dim", s.Dim}, {"FF", s.FF}, {"Heads", s.Heads}, {"KVHeads", s.KVHeads},
+		{"HeadDim", s.HeadDim}, {"Vocab", s.Vocab}, {"Context", s.Context}} {
+		if f.v <= 0 {
+			bad("%s must be positive, got %d", f.name, f.v)
+		}
+	}
+	if s.KVHeads > 0 && s.Heads%s.KVHeads != 0 {
+		bad("Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
+	}
+	if s.HeadDim%2 != 0 {
+		bad("HeadDim %d must be even for rope", s.HeadDim)
+	}
+	if s.Dim%32 != 0 || s.FF%32 != 0 || s.HeadDim%32 != 0 || s.ExpertFF%32 != 0 {
+		bad("Dim, FF, HeadDim and ExpertFF must be multiples of 32")
+	}
+	if s.Vocab < baseVocabSize() {
+		bad("Vocab %d is below the %d tokens of the built-in tokenizer", s.Vocab, baseVocabSize())
+	}
+	if s.RopeBase <= 0 || s.RMSEps <= 0 {
+		bad("RopeBase and RMSEps must be positive")
+	}
+	if s.Arch == "qwen3moe" {
+		if s.Experts <= 0 || s.ExpertsUsed <= 0 || s.ExpertsUsed > s.Experts || s.ExpertFF <= 0 {
+			bad("qwen3moe needs 0 < ExpertsUsed <= Experts and ExpertFF > 0")
+		}
+	} else if s.Experts != 0 {
+		bad("Experts is only valid for qwen3moe")
+	}
+	if l := s.Llama3; l != nil && (l.Factor <= 0 || l.HighFreqFactor <= l.LowFreqFactor || l.OriginalContext <= 0) {
+		bad("invalid Llama3 rope scaling %+v", *l)
+	}
+	if !gguf.QuantizeSupported(s.WeightType) {
+		bad("weight type %s cannot be generated (use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)", s.WeightType)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("synth: invalid spec: %w", err)
+	}
+	return nil
+}
+
+// matrixType is the stored type of a matrix with rows of rowLen elements:
+// the requested type, or a legacy fallback when the row length is not a
+// multiple of its block size (as llama-quantize does).
+func matrixType(want gguf.Type, rowLen int) gguf.Type {
+	if rowLen%want.BlockElems() == 0 {
+		return want
+	}
+	switch want {
+	case gguf.Q4_K:
+		return gguf.Q4_0
+	case gguf.Q5_K:
+		return gguf.Q5_0
+	}
+	return gguf.Q8_0 // Q6_K and anything else; every dim is a multiple of 32
+}
+
+// tensorPlan is one tensor to generate: its info and how to fill it.
+type tensorPlan struct {
+	info gguf.TensorInfo
+	fill fillKind
+}
+
+type fillKind int
+
+const (
+	fillWeight    fillKind = iota // normal(0, 0.02)
+	fillNorm                      // 1 + normal(0, 0.02)
+	fillRopeFreqs                 // deterministic Llama 3 factors
+)
+
+// Tensors lists the tensors of the model in file order (offsets unset).
+func (s Spec) Tensors() []gguf.TensorInfo {
+	plan := s.plan()
+	out := make([]gguf.TensorInfo, len(plan))
+	for i, p := range plan {
+		out[i] = p.info
+	}
+	return out
+}
+
+func (s Spec) plan() []tensorPlan {
+	var p []tensorPlan
+	add := func(name string, fill fillKind, t gguf.Type, dims ...int) {
+		d := make([]uint64, len(dims))
+		for i, v := range dims {
+			d[i] = uint64(v)
+		}
+		p = append(p, tensorPlan{gguf.TensorInfo{Name: name, Dims: d, Type: t}, fill})
+	}
+	mat := func(name string, dims ...int) { add(name, fillWeight, matrixType(s.WeightType, dims[0]), dims...) }
+	f32 := func(name string, fill fillKind, dims ...int) { add(name, fill, gguf.F32, dims...) }
+
+	qDim, kvDim := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	mat("token_embd.weight", s.Dim, s.Vocab)
+	if s.Llama3 != nil {
+		f32("rope_freqs.weight", fillRopeFreqs, s.HeadDim/2)
+	}
+	for l := 0; l < s.Layers; l++ {
+		b := fmt.Sprintf("blk.%d.", l)
+		f32(b+"attn_norm.weight", fillNorm, s.Dim)
+		mat(b+"attn_q.weight", s.Dim, qDim)
+		mat(b+"attn_k.weight", s.Dim, kvDim)
+		mat(b+"attn_v.weight", s.Dim, kvDim)
+		if s.Arch == "qwen2" {
+			f32(b+"attn_q.bias", fillWeight, qDim)
+			f32(b+"attn_k.bias", fillWeight, kvDim)
+			f32(b+"attn_v.bias", fillWeight, kvDim)
+		}
+		if s.Arch == "qwen3" || s.Arch == "qwen3moe" {
+			f32(b+"attn_q_norm.weight", fillNorm, s.HeadDim)
+			f32(b+"attn_k_norm.weight", fillNorm, s.HeadDim)
+		}
+		mat(b+"attn_output.weight", qDim, s.Dim)
+		f32(b+"ffn_norm.weight", fillNorm, s.Dim)
+		if s.Arch == "qwen3moe" {
+			f32(b+"ffn_gate_inp.weight", fillWeight, s.Dim, s.Experts)
+			mat(b+"ffn_gate_exps.weight", s.Dim, s.ExpertFF, s.Experts)
+			mat(b+"ffn_up_exps.weight", s.Dim, s.ExpertFF, s.Experts)
+			mat(b+"ffn_down_exps.weight", s.ExpertFF, s.Dim, s.Experts)
+		} else {
+			mat(b+"ffn_gate.weight", s.Dim, s.FF)
+			mat(b+"ffn_up.weight", s.Dim, s.FF)
+			mat(b+"ffn_down.weight", s.FF, s.Dim)
+		}
+	}
+	f32("output_norm.weight", fillNorm, s.Dim)
+	if !s.Tied {
+		mat("output.weight", s.Dim, s.Vocab)
+	}
+	return p
+}
+
+// fileType is llama.cpp's general.file_type for a model of mostly type t.
+func fileType(t gguf.Type) uint32 {
+	switch t {
+	case gguf.F32:
+		return 0
+	case gguf.F16:
+		return 1
+	case gguf.Q4_0:
+		return 2
+	case gguf.Q4_1:
+		return 3
+	case gguf.Q8_0:
+		return 7
+	case gguf.Q5_0:
+		return 8
+	case gguf.Q5_1:
+		return 9
+	case gguf.Q4_K:
+		return 14 // Q4_K_S
+	case gguf.Q5_K:
+		return 16 // Q5_K_S
+	case gguf.Q6_K:
+		return 18
+	case gguf.BF16:
+		return 32
+	}
+	return 0
+}
+
+// Metadata returns the GGUF key/values of the model, tokenizer included.
+func (s Spec) Metadata() ([]gguf.KV, error) {
+	v, err := buildVocab(s.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	a := s.Arch + "."
+	kv := []gguf.KV{
+		{Key: "general.architecture", Value: s.Arch},
+		{Key: "general.type", Value: "model"},
+		{Key: "general.name", Value: s.Name},
+		{Key: "general.file_type", Value: fileType(s.WeightType)},
+		{Key: "general.quantization_version", Value: uint32(2)},
+		{Key: a + "vocab_size", Value: uint32(s.Vocab)},
+		{Key: a + "context_length", Value: uint32(s.Context)},
+		{Key: a + "embedding_length", Value: uint32(s.Dim)},
+		{Key: a + "feed_forward_length", Value: uint32(s.FF)},
+		{Key: a + "block_count", Value: uint32(s.Layers)},
+		{Key: a + "attention.head_count", Value: uint32(s.Heads)},
+		{Key: a + "attention.head_count_kv", Value: uint32(s.KVHeads)},
+		{Key: a + "attention.key_length", Value: uint32(s.HeadDim)},
+		{Key: a + "attention.value_length", Value: uint32(s.HeadDim)},
+		{Key: a + "attention.layer_norm_rms_epsilon", Value: float32(s.RMSEps)},
+		{Key: a + "rope.freq_base", Value: float32(s.RopeBase)},
+		{Key: a + "rope.dimension_count", Value: uint32(s.HeadDim)},
+	}
+	if s.Llama3 != nil {
+		kv = append(kv, gguf.KV{Key: a + "rope.scaling.original_context_length", Value: uint32(s.Llama3.OriginalContext)})
+	}
+	if s.Arch == "qwen3moe" {
+		kv = append(kv,
+			gguf.KV{Key: a + "expert_count", Value: uint32(s.Experts)},
+			gguf.KV{Key: a + "expert_used_count", Value: uint32(s.ExpertsUsed)},
+			gguf.KV{Key: a + "expert_feed_forward_length", Value: uint32(s.ExpertFF)},
+		)
+	}
+	kv = append(kv,
+		gguf.KV{Key: "tokenizer.ggml.model", Value: "gpt2"},
+		gguf.KV{Key: "tokenizer.ggml.pre", Value: s.TokenizerPre},
+		gguf.KV{Key: "tokenizer.ggml.tokens", Value: v.tokens},
+		gguf.KV{Key: "tokenizer.ggml.token_type", Value: v.types},
+		gguf.KV{Key: "tokenizer.ggml.merges", Value: v.merges},
+		gguf.KV{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
+		gguf.KV{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
+		gguf.KV{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
+		gguf.KV{Key: "tokenizer.ggml.padding_token_id", Value: uint32(2)},
+		gguf.KV{Key: "tokenizer.ggml.add_bos_token", Value: false},
+		gguf.KV{Key: "tokenizer.ggml.add_space_prefix", Value: false},
+		gguf.KV{Key: "tokenizer.chat_template", Value: ChatTemplate},
+	)
+	return kv, nil
+}
+
+// RopeFreqFactors returns the Llama 3 per-frequency divisors that llama.cpp
+// stores in rope_freqs.weight: 1 for high frequencies, Factor for low ones,
+// and a smooth blend in between.
+func RopeFreqFactors(headDim int, base float64, l Llama3Rope) []float32 {
+	lowWavelen := float64(l.OriginalContext) / l.LowFreqFactor
+	highWavelen := float64(l.OriginalContext) / l.HighFreqFactor
+	out := make([]float32, headDim/2)
+	for i := range out {
+		freq := 1 / math.Pow(base, float64(2*i)/float64(headDim))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < highWavelen:
+			out[i] = 1
+		case wavelen > lowWavelen:
+			out[i] = float32(l.Factor)
+		default:
+			smooth := (float64(l.OriginalContext)/wavelen - l.LowFreqFactor) / (l.HighFreqFactor - l.LowFreqFactor)
+			out[i] = float32(1 / ((1-smooth)/l.Factor + smooth))
+		}
+	}
+	return out
+}
