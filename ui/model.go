@@ -109,6 +109,18 @@ type model struct {
 	saveSeq  uint64
 	unsaved  bool
 
+	statusCache struct {
+		stats engine.Stats
+		width int
+		lines []string
+	}
+	inputCache struct {
+		key    inputKey
+		ok     bool
+		view   string
+		cursor *tea.Cursor
+	}
+
 	// tick schedules the next frame; replaced in tests.
 	tick func() tea.Cmd
 	// clip copies to the native clipboard; replaced in tests.
@@ -729,7 +741,37 @@ func (m *model) chatLines(h int) []string {
 
 // ---- layout and view -----------------------------------------------------
 
-func (m *model) statusView() []string { return statusLines(m.stats, m.width, m.st) }
+// statusView is cached on the stats and width: View runs after every
+// message, including each batch of streamed tokens.
+func (m *model) statusView() []string {
+	if m.statusCache.lines == nil || m.statusCache.stats != m.stats || m.statusCache.width != m.width {
+		m.statusCache.stats, m.statusCache.width = m.stats, m.width
+		m.statusCache.lines = statusLines(m.stats, m.width, m.st)
+	}
+	return m.statusCache.lines
+}
+
+// inputView caches the textarea's rendering, which is costly, on what
+// it depends on.
+func (m *model) inputView() (string, *tea.Cursor) {
+	k := inputKey{val: m.input.Value(), line: m.input.Line(), col: m.input.Column(), w: m.width, h: m.input.Height(), scroll: m.input.ScrollYOffset()}
+	if !m.inputCache.ok || m.inputCache.key != k {
+		m.inputCache.key, m.inputCache.ok = k, true
+		m.inputCache.view = m.input.View()
+		m.inputCache.cursor = m.input.Cursor()
+	}
+	var cur *tea.Cursor
+	if c := m.inputCache.cursor; c != nil {
+		cc := *c
+		cur = &cc
+	}
+	return m.inputCache.view, cur
+}
+
+type inputKey struct {
+	val                     string
+	line, col, w, h, scroll int
+}
 
 func (m *model) inputHeight() int {
 	return min(max(m.input.LineCount(), 1), 8, max(m.height/3, 1))
@@ -800,7 +842,16 @@ func (m *model) frame() (string, *tea.Cursor) {
 	status := m.statusView()
 	ch := max(m.height-1-ih-len(status), 0)
 	lines := m.chatLines(ch)
+	iv, cur := m.inputView()
+	size := len(iv) + 4*m.width + ch
+	for _, l := range lines {
+		size += len(l)
+	}
+	for _, l := range status {
+		size += len(l) + 1
+	}
 	var b strings.Builder
+	b.Grow(size)
 	for i := 0; i < ch; i++ {
 		if i < len(lines) {
 			b.WriteString(lines[i])
@@ -809,15 +860,13 @@ func (m *model) frame() (string, *tea.Cursor) {
 	}
 	b.WriteString(m.noticeLine())
 	b.WriteByte('\n')
-	b.WriteString(m.input.View())
+	b.WriteString(iv)
 	for _, s := range status {
 		b.WriteByte('\n')
 		b.WriteString(s)
 	}
-	var cur *tea.Cursor
-	if c := m.input.Cursor(); c != nil {
-		c.Y += ch + 1
-		cur = c
+	if cur != nil {
+		cur.Y += ch + 1
 	}
 	return b.String(), cur
 }
