@@ -329,6 +329,16 @@ func (c *Ctx) CopyToDevice(dst DevicePtr, src unsafe.Pointer, n int64) error {
 	return c.Sync()
 }
 
+// CopyToDeviceAsync queues a copy of n bytes from host memory at src,
+// which must stay valid and unchanged until the stream reaches the copy
+// (pinned memory from HostAlloc, for a truly asynchronous transfer).
+func (c *Ctx) CopyToDeviceAsync(dst DevicePtr, src unsafe.Pointer, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return c.drv.check("cuMemcpyHtoDAsync_v2", ccall(c.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h))
+}
+
 // CopyToHost copies n bytes to host memory at dst after all queued work.
 func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 	if n == 0 {

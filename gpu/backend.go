@@ -1,0 +1,842 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// BackendOptions tune the GPU backend.
+type BackendOptions struct {
+	// GEMMMinTokens is the batch size from which MatMul uses the tensor-core
+	// GEMM (bf16 operands, float32 accumulation) instead of the float32 GEMV.
+	// 0 means 9 (the GEMV handles up to 8 tokens per weight pass).
+	GEMMMinTokens int
+}
+
+// Backend implements model.Backend on one CUDA device. Ops are queued to
+// the device thread and run asynchronously on its work stream, in issue
+// order; ToHost waits. The interface has no error results for ops, so the
+// first failure is kept: call Err after a step (the engine must).
+type Backend struct {
+	dev  *Device
+	opts BackendOptions
+
+	mu  sync.Mutex
+	err error
+
+	// Device-thread state: touched only inside posted functions.
+	fns   map[string]*Function
+	free  map[int64][]Buffer // cached activation buffers by size
+	ring  stageRing
+	ropes map[string]Buffer // float64 inverse frequencies per rope config
+	bad   Buffer            // int32 flag set by embed for out-of-range ids
+
+	kv kvState // paged KV pool (attention engineer's kernels)
+}
+
+var _ model.Backend = (*Backend)(nil)
+
+// NewBackend prepares the backend on dev: loads the ops module (JIT on
+// first use per driver cache) and the staging buffers.
+func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
+	if opts.GEMMMinTokens <= 0 {
+		opts.GEMMMinTokens = gemvMaxTok + 1
+	}
+	b := &Backend{dev: dev, opts: opts, fns: map[string]*Function{}, free: map[int64][]Buffer{}, ropes: map[string]Buffer{}}
+	err := dev.Do(func(c *Ctx) error {
+		if _, err := c.Module("ops"); err != nil {
+			return err
+		}
+		if err := b.ring.init(c, 4<<20); err != nil {
+			return err
+		}
+		var err error
+		if b.bad, err = c.Alloc(4, "embed flag"); err != nil {
+			return err
+		}
+		return c.Memset32(b.bad.Ptr, 0, 1)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: backend on %s: %w", dev.Info().Name, err)
+	}
+	return b, nil
+}
+
+// Device returns the device the backend runs on.
+func (b *Backend) Device() *Device { return b.dev }
+
+// Name reports the device.
+func (b *Backend) Name() string {
+	i := b.dev.Info()
+	return fmt.Sprintf("cuda:%d %s", i.Ordinal, i.Name)
+}
+
+// Err returns the first error of any op since the last call (and clears it).
+func (b *Backend) Err() error {
+	b.mu.Lock()
+	err := b.err
+	b.err = nil
+	b.mu.Unlock()
+	if derr := b.dev.Err(); err == nil {
+		err = derr
+	}
+	return err
+}
+
+func (b *Backend) fail(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	b.mu.Unlock()
+}
+
+func (b *Backend) post(f func(c *Ctx) error) { b.dev.Post(f) }
+
+// Close frees the backend's device memory (tensors still held by the caller included).
+func (b *Backend) Close() error {
+	return b.dev.Do(func(c *Ctx) error {
+		b.trim(c)
+		for _, r := range b.ropes {
+			c.Free(r)
+		}
+		b.ropes = map[string]Buffer{}
+		b.ring.free(c)
+		return c.Free(b.bad)
+	})
+}
+
+// Trim releases cached activation buffers back to the device.
+func (b *Backend) Trim() {
+	b.post(func(c *Ctx) error { b.trim(c); return nil })
+}
+
+func (b *Backend) trim(c *Ctx) {
+	for n, l := range b.free {
+		for _, buf := range l {
+			c.Free(buf)
+		}
+		delete(b.free, n)
+	}
+}
+
+func (b *Backend) fn(c *Ctx, name string) (*Function, error) {
+	if f, ok := b.fns[name]; ok {
+		return f, nil
+	}
+	f, err := c.Function("ops", name)
+	if err != nil {
+		return nil, err
+	}
+	b.fns[name] = f
+	return f, nil
+}
+
+// launch runs kernel name of the ops module on the work stream.
+func (b *Backend) launch(c *Ctx, name string, grid, block Dim3, args ...any) error {
+	f, err := b.fn(c, name)
+	if err != nil {
+		return err
+	}
+	return c.Launch(f, grid, block, 0, c.Stream(), args...)
+}
+
+// scratch takes a device buffer of n bytes from the cache or the allocator.
+func (b *Backend) scratch(c *Ctx, n int64, what string) (Buffer, error) {
+	n = (n + 255) &^ 255
+	if l := b.free[n]; len(l) > 0 {
+		buf := l[len(l)-1]
+		b.free[n] = l[:len(l)-1]
+		return buf, nil
+	}
+	buf, err := c.Alloc(n, what)
+	if errors.Is(err, ErrBudget) || errors.Is(err, ErrOutOfMemory) {
+		b.trim(c) // give cached buffers back and try once more
+		buf, err = c.Alloc(n, what)
+	}
+	return buf, err
+}
+
+// release returns a scratch buffer to the cache. Later ops that reuse it are
+// queued on the same stream, so they run after every earlier user.
+func (b *Backend) release(buf Buffer) {
+	if buf.Ptr != 0 {
+		b.free[buf.Size] = append(b.free[buf.Size], buf)
+	}
+}
+
+// Tensor is a float32 [Rows][Cols] activation matrix in device memory.
+type Tensor struct {
+	rows, cols int
+	buf        Buffer // assigned on the device thread
+}
+
+func (t *Tensor) Rows() int { return t.rows }
+func (t *Tensor) Cols() int { return t.cols }
+
+// Ptr is the tensor's device address; valid only on the device thread
+// (inside Do/Post), after the NewTensor that created it.
+func (t *Tensor) Ptr() DevicePtr { return t.buf.Ptr }
+
+// NewTensor queues the allocation of a rows×cols float32 tensor. Its
+// contents are undefined until written.
+func (b *Backend) NewTensor(rows, cols int) model.Tensor {
+	t := &Tensor{rows: rows, cols: cols}
+	if rows < 0 || cols < 0 {
+		b.fail(fmt.Errorf("gpu: NewTensor(%d, %d): negative shape", rows, cols))
+		return t
+	}
+	if n := int64(rows) * int64(cols) * 4; n > 0 {
+		b.post(func(c *Ctx) error {
+			var err error
+			t.buf, err = b.scratch(c, n, fmt.Sprintf("activation tensor %dx%d", rows, cols))
+			return err
+		})
+	}
+	return t
+}
+
+// FreeTensor returns the tensor's memory to the backend's cache.
+func (b *Backend) FreeTensor(t model.Tensor) {
+	gt, ok := t.(*Tensor)
+	if !ok {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		b.release(gt.buf)
+		gt.buf = Buffer{}
+		return nil
+	})
+}
+
+// ToHost waits for all queued work and copies src into dst.
+func (b *Backend) ToHost(src model.Tensor, dst []float32) {
+	t, ok := b.ten(src, "ToHost")
+	if !ok {
+		return
+	}
+	n := min(len(dst), t.rows*t.cols)
+	if err := b.dev.Do(func(c *Ctx) error { return Download(c, dst[:n], t.buf.Ptr) }); err != nil {
+		b.fail(err)
+	}
+}
+
+// FromHost copies src into dst (queued after earlier ops).
+func (b *Backend) FromHost(dst model.Tensor, src []float32) {
+	t, ok := b.ten(dst, "FromHost")
+	if !ok {
+		return
+	}
+	n := min(len(src), t.rows*t.cols)
+	data := append([]float32(nil), src[:n]...)
+	b.post(func(c *Ctx) error { return Upload(c, t.buf.Ptr, data) })
+}
+
+func (b *Backend) ten(t model.Tensor, op string) (*Tensor, bool) {
+	gt, ok := t.(*Tensor)
+	if !ok {
+		b.fail(fmt.Errorf("gpu: %s: tensor of type %T does not belong to the GPU backend", op, t))
+	}
+	return gt, ok
+}
+
+// Weight is a model tensor in device memory, in its GGUF block format.
+// Rows are the output features, Cols the input features (ne0).
+type Weight struct {
+	info       gguf.TensorInfo
+	rows, cols int
+	rowBytes   int64
+	raw        Buffer
+	f32        Buffer // float32 copy of vector weights (norms, biases)
+}
+
+func (w *Weight) Info() gguf.TensorInfo { return w.info }
+
+// Ptr is the device address of the raw GGUF data.
+func (w *Weight) Ptr() DevicePtr { return w.raw.Ptr }
+
+// kernelSuffix names each supported type in kernel names (gemv_q4_k, ...).
+var kernelSuffix = map[gguf.Type]string{
+	gguf.F32: "f32", gguf.F16: "f16", gguf.BF16: "bf16",
+	gguf.Q4_0: "q4_0", gguf.Q4_1: "q4_1", gguf.Q5_0: "q5_0", gguf.Q5_1: "q5_1",
+	gguf.Q8_0: "q8_0", gguf.Q8_1: "q8_1", gguf.Q2_K: "q2_k", gguf.Q3_K: "q3_k",
+	gguf.Q4_K: "q4_k", gguf.Q5_K: "q5_k", gguf.Q6_K: "q6_k",
+}
+
+func isFloatType(t gguf.Type) bool { return t == gguf.F32 || t == gguf.F16 || t == gguf.BF16 }
+
+// SupportedTypes lists the GGUF tensor types the GPU backend reads.
+func SupportedTypes() []gguf.Type {
+	return []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1,
+		gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K}
+}
+
+// LoadWeight uploads raw (the tensor's GGUF bytes) to the device; the
+// caller may unmap raw afterwards. Vectors (norm weights, biases) also get
+// a float32 copy for the element-wise kernels.
+func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, error) {
+	t := info.Type
+	if _, ok := kernelSuffix[t]; !ok {
+		names := make([]string, 0, len(kernelSuffix))
+		for _, s := range SupportedTypes() {
+			names = append(names, s.String())
+		}
+		return nil, fmt.Errorf("gpu: tensor %q has type %s, which the GPU backend does not support (supported: %s)",
+			info.Name, t, strings.Join(names, ", "))
+	}
+	if len(info.Dims) == 0 || info.Dims[0] == 0 {
+		return nil, fmt.Errorf("gpu: tensor %q has no elements", info.Name)
+	}
+	cols := int(info.Dims[0])
+	if cols%t.BlockElems() != 0 {
+		return nil, fmt.Errorf("gpu: tensor %q: row length %d is not a multiple of the %s block size %d", info.Name, cols, t, t.BlockElems())
+	}
+	rows := int(info.Elements()) / cols
+	rowBytes := int64(cols / t.BlockElems() * t.BlockBytes())
+	size := int64(rows) * rowBytes
+	if int64(len(raw)) < size {
+		return nil, fmt.Errorf("gpu: tensor %q: %d bytes of data, want %d", info.Name, len(raw), size)
+	}
+	w := &Weight{info: info, rows: rows, cols: cols, rowBytes: rowBytes}
+	var vec []float32
+	if rows == 1 || len(info.Dims) == 1 {
+		vec = make([]float32, rows*cols)
+		if err := gguf.Dequantize(t, raw[:size], vec); err != nil {
+			return nil, fmt.Errorf("gpu: tensor %q: %w", info.Name, err)
+		}
+	}
+	err := b.dev.Do(func(c *Ctx) error {
+		var err error
+		if w.raw, err = c.Alloc(size, "weight "+info.Name); err != nil {
+			return err
+		}
+		if err := c.CopyToDevice(w.raw.Ptr, unsafe.Pointer(&raw[0]), size); err != nil {
+			return err
+		}
+		if vec != nil {
+			if w.f32, err = c.Alloc(int64(len(vec))*4, "weight "+info.Name+" (float32)"); err != nil {
+				return err
+			}
+			return Upload(c, w.f32.Ptr, vec)
+		}
+		return nil
+	})
+	if err != nil {
+		b.FreeWeight(w)
+		return nil, fmt.Errorf("gpu: loading %s: %w", info.Name, err)
+	}
+	return w, nil
+}
+
+// FreeWeight releases a weight's device memory.
+func (b *Backend) FreeWeight(mw model.Weight) {
+	w, ok := mw.(*Weight)
+	if !ok {
+		return
+	}
+	b.dev.Do(func(c *Ctx) error {
+		c.Free(w.raw)
+		c.Free(w.f32)
+		w.raw, w.f32 = Buffer{}, Buffer{}
+		return nil
+	})
+}
+
+func (b *Backend) wt(w model.Weight, op string) (*Weight, bool) {
+	gw, ok := w.(*Weight)
+	if !ok {
+		b.fail(fmt.Errorf("gpu: %s: weight of type %T does not belong to the GPU backend", op, w))
+	}
+	return gw, ok
+}
+
+func (b *Backend) vec(w model.Weight, n int, op string) (*Weight, bool) {
+	gw, ok := b.wt(w, op)
+	if !ok {
+		return nil, false
+	}
+	if gw.f32.Ptr == 0 || gw.rows*gw.cols < n {
+		b.fail(fmt.Errorf("gpu: %s: weight %q is not a vector of at least %d elements (dims %v)", op, gw.info.Name, n, gw.info.Dims))
+		return nil, false
+	}
+	return gw, true
+}
+
+// stageRing copies small per-op host data (token ids, positions, tables)
+// to the device without a stream synchronisation per op: data goes into a
+// pinned ring and is copied asynchronously to the same offset of a device
+// ring. Wrapping around waits for the stream, so no copy still in flight
+// is overwritten.
+type stageRing struct {
+	host HostBuffer
+	dev  Buffer
+	off  int64
+}
+
+func (r *stageRing) init(c *Ctx, n int64) error {
+	var err error
+	if r.host, err = c.HostAlloc(n); err != nil {
+		return err
+	}
+	r.dev, err = c.Alloc(n, "staging ring")
+	return err
+}
+
+func (r *stageRing) free(c *Ctx) {
+	if r.host.p != nil {
+		c.FreeHost(r.host)
+	}
+	c.Free(r.dev)
+	*r = stageRing{}
+}
+
+// stage queues a copy of src to device memory valid for ops queued before
+// the ring wraps (4 MiB later).
+func stage[T any](c *Ctx, r *stageRing, src []T) (DevicePtr, error) {
+	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
+	if n == 0 {
+		return r.dev.Ptr, nil
+	}
+	if n > r.dev.Size {
+		return 0, fmt.Errorf("gpu: %d bytes of per-op data exceed the %d-byte staging ring", n, r.dev.Size)
+	}
+	if r.off+n > r.dev.Size {
+		if err := c.Sync(); err != nil {
+			return 0, err
+		}
+		r.off = 0
+	}
+	h := r.host.Bytes()[r.off : r.off+n]
+	copy(h, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), n))
+	dst := r.dev.Ptr.Add(r.off)
+	if err := c.CopyToDeviceAsync(dst, unsafe.Pointer(&h[0]), n); err != nil {
+		return 0, err
+	}
+	r.off = (r.off + n + 255) &^ 255
+	return dst, nil
+}
+
+func cdiv(a, b int) int { return (a + b - 1) / b }
+
+const gemvMaxTok = 8 // GEMV_MAX_TOK in ops.cu
+
+// Embed writes the dequantized rows tokens[i] of table into dst.
+func (b *Backend) Embed(dst model.Tensor, table model.Weight, tokens []int32) {
+	d, ok1 := b.ten(dst, "Embed")
+	w, ok2 := b.wt(table, "Embed")
+	if !ok1 || !ok2 {
+		return
+	}
+	if d.cols != w.cols || d.rows < len(tokens) {
+		b.fail(fmt.Errorf("gpu: Embed: %d tokens of width %d into a %dx%d tensor", len(tokens), w.cols, d.rows, d.cols))
+		return
+	}
+	if len(tokens) == 0 {
+		return
+	}
+	ids := append([]int32(nil), tokens...)
+	kind := "embed_"
+	if w.cols%32 != 0 {
+		kind = "embedf_"
+	}
+	name := kind + kernelSuffix[w.info.Type]
+	b.post(func(c *Ctx) error {
+		p, err := stage(c, &b.ring, ids)
+		if err != nil {
+			return err
+		}
+		return b.launch(c, name, Dim3{X: len(ids)}, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, p, d.buf, b.bad)
+	})
+}
+
+// RMSNorm: dst = x / sqrt(mean(x²) + eps) * w, row by row.
+func (b *Backend) RMSNorm(dst, x model.Tensor, w model.Weight, eps float32) {
+	d, ok1 := b.ten(dst, "RMSNorm")
+	s, ok2 := b.ten(x, "RMSNorm")
+	if !ok1 || !ok2 {
+		return
+	}
+	g, ok := b.vec(w, s.cols, "RMSNorm")
+	if !ok {
+		return
+	}
+	if d.rows != s.rows || d.cols != s.cols {
+		b.fail(fmt.Errorf("gpu: RMSNorm: dst %dx%d, x %dx%d", d.rows, d.cols, s.rows, s.cols))
+		return
+	}
+	if s.rows == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		return b.launch(c, "rmsnorm", Dim3{X: s.rows}, Dim3{X: 256}, d.buf, s.buf, g.f32, s.cols, eps)
+	})
+}
+
+// HeadRMSNorm normalises each headDim slice of x in place.
+func (b *Backend) HeadRMSNorm(x model.Tensor, w model.Weight, headDim int, eps float32) {
+	s, ok := b.ten(x, "HeadRMSNorm")
+	if !ok {
+		return
+	}
+	g, ok := b.vec(w, headDim, "HeadRMSNorm")
+	if !ok {
+		return
+	}
+	if headDim <= 0 || s.cols%headDim != 0 {
+		b.fail(fmt.Errorf("gpu: HeadRMSNorm: width %d is not a multiple of head_dim %d", s.cols, headDim))
+		return
+	}
+	n := s.rows * s.cols / headDim
+	if n == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		return b.launch(c, "head_rmsnorm", Dim3{X: cdiv(n, 8)}, Dim3{X: 256}, s.buf, g.f32, n, headDim, eps)
+	})
+}
+
+// MatMul: dst[r] = W · x[r]. Up to GEMMMinTokens-1 rows use the float32
+// GEMV (one pass over W for up to 8 rows at a time); larger batches use the
+// tensor-core GEMM.
+func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
+	d, ok1 := b.ten(dst, "MatMul")
+	s, ok2 := b.ten(x, "MatMul")
+	gw, ok3 := b.wt(w, "MatMul")
+	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	if s.cols != gw.cols || d.cols != gw.rows || d.rows != s.rows {
+		b.fail(fmt.Errorf("gpu: MatMul shapes: x %dx%d, %s %dx%d, dst %dx%d", s.rows, s.cols, gw.info.Name, gw.rows, gw.cols, d.rows, d.cols))
+		return
+	}
+	if s.rows == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error { return b.matmul(c, d.buf.Ptr, s.buf.Ptr, s.rows, gw) })
+}
+
+// matmul queues y[n][W.rows] = x[n][W.cols] · Wᵀ.
+func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
+	suf := kernelSuffix[w.info.Type]
+	if w.cols%32 != 0 { // only float types can get here
+		for t := 0; t < n; t += gemvMaxTok {
+			nt := min(gemvMaxTok, n-t)
+			if err := b.launchGemv(c, "gemvf_"+suf, w, x.Add(int64(t*w.cols*4)), y.Add(int64(t*w.rows*4)), nt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if n >= b.opts.GEMMMinTokens {
+		return b.launch(c, "gemm_"+suf, Dim3{X: cdiv(w.rows, 64), Y: cdiv(n, 64)}, Dim3{X: 128},
+			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
+	}
+	for t := 0; t < n; t += gemvMaxTok {
+		nt := min(gemvMaxTok, n-t)
+		if err := b.launchGemv(c, "gemv_"+suf, w, x.Add(int64(t*w.cols*4)), y.Add(int64(t*w.rows*4)), nt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Backend) launchGemv(c *Ctx, name string, w *Weight, x, y DevicePtr, nt int) error {
+	return b.launch(c, name, Dim3{X: cdiv(w.rows, 4)}, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, x, y, nt)
+}
+
+// AddBias adds the bias vector to every row of x.
+func (b *Backend) AddBias(x model.Tensor, bias model.Weight) {
+	s, ok := b.ten(x, "AddBias")
+	if !ok {
+		return
+	}
+	v, ok := b.vec(bias, s.cols, "AddBias")
+	if !ok || s.rows*s.cols == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		return b.launch(c, "add_bias", Dim3{X: cdiv(s.rows*s.cols, 256)}, Dim3{X: 256}, s.buf, v.f32, s.rows, s.cols)
+	})
+}
+
+// RoPE rotates every head of each row of x in place by the angles of pos[row].
+func (b *Backend) RoPE(x model.Tensor, pos []int32, headDim int, r model.Rope) {
+	s, ok := b.ten(x, "RoPE")
+	if !ok {
+		return
+	}
+	if err := checkRope(s.cols, headDim, r); err != nil {
+		b.fail(err)
+		return
+	}
+	if len(pos) < s.rows {
+		b.fail(fmt.Errorf("gpu: RoPE: %d positions for %d rows", len(pos), s.rows))
+		return
+	}
+	if s.rows == 0 {
+		return
+	}
+	p := append([]int32(nil), pos[:s.rows]...)
+	b.post(func(c *Ctx) error {
+		dp, err := stage(c, &b.ring, p)
+		if err != nil {
+			return err
+		}
+		return b.rope(c, s.buf.Ptr, dp, s.rows, s.cols, headDim, r)
+	})
+}
+
+func checkRope(cols, headDim int, r model.Rope) error {
+	if headDim <= 0 || cols%headDim != 0 || r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > headDim {
+		return fmt.Errorf("gpu: RoPE: width %d, head_dim %d, rotary dim %d: need an even rotary dim <= head_dim dividing the width", cols, headDim, r.Dim)
+	}
+	if r.FreqFactors != nil && len(r.FreqFactors) < r.Dim/2 {
+		return fmt.Errorf("gpu: RoPE: %d frequency factors for rotary dim %d (need %d)", len(r.FreqFactors), r.Dim, r.Dim/2)
+	}
+	return nil
+}
+
+// rope queues the rotation of x (device thread). pos is a device int32 array.
+func (b *Backend) rope(c *Ctx, x, pos DevicePtr, rows, cols, headDim int, r model.Rope) error {
+	freqs, err := b.ropeFreqs(c, r)
+	if err != nil {
+		return err
+	}
+	n := rows * (cols / headDim) * (r.Dim / 2)
+	return b.launch(c, "rope", Dim3{X: cdiv(n, 256)}, Dim3{X: 256}, x, pos, freqs, rows, cols, headDim, r.Dim, r.NeoX)
+}
+
+// RopeFreqs returns the rotary inverse frequencies of r as used by the CPU
+// reference: scale / (FreqFactors[i] * Base^(2i/Dim)), float64.
+func RopeFreqs(r model.Rope) []float64 {
+	half := r.Dim / 2
+	f := make([]float64, half)
+	scale := float64(r.Scale)
+	if scale == 0 {
+		scale = 1
+	}
+	for i := range f {
+		f[i] = scale / math.Pow(r.Base, float64(2*i)/float64(r.Dim))
+		if r.FreqFactors != nil {
+			f[i] /= float64(r.FreqFactors[i])
+		}
+	}
+	return f
+}
+
+// ropeFreqs uploads (once per configuration) the frequency table of r.
+func (b *Backend) ropeFreqs(c *Ctx, r model.Rope) (DevicePtr, error) {
+	key := fmt.Sprint(r.Dim, r.Base, r.Scale, r.FreqFactors)
+	if buf, ok := b.ropes[key]; ok {
+		return buf.Ptr, nil
+	}
+	f := RopeFreqs(r)
+	buf, err := c.Alloc(int64(len(f))*8, "rope frequencies")
+	if err != nil {
+		return 0, err
+	}
+	if err := Upload(c, buf.Ptr, f); err != nil {
+		c.Free(buf)
+		return 0, err
+	}
+	b.ropes[key] = buf
+	return buf.Ptr, nil
+}
+
+// RopeTable is ropeFreqs for other kernels of this package (the KV write):
+// a device float64 array of r.Dim/2 frequencies, valid until Close. Call
+// on the device thread.
+func (b *Backend) RopeTable(c *Ctx, r model.Rope) (DevicePtr, error) { return b.ropeFreqs(c, r) }
+
+// Stage copies small host data (e.g. page tables) to device memory without
+// a stream sync; the pointer stays valid for ops queued before the next
+// 4 MiB of staging. Call on the device thread.
+func (b *Backend) Stage(c *Ctx, data []int32) (DevicePtr, error) { return stage(c, &b.ring, data) }
+
+// SwiGLU: dst = silu(gate) * up.
+func (b *Backend) SwiGLU(dst, gate, up model.Tensor) {
+	d, ok1 := b.ten(dst, "SwiGLU")
+	g, ok2 := b.ten(gate, "SwiGLU")
+	u, ok3 := b.ten(up, "SwiGLU")
+	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	n := d.rows * d.cols
+	if g.rows*g.cols < n || u.rows*u.cols < n {
+		b.fail(fmt.Errorf("gpu: SwiGLU: dst %dx%d, gate %dx%d, up %dx%d", d.rows, d.cols, g.rows, g.cols, u.rows, u.cols))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		return b.launch(c, "swiglu", Dim3{X: cdiv(n, 256)}, Dim3{X: 256}, d.buf, g.buf, u.buf, int64(n))
+	})
+}
+
+// Add: dst += x.
+func (b *Backend) Add(dst, x model.Tensor) {
+	d, ok1 := b.ten(dst, "Add")
+	s, ok2 := b.ten(x, "Add")
+	if !ok1 || !ok2 {
+		return
+	}
+	n := d.rows * d.cols
+	if s.rows*s.cols < n {
+		b.fail(fmt.Errorf("gpu: Add: dst %dx%d, x %dx%d", d.rows, d.cols, s.rows, s.cols))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		return b.launch(c, "add", Dim3{X: cdiv(n, 256)}, Dim3{X: 256}, d.buf, s.buf, int64(n))
+	})
+}
+
+// MoE: router softmax and top-k on the device, then per (token, slot) expert
+// GEMVs that read the expert id from device memory (no host round trip),
+// SwiGLU, and the probability-weighted sum into dst (overwritten).
+func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
+	d, ok1 := b.ten(dst, "MoE")
+	s, ok2 := b.ten(x, "MoE")
+	router, ok3 := b.wt(m.Router, "MoE router")
+	gate, ok4 := b.wt(m.Gate, "MoE gate")
+	up, ok5 := b.wt(m.Up, "MoE up")
+	down, ok6 := b.wt(m.Down, "MoE down")
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return
+	}
+	E, K, n, dim := m.Experts, m.TopK, s.rows, s.cols
+	if E <= 0 || K <= 0 || K > E || E > 1024 || router.rows != E || router.cols != dim ||
+		gate.rows%E != 0 || up.rows != gate.rows || gate.cols != dim || up.cols != dim ||
+		down.rows != E*dim || down.cols != gate.rows/E || d.rows != n || d.cols != dim {
+		b.fail(fmt.Errorf("gpu: MoE shapes: x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
+			n, dim, E, K, router.rows, router.cols, gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols, d.rows, d.cols))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	ff := gate.rows / E
+	b.post(func(c *Ctx) error {
+		pairs := n * K
+		bufs := []struct {
+			n    int64
+			what string
+		}{{int64(n * E * 4), "MoE logits"}, {int64(pairs * 4), "MoE ids"}, {int64(pairs * 4), "MoE weights"},
+			{int64(pairs * ff * 4), "MoE gate"}, {int64(pairs * ff * 4), "MoE up"}, {int64(pairs * dim * 4), "MoE down"}}
+		var got [6]Buffer
+		defer func() {
+			for _, g := range got {
+				b.release(g)
+			}
+		}()
+		for i, bf := range bufs {
+			var err error
+			if got[i], err = b.scratch(c, bf.n, bf.what); err != nil {
+				return err
+			}
+		}
+		logits, ids, wts, gb, ub, yd := got[0].Ptr, got[1].Ptr, got[2].Ptr, got[3].Ptr, got[4].Ptr, got[5].Ptr
+		if err := b.matmul(c, logits, s.buf.Ptr, n, router); err != nil {
+			return err
+		}
+		if err := b.launch(c, "moe_route", Dim3{X: cdiv(n, 128)}, Dim3{X: 128}, logits, n, E, K, m.NormTopK, ids, wts); err != nil {
+			return err
+		}
+		// grid.y is limited to 65535: chunk the (token, slot) pairs, whole tokens per chunk.
+		chunk := 65535 / K * K
+		for p0 := 0; p0 < pairs; p0 += chunk {
+			np := min(chunk, pairs-p0)
+			idp := ids.Add(int64(p0 * 4))
+			xin := s.buf.Ptr.Add(int64(p0 / K * dim * 4))
+			if err := b.moeGemv(c, gate, ff, xin, K, idp, gb.Add(int64(p0*ff*4)), np); err != nil {
+				return err
+			}
+			if err := b.moeGemv(c, up, ff, xin, K, idp, ub.Add(int64(p0*ff*4)), np); err != nil {
+				return err
+			}
+		}
+		if err := b.launch(c, "swiglu", Dim3{X: cdiv(pairs*ff, 256)}, Dim3{X: 256}, gb, gb, ub, int64(pairs*ff)); err != nil {
+			return err
+		}
+		for p0 := 0; p0 < pairs; p0 += chunk {
+			np := min(chunk, pairs-p0)
+			if err := b.moeGemv(c, down, dim, gb.Add(int64(p0*ff*4)), 1, ids.Add(int64(p0*4)), yd.Add(int64(p0*dim*4)), np); err != nil {
+				return err
+			}
+		}
+		return b.launch(c, "moe_combine", Dim3{X: cdiv(n*dim, 256)}, Dim3{X: 256}, yd, wts, n, K, dim, d.buf)
+	})
+}
+
+func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDiv int, ids, y DevicePtr, pairs int) error {
+	if w.cols%32 != 0 {
+		return fmt.Errorf("gpu: MoE weight %q: row length %d is not a multiple of 32", w.info.Name, w.cols)
+	}
+	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, 4), Y: pairs}, Dim3{X: 128},
+		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
+}
+
+// Argmax returns the index of the largest value of each row of logits
+// (greedy sampling on the device: only the ids cross to the host).
+func (b *Backend) Argmax(logits model.Tensor) ([]int32, error) {
+	t, ok := b.ten(logits, "Argmax")
+	if !ok {
+		return nil, b.Err()
+	}
+	out := make([]int32, t.rows)
+	if t.rows == 0 {
+		return out, nil
+	}
+	err := b.dev.Do(func(c *Ctx) error {
+		buf, err := b.scratch(c, int64(t.rows*4), "argmax")
+		if err != nil {
+			return err
+		}
+		defer b.release(buf)
+		if err := b.launch(c, "argmax_rows", Dim3{X: t.rows}, Dim3{X: 256}, t.buf, t.cols, buf); err != nil {
+			return err
+		}
+		return Download(c, out, buf.Ptr)
+	})
+	return out, err
+}
+
+// CheckTokens reports (and clears) an out-of-range token id seen by Embed
+// since the last call; such rows were filled with NaN.
+func (b *Backend) CheckTokens() error {
+	var bad [1]int32
+	err := b.dev.Do(func(c *Ctx) error {
+		if err := Download(c, bad[:], b.bad.Ptr); err != nil {
+			return err
+		}
+		return c.Memset32(b.bad.Ptr, 0, 1)
+	})
+	if err == nil && bad[0] != 0 {
+		err = fmt.Errorf("gpu: Embed: token id %d outside the vocabulary", bad[0])
+	}
+	return err
+}
+
+// Synchronize waits for all queued work and returns the first error.
+func (b *Backend) Synchronize() error {
+	if err := b.dev.Do(func(c *Ctx) error { return c.Sync() }); err != nil {
+		return err
+	}
+	return b.Err()
+}
+
+// kvState is the paged KV pool owned by the attention kernels (attention.go).
+type kvState struct {
+	layout kvcache.Layout
+}

@@ -1,0 +1,119 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// timeOps times reps of queue() with device events (after one warm-up) and
+// returns the mean milliseconds per call.
+func timeOps(tb testing.TB, g *Backend, reps int, queue func()) float64 {
+	queue()
+	if err := g.Synchronize(); err != nil {
+		tb.Fatal(err)
+	}
+	var e0, e1 Event
+	g.dev.Do(func(c *Ctx) error {
+		e0, _ = c.NewEvent()
+		e1, _ = c.NewEvent()
+		return c.Record(e0, c.Stream())
+	})
+	for i := 0; i < reps; i++ {
+		queue()
+	}
+	var ms float32
+	err := g.dev.Do(func(c *Ctx) error {
+		defer c.DestroyEvent(e0)
+		defer c.DestroyEvent(e1)
+		if err := c.Record(e1, c.Stream()); err != nil {
+			return err
+		}
+		var err error
+		ms, err = c.Elapsed(e0, e1)
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := g.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return float64(ms) / float64(reps)
+}
+
+// BenchmarkMatMul times decode GEMV (1 token) and prefill GEMM (512 tokens)
+// on Llama-3.1-8B projection shapes; reports weight GB/s and TFLOP/s.
+func BenchmarkMatMul(b *testing.B) {
+	g := newTestBackendB(b)
+	r := rand.New(rand.NewPCG(1, 1))
+	shapes := []struct{ out, in int }{{4096, 4096}, {14336, 4096}, {4096, 14336}}
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_1, gguf.F16} {
+		for _, sh := range shapes {
+			raw := randWeight(r, typ, sh.out, sh.in)
+			w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench", Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: typ}, raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, n := range []int{1, 512} {
+				x := g.NewTensor(n, sh.in)
+				g.FromHost(x, randVec(r, n*sh.in, 1))
+				y := g.NewTensor(n, sh.out)
+				b.Run(fmt.Sprintf("%s/%dx%d/n=%d", typ, sh.out, sh.in, n), func(b *testing.B) {
+					ms := timeOps(b, g, max(b.N, 20), func() { g.MatMul(y, x, w) })
+					b.ReportMetric(ms*1e3, "us/op")
+					b.ReportMetric(float64(len(raw))/(ms*1e-3)/1e9, "weightGB/s")
+					b.ReportMetric(2*float64(n)*float64(sh.out)*float64(sh.in)/(ms*1e-3)/1e12, "TFLOP/s")
+				})
+				g.FreeTensor(x)
+				g.FreeTensor(y)
+			}
+			g.FreeWeight(w)
+		}
+	}
+}
+
+// BenchmarkElementwise times the small per-layer ops at decode and prefill sizes.
+func BenchmarkElementwise(b *testing.B) {
+	g := newTestBackendB(b)
+	r := rand.New(rand.NewPCG(2, 2))
+	const dim = 4096
+	nw, _ := g.LoadWeight(vecInfo("norm", dim), f32Bytes(randVec(r, dim, 1)))
+	for _, n := range []int{1, 512} {
+		x := g.NewTensor(n, dim)
+		g.FromHost(x, randVec(r, n*dim, 1))
+		y := g.NewTensor(n, dim)
+		pos := make([]int32, n)
+		for i := range pos {
+			pos[i] = int32(1000 + i)
+		}
+		ops := map[string]func(){
+			"rmsnorm": func() { g.RMSNorm(y, x, nw, 1e-5) },
+			"rope":    func() { g.RoPE(y, pos, 128, model.Rope{Dim: 128, Base: 500000}) },
+			"swiglu":  func() { g.SwiGLU(y, x, x) },
+			"add":     func() { g.Add(y, x) },
+		}
+		for name, op := range ops {
+			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
+				ms := timeOps(b, g, max(b.N, 50), op)
+				b.ReportMetric(ms*1e3, "us/op")
+			})
+		}
+	}
+}
+
+func newTestBackendB(b *testing.B) *Backend {
+	b.Helper()
+	d := openTestDevice(b)
+	if testBackend == nil {
+		be, err := NewBackend(d, BackendOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		testBackend = be
+	}
+	return testBackend
+}
