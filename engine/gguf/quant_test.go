@@ -138,3 +138,15 @@ func BenchmarkDequantize(b *testing.B) {
 		})
 	}
 }
+
+func TestRowSize(t *testing.T) {
+	for _, c := range []struct {
+		typ  Type
+		n    int
+		want int
+	}{{F32, 3, 12}, {F16, 4, 8}, {Q8_0, 64, 68}, {Q4_K, 512, 288}, {Q6_K, 256, 210}, {Type(99), 32, 0}} {
+		if got := c.typ.RowSize(c.n); got != c.want {
+			t.Errorf("%s.RowSize(%d) = %d, want %d", c.typ, c.n, got, c.want)
+		}
+	}
+}

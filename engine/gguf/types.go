@@ -100,3 +100,13 @@ func ParseType(s string) (Type, error) {
 	sort.Strings(names)
 	return 0, fmt.Errorf("gguf: unknown tensor type %q (known: %s)", s, strings.Join(names, ", "))
 }
+
+// RowSize is the stored size in bytes of n elements of type t; n must be a
+// multiple of BlockElems.
+func (t Type) RowSize(n int) int {
+	be := t.BlockElems()
+	if be == 0 {
+		return 0
+	}
+	return n / be * t.BlockBytes()
+}

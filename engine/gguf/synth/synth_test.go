@@ -29,6 +29,9 @@ func generate(t *testing.T, preset string, typ gguf.Type, seed uint64) (*gguf.Fi
 	if last != total || total == 0 {
 		t.Errorf("progress ended at %d of %d", last, total)
 	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("output file mode: %v %v", st.Mode(), err)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)

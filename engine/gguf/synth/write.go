@@ -50,6 +50,10 @@ func Write(path string, spec Spec, seed uint64, progress func(done, total int)) 
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("synth: write %s: %w", path, err)
 	}
+	// CreateTemp makes the file 0600; a model file is ordinary data.
+	if err := tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("synth: write %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("synth: write %s: %w", path, err)
 	}
