@@ -136,7 +136,7 @@ func PrintMode(ctx context.Context, cfg Config) error {
 	prompt := strings.TrimSpace(cfg.InitialPrompt)
 	piped := cfg.Piped
 	if prompt == "" && piped != "" {
-		prompt, piped = piped, ""
+		prompt, piped = strings.TrimSpace(piped), ""
 	}
 	if prompt == "" {
 		return errors.New("nothing to answer: give a prompt as an argument or on stdin")
