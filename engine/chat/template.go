@@ -1,0 +1,362 @@
+// Package chat renders conversations with a model's own Jinja chat template
+// (package chat/jinja, byte-identical to transformers' apply_chat_template)
+// and parses the model's streamed output into text, thinking and tool calls.
+//
+// The types here mirror engine.Message, engine.ToolCall and engine.Tool
+// (same fields, same JSON tags); package engine converts, because engine
+// imports chat and chat must not import engine.
+package chat
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ftchat/ftchat/engine/chat/jinja"
+)
+
+// Message is one chat turn (mirror of engine.Message).
+type Message struct {
+	Role       string     `json:"role"` // system, user, assistant, tool
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is a function call the model asked for (mirror of engine.ToolCall).
+type ToolCall struct {
+	ID        string         `json:"id,omitempty"`
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// Tool is a function definition offered to the model (mirror of engine.Tool).
+type Tool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"` // JSON schema
+}
+
+// RenderOptions are the template variables besides messages and tools.
+type RenderOptions struct {
+	AddGenerationPrompt bool
+	// BOS and EOS become bos_token / eos_token (left undefined when empty;
+	// Template.BOS/EOS, from a tokenizer_config.json, fill them when set).
+	BOS, EOS string
+	// EnableThinking becomes enable_thinking when non-nil (Qwen3 reads it).
+	EnableThinking *bool
+	// Extra variables, set last (they override the ones above).
+	Extra map[string]any
+}
+
+// Template is a model's chat template, ready to render.
+type Template struct {
+	// Source is the template text (the default one for named templates).
+	Source string
+	// Fallback is true when the model carried no template and ChatML is used.
+	Fallback bool
+	// BOS and EOS are defaults from a tokenizer_config.json, used when
+	// RenderOptions leaves them empty.
+	BOS, EOS string
+	// Now is the clock strftime_now reads; nil means time.Now.
+	Now func() time.Time
+
+	def     *jinja.Template
+	toolUse *jinja.Template // transformers picks a "tool_use" named template when tools are given
+}
+
+//go:embed chatml.jinja
+var chatMLSource string
+
+// ChatML returns ftchat's fallback template for models without one: ChatML
+// turns ("<|im_start|>role\n...<|im_end|>\n"), tools offered and called in
+// the Hermes style (<tool_call>{"name", "arguments"}</tool_call>), tool
+// results as <tool_response> blocks in a user turn. Fallback is set.
+func ChatML() *Template {
+	t, err := New(chatMLSource)
+	if err != nil {
+		panic("chat: embedded ChatML template does not parse: " + err.Error())
+	}
+	t.Fallback = true
+	return t
+}
+
+// New parses a template source.
+func New(source string) (*Template, error) {
+	jt, err := jinja.Parse(source)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	return &Template{Source: source, def: jt}, nil
+}
+
+// MetadataGetter is the part of *gguf.File the loader needs.
+type MetadataGetter interface {
+	String(key string) (string, bool)
+}
+
+// GGUF metadata keys: the default template, and named ones (llama.cpp
+// stores "tokenizer.chat_template.<name>").
+const (
+	KeyChatTemplate        = "tokenizer.chat_template"
+	KeyChatTemplateToolUse = "tokenizer.chat_template.tool_use"
+)
+
+// FromGGUF loads tokenizer.chat_template (and the "tool_use" named template
+// when present). A model without a template gets ChatML() (Fallback true).
+func FromGGUF(md MetadataGetter) (*Template, error) {
+	src, ok := md.String(KeyChatTemplate)
+	if !ok || strings.TrimSpace(src) == "" {
+		return ChatML(), nil
+	}
+	t, err := New(src)
+	if err != nil {
+		return nil, fmt.Errorf("GGUF %s: %w", KeyChatTemplate, err)
+	}
+	if tu, ok := md.String(KeyChatTemplateToolUse); ok && strings.TrimSpace(tu) != "" {
+		jt, err := jinja.Parse(tu)
+		if err != nil {
+			return nil, fmt.Errorf("GGUF %s: %w", KeyChatTemplateToolUse, err)
+		}
+		t.toolUse = jt
+	}
+	return t, nil
+}
+
+// LoadTokenizerConfig reads a tokenizer_config.json file.
+func LoadTokenizerConfig(path string) (*Template, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	t, err := FromTokenizerConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// FromTokenizerConfig takes the chat_template of a tokenizer_config.json:
+// a string, or a list of {"name", "template"} (then "default" is used, and
+// "tool_use" when tools are given, as transformers does). bos_token and
+// eos_token (strings or {"content": ...}) become the BOS/EOS defaults. No
+// chat_template gives ChatML() (Fallback true).
+func FromTokenizerConfig(data []byte) (*Template, error) {
+	var cfg struct {
+		ChatTemplate json.RawMessage `json:"chat_template"`
+		BOS          json.RawMessage `json:"bos_token"`
+		EOS          json.RawMessage `json:"eos_token"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("tokenizer_config.json is not valid JSON: %w", err)
+	}
+	var t *Template
+	raw := strings.TrimSpace(string(cfg.ChatTemplate))
+	switch {
+	case raw == "" || raw == "null":
+		t = ChatML()
+	case strings.HasPrefix(raw, "\""):
+		var src string
+		if err := json.Unmarshal(cfg.ChatTemplate, &src); err != nil {
+			return nil, fmt.Errorf("chat_template: %w", err)
+		}
+		var err error
+		if t, err = New(src); err != nil {
+			return nil, err
+		}
+	case strings.HasPrefix(raw, "["):
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		if err := json.Unmarshal(cfg.ChatTemplate, &named); err != nil {
+			return nil, fmt.Errorf("chat_template: expected a string or a list of {name, template}: %w", err)
+		}
+		byName := map[string]string{}
+		var names []string
+		for _, n := range named {
+			byName[n.Name] = n.Template
+			names = append(names, n.Name)
+		}
+		def, ok := byName["default"]
+		if !ok {
+			return nil, fmt.Errorf("chat_template has named templates %v but none named \"default\"", names)
+		}
+		var err error
+		if t, err = New(def); err != nil {
+			return nil, fmt.Errorf("chat_template %q: %w", "default", err)
+		}
+		if tu, ok := byName["tool_use"]; ok {
+			if t.toolUse, err = jinja.Parse(tu); err != nil {
+				return nil, fmt.Errorf("chat_template %q: %w", "tool_use", err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("chat_template: expected a string or a list of {name, template}, got %.40s", raw)
+	}
+	t.BOS = specialToken(cfg.BOS)
+	t.EOS = specialToken(cfg.EOS)
+	return t, nil
+}
+
+// specialToken reads "tok" or {"content": "tok", ...}.
+func specialToken(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var o struct {
+		Content string `json:"content"`
+	}
+	if json.Unmarshal(raw, &o) == nil {
+		return o.Content
+	}
+	return ""
+}
+
+// Render renders the conversation as the prompt text, the way
+// apply_chat_template(messages, tools=tools, tokenize=False, ...) does.
+func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) (string, error) {
+	jt := t.def
+	if len(tools) > 0 && t.toolUse != nil {
+		jt = t.toolUse
+	}
+	if jt == nil {
+		return "", fmt.Errorf("chat template: not loaded (use New, FromGGUF or FromTokenizerConfig)")
+	}
+	msgs := make([]any, len(messages))
+	for i, m := range messages {
+		msgs[i] = messageValue(m)
+	}
+	vars := map[string]any{
+		"messages":              msgs,
+		"add_generation_prompt": opts.AddGenerationPrompt,
+		"tools":                 nil,
+		"documents":             nil,
+	}
+	if len(tools) > 0 {
+		tv := make([]any, len(tools))
+		for i, tl := range tools {
+			tv[i] = toolValue(tl)
+		}
+		vars["tools"] = tv
+	}
+	if bos := firstNonEmpty(opts.BOS, t.BOS); bos != "" {
+		vars["bos_token"] = bos
+	}
+	if eos := firstNonEmpty(opts.EOS, t.EOS); eos != "" {
+		vars["eos_token"] = eos
+	}
+	if opts.EnableThinking != nil {
+		vars["enable_thinking"] = *opts.EnableThinking
+	}
+	for k, v := range opts.Extra {
+		vars[k] = toValue(v)
+	}
+	rt := *jt
+	rt.Now = t.Now
+	out, err := rt.Render(vars)
+	if err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
+	return out, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// messageValue builds the dict HF templates expect. Keys in the order of
+// the OpenAI/HF message shape; empty optional fields are absent (not None),
+// as transformers drops None-valued keys.
+func messageValue(m Message) *jinja.Dict {
+	d := jinja.NewDict()
+	d.Set("role", m.Role)
+	d.Set("content", m.Content)
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			cd := jinja.NewDict()
+			if c.ID != "" {
+				cd.Set("id", c.ID)
+			}
+			cd.Set("type", "function")
+			fn := jinja.NewDict()
+			fn.Set("name", c.Name)
+			args := c.Arguments
+			if args == nil {
+				args = map[string]any{}
+			}
+			fn.Set("arguments", toValue(args))
+			cd.Set("function", fn)
+			calls[i] = cd
+		}
+		d.Set("tool_calls", calls)
+	}
+	if m.ToolCallID != "" {
+		d.Set("tool_call_id", m.ToolCallID)
+	}
+	if m.Name != "" {
+		d.Set("name", m.Name)
+	}
+	return d
+}
+
+func toolValue(t Tool) *jinja.Dict {
+	fn := jinja.NewDict()
+	fn.Set("name", t.Name)
+	fn.Set("description", t.Description)
+	params := t.Parameters
+	if params == nil {
+		params = map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	fn.Set("parameters", toValue(params))
+	d := jinja.NewDict()
+	d.Set("type", "function")
+	d.Set("function", fn)
+	return d
+}
+
+// toValue converts JSON-shaped Go data for the template. Map keys are
+// sorted (Go maps have no order; a stable order keeps renders, and so the
+// KV-cache prefix, identical turn after turn). A float64 with an integral
+// value becomes an int: encoding/json decodes every number as float64, and
+// Python would hold the JSON integer 3 as int (rendered "3", not "3.0").
+func toValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := jinja.NewDict()
+		for _, k := range keys {
+			d.Set(k, toValue(x[k]))
+		}
+		return d
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = toValue(e)
+		}
+		return out
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x)
+		}
+		return x
+	case float32:
+		return toValue(float64(x))
+	}
+	return jinja.FromGo(v)
+}

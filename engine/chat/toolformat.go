@@ -1,0 +1,62 @@
+package chat
+
+import (
+	"strings"
+)
+
+// ToolFormat is how a model family writes tool calls in its output.
+type ToolFormat int
+
+const (
+	// ToolNone: the template offers no tools; output is text (and thinking).
+	ToolNone ToolFormat = iota
+	// ToolHermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+	// (Qwen2.5/Qwen3, Hermes, and ftchat's ChatML fallback).
+	ToolHermes
+	// ToolLlama3JSON: a JSON object {"name": ..., "parameters": {...}} as the
+	// reply, optionally after <|python_tag|> (Llama 3.1/3.2/3.3).
+	ToolLlama3JSON
+)
+
+func (f ToolFormat) String() string {
+	switch f {
+	case ToolHermes:
+		return "hermes"
+	case ToolLlama3JSON:
+		return "llama3-json"
+	}
+	return "none"
+}
+
+// ToolFormatFor decides the tool-call format from the template text: what
+// the model was shown is what it writes. arch (GGUF general.architecture) is
+// part of the signature for families whose templates do not reveal their
+// format; none of the supported families needs it yet. An empty template
+// means the ChatML fallback, which uses Hermes calls.
+func ToolFormatFor(arch, template string) ToolFormat {
+	if strings.TrimSpace(template) == "" {
+		template = chatMLSource
+	}
+	switch {
+	case strings.Contains(template, "<tool_call>"):
+		return ToolHermes
+	case strings.Contains(template, "<|python_tag|>"),
+		strings.Contains(template, "<|start_header_id|>") && (strings.Contains(template, "ipython") || strings.Contains(template, "tools")):
+		return ToolLlama3JSON
+	}
+	return ToolNone
+}
+
+// PromptOpensThinking reports whether a rendered prompt ends inside an open
+// <think> block (templates that start the assistant turn with "<think>\n"),
+// so the generated text begins as thinking: pass it to NewStreamParser.
+func PromptOpensThinking(prompt string) bool {
+	open := strings.LastIndex(prompt, thinkOpen)
+	if open < 0 {
+		return false
+	}
+	if strings.LastIndex(prompt, thinkClose) > open {
+		return false
+	}
+	return strings.TrimSpace(prompt[open+len(thinkOpen):]) == ""
+}
