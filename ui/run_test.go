@@ -113,7 +113,7 @@ func TestStableCut(t *testing.T) {
 		{"para one\n", ""},
 		{"para one\n\npara two", "para one\n\n"},
 		{"a\n\nb\n\nc", "a\n\nb\n\n"},
-		{"a\n\n```go\nx\n\ny\n", "a\n\n"},                  // blank line inside an open fence is no boundary
+		{"a\n\n```go\nx\n\ny\n", "a\n\n"}, // blank line inside an open fence is no boundary
 		{"a\n\n```go\nx\n\ny\n```\nz", "a\n\n```go\nx\n\ny\n```\n"}, // a closed fence ends a block
 		{"a\n\n\n\nb", "a\n\n"},
 	}
