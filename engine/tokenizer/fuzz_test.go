@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,20 +18,12 @@ func fuzzTokenizers(t testing.TB) map[string]*Tokenizer {
 	fuzzOnce.Do(func() {
 		fuzzToks = map[string]*Tokenizer{}
 		for _, name := range []string{"llama3", "qwen3"} {
-			tok, err := FromJSONFile(filepath.Join("testdata", name, "tokenizer.json.gz"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			fuzzToks[name] = tok
+			fuzzToks[name] = loadVocab(t, name)
 		}
 		spm, _ := loadSPM(t)
 		fuzzToks["spm"] = spm
 		if _, err := os.Stat(testModelPath()); err == nil {
-			tok, err := FromGGUFFile(testModelPath())
-			if err != nil {
-				t.Fatal(err)
-			}
-			fuzzToks["smollm2"] = tok
+			fuzzToks["smollm2"] = loadVocab(t, "smollm2")
 		}
 	})
 	return fuzzToks

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -55,8 +56,19 @@ func testModelPath() string {
 	return filepath.Join(cache, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+var (
+	vocabMu    sync.Mutex
+	vocabCache = map[string]*Tokenizer{}
+)
+
+// loadVocab loads a real vocabulary once per test process.
 func loadVocab(t testing.TB, name string) *Tokenizer {
 	t.Helper()
+	vocabMu.Lock()
+	defer vocabMu.Unlock()
+	if tok, ok := vocabCache[name]; ok {
+		return tok
+	}
 	var (
 		tok *Tokenizer
 		err error
@@ -74,6 +86,7 @@ func loadVocab(t testing.TB, name string) *Tokenizer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	vocabCache[name] = tok
 	return tok
 }
 
@@ -414,3 +427,24 @@ func TestLoadErrors(t *testing.T) {
 
 // gzipFile is a helper for tests that write tokenizer files.
 var _ = gzip.NewWriter
+
+// SentencePiece: BOS then text decodes without the space prefix, and a
+// streamed decode agrees with Decode.
+func TestSentencePieceSpecials(t *testing.T) {
+	tok, _ := loadSPM(t)
+	for _, in := range []string{"hello world", " leading", "<s>hello", "a\tb\n"} {
+		ids := tok.Encode(in, true)
+		want := "<s>" + in
+		if got := tok.Decode(ids); got != want {
+			t.Errorf("Decode(Encode(%q, true)) = %q, want %q", in, got, want)
+		}
+		d := tok.NewStreamDecoder()
+		var sb strings.Builder
+		for _, id := range ids {
+			sb.WriteString(d.Add(id))
+		}
+		if sb.String()+d.Flush() != want {
+			t.Errorf("stream of %q = %q", in, sb.String())
+		}
+	}
+}

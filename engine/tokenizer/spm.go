@@ -66,13 +66,23 @@ func (t *Tokenizer) spmSegment(dst []int32, text string, prefix bool) []int32 {
 			out = append(out, syms[i].id)
 			continue
 		}
-		for _, b := range []byte(s[syms[i].start:syms[i].end]) {
-			if id := t.byteIDs[b]; id >= 0 {
-				out = append(out, id)
-			} else if t.unk >= 0 {
-				out = append(out, t.unk)
+		text := s[syms[i].start:syms[i].end]
+		if t.hasByteTokens(text) {
+			for _, b := range []byte(text) {
+				out = append(out, t.byteIDs[b])
 			}
+		} else if t.unk >= 0 {
+			out = append(out, t.unk) // one unk per character, as sentencepiece does
 		}
 	}
 	return out
+}
+
+func (t *Tokenizer) hasByteTokens(text string) bool {
+	for i := 0; i < len(text); i++ {
+		if t.byteIDs[text[i]] < 0 {
+			return false
+		}
+	}
+	return true
 }

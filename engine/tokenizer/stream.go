@@ -10,17 +10,16 @@ import "unicode/utf8"
 type StreamDecoder struct {
 	t       *Tokenizer
 	pending []byte
-	started bool
+	atStart bool
 }
 
 // NewStreamDecoder starts a decoder; the first id fed is treated as the first
 // token of the text (SentencePiece drops its space prefix).
-func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t: t} }
+func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t: t, atStart: true} }
 
 // Add feeds one id and returns the text that became complete ("" if none).
 func (d *StreamDecoder) Add(id int32) string {
-	d.pending = d.t.appendPiece(d.pending, id, !d.started)
-	d.started = true
+	d.pending = d.t.appendPiece(d.pending, id, &d.atStart)
 	cut := completePrefix(d.pending)
 	if cut == 0 {
 		return ""

@@ -174,21 +174,29 @@ func nfcValid(s string) string {
 // their text, and ids outside the vocabulary are skipped.
 func (t *Tokenizer) Decode(ids []int32) string {
 	var b []byte
-	for i, id := range ids {
-		b = t.appendPiece(b, id, i == 0)
+	atStart := true
+	for _, id := range ids {
+		b = t.appendPiece(b, id, &atStart)
 	}
 	return string(b)
 }
 
-// appendPiece appends the bytes of id; first strips SentencePiece's space prefix.
-func (t *Tokenizer) appendPiece(b []byte, id int32, first bool) []byte {
+// appendPiece appends the bytes of id. *atStart is true until the first text
+// token: SentencePiece drops that token's space prefix (the one Encode added),
+// as sentencepiece's decoder does; special tokens before it do not count.
+func (t *Tokenizer) appendPiece(b []byte, id int32, atStart *bool) []byte {
 	if id < 0 || int(id) >= len(t.bytes) {
 		return b
 	}
 	p := t.bytes[id]
-	if first && t.model == SentencePieceBPE && t.addSpacePrefix && len(p) > 0 && p[0] == ' ' && t.types[id] == TypeNormal {
+	switch t.types[id] {
+	case TypeControl, TypeUserDefined, TypeUnused:
+		return append(b, p...)
+	}
+	if *atStart && t.model == SentencePieceBPE && t.addSpacePrefix && len(p) > 0 && p[0] == ' ' && t.types[id] == TypeNormal {
 		p = p[1:]
 	}
+	*atStart = false
 	return append(b, p...)
 }
 
