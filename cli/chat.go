@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/ui"
+)
+
+// pipedIdle is how long a piped stdin may stay silent before ftchat stops
+// waiting for it when a prompt was given on the command line.
+const pipedIdle = 2 * time.Second
+
+// Chat is the root command: the interactive chat, or with -p (or when
+// stdout is not a terminal) one answer printed plainly.
+func Chat(ctx context.Context, cfg Config, prompt string) error {
+	if err := cfg.Err(); err != nil {
+		return err
+	}
+	if cfg.Agent {
+		return runAgent(ctx, cfg, prompt)
+	}
+	piped := ""
+	if !isTerminal(os.Stdin) {
+		var err error
+		piped, err = ui.ReadPiped(os.Stdin, prompt != "", pipedIdle, 0)
+		if err != nil {
+			return fmt.Errorf("reading stdin: %w", err)
+		}
+	}
+	printMode := cfg.Print || !isTerminal(os.Stdout)
+	eng, err := loadEngine(ctx, cfg, printMode)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	sess := eng.NewSession()
+	defer sess.Close()
+	info := eng.Info()
+	uc := ui.Config{
+		Engine: eng, Session: sess,
+		ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path),
+		Piped:         piped,
+		InitialPrompt: prompt,
+		System:        cfg.System,
+		Continue:      cfg.Continue,
+		Sampling:      cfg.Sampling,
+		MaxTokens:     cfg.MaxTokens,
+	}
+	if printMode {
+		return ui.PrintMode(ctx, uc)
+	}
+	return ui.Run(ctx, uc)
+}
+
+// loadEngine loads the model with a progress line on stderr (quiet in print
+// mode unless stderr is a terminal).
+func loadEngine(ctx context.Context, cfg Config, quiet bool) (*engine.Engine, error) {
+	bar := newProgressPrinter(os.Stderr)
+	show := !quiet || isTerminal(os.Stderr)
+	eng, err := engine.Load(ctx, cfg.Engine, func(p engine.LoadProgress) {
+		if show && p.Total > 0 {
+			bar.update(p.Stage, p.Done, p.Total)
+		}
+	})
+	bar.done()
+	return eng, err
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

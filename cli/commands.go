@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/gguf/synth"
+	"github.com/ftchat/ftchat/engine/hub"
+	"github.com/ftchat/ftchat/engine/tokenizer"
+)
+
+// Set by the release build (goreleaser ldflags).
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// Commands are the subcommands of the root command.
+func Commands(v *viper.Viper) []*cobra.Command {
+	return []*cobra.Command{
+		pullCmd(), modelsCmd(), tokenizeCmd(), versionCmd(), devCmd(),
+		benchCmd(v), calibrateCmd(v),
+	}
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the ftchat version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "ftchat %s %s\n", version, commit)
+		},
+	}
+}
+
+func tokenizeCmd() *cobra.Command {
+	var tokFile string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "tokenize [--model M | --tokenizer FILE] [--json]",
+		Short: "Read text on stdin and print its token ids (and count)",
+		Long: `tokenize reads stdin and prints the token ids of the text in the model's
+vocabulary, e.g. to see how many tokens a file takes:
+  ftchat tokenize --json < main.go
+--tokenizer takes a Hugging Face tokenizer.json or a GGUF file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var tok *tokenizer.Tokenizer
+			var err error
+			if tokFile != "" {
+				tok, err = tokenizer.Load(tokFile)
+			} else {
+				var path string
+				model, _ := cmd.Flags().GetString("model")
+				path, err = hub.Resolve(cmd.Context(), model, newProgressPrinter(cmd.ErrOrStderr()).update)
+				if err == nil {
+					tok, err = tokenizer.FromGGUFFile(path)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			text, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return fmt.Errorf("reading stdin: %w", err)
+			}
+			return tokenizer.WriteIDs(cmd.OutOrStdout(), tok, string(text), tokenizer.PrintOptions{JSON: asJSON})
+		},
+	}
+	cmd.Flags().StringVar(&tokFile, "tokenizer", "", "tokenizer.json or GGUF file (instead of --model)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON with ids and count")
+	return cmd
+}
+
+func devCmd() *cobra.Command {
+	dev := &cobra.Command{
+		Use:    "dev",
+		Short:  "Developer tools (random-weight models, file inspection)",
+		Hidden: false,
+	}
+	var preset, typ, out string
+	var seed uint64
+	gen := &cobra.Command{
+		Use:   "gen-model --preset P [--type T] [--seed S] -o FILE",
+		Short: "Write a random-weight GGUF of a real model shape (for speed and GPU-vs-CPU tests)",
+		Long:  "Presets: " + strings.Join(synth.Presets(), ", "),
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return errors.New("-o FILE is required")
+			}
+			t := gguf.Q4_K
+			if typ != "" {
+				var err error
+				if t, err = gguf.ParseType(typ); err != nil {
+					return err
+				}
+			}
+			spec, err := synth.Preset(preset, t)
+			if err != nil {
+				return err
+			}
+			bar := newProgressPrinter(cmd.ErrOrStderr())
+			defer bar.done()
+			return synth.Write(out, spec, seed, func(done, total int) {
+				bar.update("writing "+out, int64(done), int64(total))
+			})
+		},
+	}
+	gen.Flags().StringVar(&preset, "preset", "", "model shape: "+strings.Join(synth.Presets(), ", "))
+	gen.Flags().StringVar(&typ, "type", "", "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; default Q4_K)")
+	gen.Flags().Uint64Var(&seed, "seed", 1, "random seed")
+	gen.Flags().StringVarP(&out, "output", "o", "", "output GGUF file")
+
+	inspect := &cobra.Command{
+		Use:   "inspect FILE.gguf",
+		Short: "Print a GGUF file's metadata and tensors",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := gguf.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "GGUF v%d, %d metadata keys, %d tensors, alignment %d\n", f.Version, len(f.Keys()), len(f.Tensors), f.Alignment)
+			for _, k := range f.Keys() {
+				v, _ := f.Value(k)
+				s := fmt.Sprint(v)
+				if len(s) > 100 {
+					s = s[:100] + "..."
+				}
+				fmt.Fprintf(w, "  %s = %s\n", k, s)
+			}
+			for _, t := range f.Tensors {
+				fmt.Fprintf(w, "  %-40s %-6s %v\n", t.Name, t.Type, t.Dims)
+			}
+			return nil
+		},
+	}
+	dev.AddCommand(gen, inspect)
+	return dev
+}

@@ -1,0 +1,136 @@
+// Package cli holds ftchat's subcommands and the glue between settings,
+// the engine and the UI. main.go owns the root command and viper wiring.
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// ExitError ends the process with Code after its message was printed.
+type ExitError struct{ Code int }
+
+func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Config is every setting after flags, environment and config file merged.
+type Config struct {
+	Engine engine.Options
+	// GPUMemoryText keeps the user's spelling for error messages.
+	GPUMemoryText string
+
+	Sampling  engine.Sampling
+	MaxTokens int
+
+	Print    bool   // -p: print only the answer and exit
+	System   string // system prompt override
+	Continue bool   // resume the latest session
+	Agent    bool
+	Yolo     bool
+
+	configErr error
+}
+
+// EngineFlags are shared by every command that loads a model.
+func EngineFlags(f *pflag.FlagSet) {
+	f.StringP("model", "m", "", "GGUF file path or model name (default smollm2-135m-instruct, fetched on first use)")
+	f.String("device", "auto", "auto | cpu | cuda | cuda:N")
+	f.String("gpu-memory", "", "GPU memory budget, e.g. 8GiB (default: what the device has free)")
+	f.String("kv-cache-dtype", "auto", "KV cache storage: auto | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 (auto = the model's 16-bit compute dtype)")
+	f.String("kv-scales", "", `FP8 scales: empty = dynamic per token and KV head; "checkpoint"; or a calibration file from 'ftchat calibrate'`)
+	f.Int("page-size", 0, "tokens per KV page, a power of two (0 = default)")
+	f.Int("ctx-size", 0, "maximum tokens per conversation (0 = the model's context length)")
+	f.Int("kv-tokens", 0, "CPU: KV pool size in tokens (0 = ctx-size)")
+	f.Int("threads", 0, "CPU threads (0 = all cores)")
+}
+
+// ChatFlags belong to the chat (root) command.
+func ChatFlags(f *pflag.FlagSet) {
+	f.BoolP("print", "p", false, "print only the answer to the prompt and exit (no TUI)")
+	f.String("system", "", "system prompt")
+	f.Bool("continue", false, "resume the most recent saved session")
+	f.Bool("agent", false, "run as a coding agent in the current directory")
+	f.Bool("yolo", false, "agent: run tools without asking for approval (never the default)")
+	f.Float32("temperature", 0.7, "sampling temperature (0 = greedy)")
+	f.Int("top-k", 40, "top-k sampling (0 = off)")
+	f.Float32("top-p", 0.95, "top-p sampling (1 = off)")
+	f.Float32("min-p", 0.05, "min-p sampling (0 = off)")
+	f.Float32("repeat-penalty", 1.1, "repetition penalty (1 = off)")
+	f.Int("repeat-last-n", 64, "tokens considered by the repetition penalty")
+	f.Uint64("seed", 0, "sampling seed (0 = random)")
+	f.Int("max-tokens", 0, "maximum tokens per answer (0 = until done or the pool is full)")
+}
+
+// ConfigFrom reads the merged settings.
+func ConfigFrom(v *viper.Viper) Config {
+	c := Config{
+		Engine: engine.Options{
+			Model:      v.GetString("model"),
+			Device:     v.GetString("device"),
+			KVDType:    v.GetString("kv-cache-dtype"),
+			KVScales:   v.GetString("kv-scales"),
+			PageSize:   v.GetInt("page-size"),
+			ContextLen: v.GetInt("ctx-size"),
+			KVTokens:   v.GetInt("kv-tokens"),
+			Threads:    v.GetInt("threads"),
+		},
+		GPUMemoryText: v.GetString("gpu-memory"),
+		Sampling: engine.Sampling{
+			Temperature:   float32(v.GetFloat64("temperature")),
+			TopK:          v.GetInt("top-k"),
+			TopP:          float32(v.GetFloat64("top-p")),
+			MinP:          float32(v.GetFloat64("min-p")),
+			RepeatPenalty: float32(v.GetFloat64("repeat-penalty")),
+			RepeatLastN:   v.GetInt("repeat-last-n"),
+			Seed:          v.GetUint64("seed"),
+		},
+		MaxTokens: v.GetInt("max-tokens"),
+		Print:     v.GetBool("print"),
+		System:    v.GetString("system"),
+		Continue:  v.GetBool("continue"),
+		Agent:     v.GetBool("agent"),
+		Yolo:      v.GetBool("yolo"),
+	}
+	if c.GPUMemoryText != "" {
+		n, err := ParseBytes(c.GPUMemoryText)
+		if err != nil {
+			c.configErr = fmt.Errorf("--gpu-memory %q: %w", c.GPUMemoryText, err)
+		}
+		c.Engine.GPUMemory = n
+	}
+	return c
+}
+
+// Err reports a setting that could not be parsed.
+func (c Config) Err() error { return c.configErr }
+
+// ParseBytes reads sizes like 8GiB, 512MiB, 8GB, 1.5G, 1073741824.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
+	}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			mult = u.mult
+			t = strings.TrimSpace(strings.TrimSuffix(t, u.suffix))
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f <= 0 || f*mult >= 1<<62 {
+		return 0, fmt.Errorf("not a size: want a positive amount like 8GiB, 512MiB or 6GB")
+	}
+	return int64(f * mult), nil
+}

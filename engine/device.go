@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/ftchat/ftchat/engine/model"
+	"github.com/ftchat/ftchat/gpu"
+)
+
+// probeHardware looks for a usable CUDA device unless the user asked for
+// the CPU (then libcuda is never loaded).
+func probeHardware(device string) Hardware {
+	d, err := ParseDevice(device)
+	if err != nil || d.Kind == "cpu" {
+		return Hardware{CUDAReason: "not probed (--device cpu)"}
+	}
+	info, err := gpu.Probe(d.Ordinal)
+	if err != nil {
+		return Hardware{CUDAReason: err.Error()}
+	}
+	return Hardware{CUDA: true, ComputeCap: info.Arch(), DeviceName: info.Name, DeviceCount: d.Ordinal + 1}
+}
+
+// openGPU opens the device with the memory budget and returns the backend.
+func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
+	dev, err := gpu.Open(ordinal, gpu.Options{MemoryBudget: opts.GPUMemory})
+	if err != nil {
+		return nil, 0, err
+	}
+	be, err := gpu.NewBackend(dev, gpu.BackendOptions{})
+	if err != nil {
+		dev.Close()
+		return nil, 0, err
+	}
+	return be, dev.MemStats().Budget, nil
+}
+
+// gpuReserve is kept free for the driver, modules and small buffers.
+const gpuReserve = 256 << 20
+
+// gpuKVBudget is what the budget leaves for the KV pool once the weights
+// are loaded: budget - weights - workspace for the largest prefill chunk -
+// reserve (DESIGN §3).
+func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int) (int64, error) {
+	g, ok := be.(*gpu.Backend)
+	if !ok {
+		return 0, fmt.Errorf("internal: GPU budget without a GPU backend")
+	}
+	used := g.Device().MemStats().Used
+	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
+	// Activations of one chunk (float32): residual, norms, q/k/v, attention
+	// out, feed-forward and logits of one row.
+	workspace := int64(chunk)*int64(4)*int64(4*c.Dim+2*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+3*ff) + int64(4*c.Vocab)
+	plan, err := gpu.PlanMemory(budget, used, workspace, gpuReserve, 1)
+	if err != nil {
+		return 0, err
+	}
+	return plan.Pool, nil
+}
+
+// backendErr surfaces the first asynchronous error of a backend that
+// records them (the GPU backend's ops have no error results).
+func backendErr(be model.Backend) error {
+	if eb, ok := be.(interface{ Err() error }); ok {
+		return eb.Err()
+	}
+	return nil
+}

@@ -1,0 +1,504 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ftchat/ftchat/engine/cpu"
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/hub"
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/model"
+	"github.com/ftchat/ftchat/engine/tokenizer"
+)
+
+// LoadProgress reports what Load is doing.
+type LoadProgress struct {
+	Stage       string
+	Done, Total int64
+}
+
+// Info describes the loaded model.
+type Info struct {
+	Name       string
+	Path       string
+	Arch       string
+	Params     string // e.g. "30 layers, dim 576, 9 heads / 3 kv heads, head_dim 64"
+	ContextLen int    // tokens one conversation may hold
+	Template   string // chat template source: "gguf" or "chatml (fallback)"
+}
+
+// Engine is one loaded model with its backend and KV pool. Its methods are
+// safe for concurrent use; model work is serialised.
+type Engine struct {
+	opts Options
+	file *gguf.File
+	mdl  *model.Model
+	be   model.Backend
+	tok  *tokenizer.Tokenizer
+	tmpl renderer
+	info Info
+
+	mu sync.Mutex // serialises backend work and pool changes
+
+	poolMu sync.RWMutex // guards the pool and layout fields; Stats never waits on mu
+	pool   *kvcache.Pool
+	layout kvcache.Layout
+
+	kvBudget int64 // bytes the pool may take; fixed across /kvdtype switches
+	budget   int64 // device budget (GPU), 0 on CPU
+	sessions map[*Session]struct{}
+
+	statsMu sync.Mutex
+	counters
+}
+
+type counters struct {
+	prefillTokens, reusedTokens, decodeTokens int64
+	lastPrefill                               int
+	prefillRate, decodeRate                   float64
+	lastTurn                                  time.Duration
+	turnDecoded                               int64
+}
+
+// maxCPUContext bounds the default CPU pool for models trained on very long
+// contexts; --ctx-size or --kv-tokens raise it.
+const maxCPUContext = 16384
+
+// Load opens a model and prepares it for chat.
+func Load(ctx context.Context, opts Options, progress func(LoadProgress)) (*Engine, error) {
+	if progress == nil {
+		progress = func(LoadProgress) {}
+	}
+	hw := probeHardware(opts.Device)
+	if err := opts.Validate(hw); err != nil {
+		return nil, err
+	}
+	path, err := hub.Resolve(ctx, opts.Model, func(stage string, done, total int64) {
+		progress(LoadProgress{Stage: stage, Done: done, Total: total})
+	})
+	if err != nil {
+		return nil, err
+	}
+	progress(LoadProgress{Stage: "reading " + path})
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, file: f, sessions: map[*Session]struct{}{}}
+	if err := e.init(ctx, hw, progress); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) init(ctx context.Context, hw Hardware, progress func(LoadProgress)) error {
+	f := e.file
+	cfg, err := model.ReadConfig(f)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return fmt.Errorf("%s: tokenizer: %w", f.Path, err)
+	}
+	e.tok = tok
+	e.tmpl, e.info.Template, err = newRenderer(f, tok)
+	if err != nil {
+		return err
+	}
+	be, budget, err := e.openBackend(hw)
+	if err != nil {
+		return err
+	}
+	e.be, e.budget = be, budget
+	progress(LoadProgress{Stage: "loading weights", Total: cfg.WeightBytes})
+	e.mdl, err = model.Load(f, be)
+	if err != nil {
+		return err
+	}
+	progress(LoadProgress{Stage: "loading weights", Done: cfg.WeightBytes, Total: cfg.WeightBytes})
+	e.info = Info{
+		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template,
+		Params: fmt.Sprintf("%d layers, dim %d, %d heads / %d kv heads, head_dim %d", cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.HeadDim),
+	}
+	e.info.ContextLen = cfg.ContextLen
+	if e.opts.ContextLen > 0 {
+		e.info.ContextLen = e.opts.ContextLen
+	}
+
+	progress(LoadProgress{Stage: "planning kv pool"})
+	dt, err := e.resolveDType(e.opts.KVDType)
+	if err != nil {
+		return err
+	}
+	layout, err := e.planLayout(dt)
+	if err != nil {
+		return err
+	}
+	return e.allocPool(layout)
+}
+
+func modelName(c model.Config, path string) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return baseName(path)
+}
+
+func baseName(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if os.IsPathSeparator(p[i]) {
+			return p[i+1:]
+		}
+	}
+	return p
+}
+
+// openBackend picks the device: --device cpu, cuda[:N], or auto (CUDA when
+// usable, otherwise CPU with the reason on stderr).
+func (e *Engine) openBackend(hw Hardware) (model.Backend, int64, error) {
+	dev, _ := ParseDevice(e.opts.Device)
+	if dev.Kind == "cuda" || (dev.Kind == "auto" && hw.CUDA) {
+		be, budget, err := openGPU(dev.Ordinal, e.opts)
+		if err == nil {
+			return be, budget, nil
+		}
+		if dev.Kind == "cuda" {
+			return nil, 0, err
+		}
+		fmt.Fprintf(os.Stderr, "ftchat: GPU not used (%v); running on the CPU\n", err)
+	}
+	return cpu.New(cpu.Options{Threads: e.opts.Threads}), 0, nil
+}
+
+// resolveDType maps a --kv-cache-dtype value to a storage dtype; auto is the
+// model's 16-bit compute dtype (bf16).
+func (e *Engine) resolveDType(s string) (kvcache.DType, error) {
+	dt := kvcache.Auto
+	if s != "" {
+		var err error
+		if dt, err = kvcache.ParseDType(s); err != nil {
+			return 0, err
+		}
+	}
+	return dt.Resolve(kvcache.BF16), nil
+}
+
+// planLayout sizes the pool for dt. The byte budget is fixed at the first
+// plan, so switching to fp8 roughly doubles the tokens that fit.
+func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
+	c := e.mdl.Config
+	ps := e.opts.PageSize
+	if ps == 0 {
+		ps = DefaultPageSize
+	}
+	l := c.KVLayout(ps, 1, dt)
+	if dt.IsFP8() && e.opts.KVScales != "" {
+		if err := e.applyStaticScales(&l); err != nil {
+			return l, err
+		}
+	}
+	if e.kvBudget == 0 {
+		if e.budget > 0 {
+			wb, err := gpuKVBudget(e.be, e.budget, c, e.prefillChunk())
+			if err != nil {
+				return l, err
+			}
+			e.kvBudget = wb
+		} else {
+			tokens := e.opts.KVTokens
+			if tokens == 0 {
+				tokens = e.info.ContextLen
+				if e.opts.ContextLen == 0 {
+					tokens = min(tokens, maxCPUContext)
+				}
+			}
+			bf16 := kvcache.BytesPerToken(c.AttnLayers, c.KVHeads, c.HeadDim, kvcache.BF16, kvcache.DynamicScales)
+			e.kvBudget = int64(tokens) * int64(bf16)
+		}
+	}
+	l.Pages = int(e.kvBudget / l.BytesPerPage())
+	if l.Pages < 1 {
+		return l, fmt.Errorf("KV pool: the budget of %s holds no page of %d tokens (%s); raise --gpu-memory or --kv-tokens",
+			kvcache.FormatBytes(e.kvBudget), ps, kvcache.FormatBytes(l.BytesPerPage()))
+	}
+	return l, l.Validate()
+}
+
+func (e *Engine) applyStaticScales(l *kvcache.Layout) error {
+	if e.opts.KVScales == "checkpoint" {
+		return fmt.Errorf("--kv-scales checkpoint: %s has no k_scale/v_scale tensors; use a calibration file from `ftchat calibrate`", e.file.Path)
+	}
+	sf, err := kvcache.LoadScales(e.opts.KVScales)
+	if err != nil {
+		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
+	}
+	if err := sf.Match(l.Layers, l.KVHeads); err != nil {
+		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
+	}
+	k, v, err := sf.Expand(l.DType)
+	if err != nil {
+		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
+	}
+	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
+	return nil
+}
+
+func (e *Engine) prefillChunk() int {
+	if e.opts.PrefillChunk > 0 {
+		return e.opts.PrefillChunk
+	}
+	return DefaultPrefillChunk
+}
+
+func (e *Engine) allocPool(l kvcache.Layout) error {
+	if err := e.be.AllocKV(l); err != nil {
+		return err
+	}
+	copier, _ := e.be.(kvcache.PageCopier)
+	p, err := kvcache.NewPool(l, copier)
+	if err != nil {
+		e.be.FreeKV()
+		return err
+	}
+	e.poolMu.Lock()
+	e.pool, e.layout = p, l
+	e.poolMu.Unlock()
+	return nil
+}
+
+// NewSession opens a conversation with its own page table.
+func (e *Engine) NewSession() *Session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &Session{e: e, seq: e.pool.NewSequence()}
+	e.sessions[s] = struct{}{}
+	return s
+}
+
+// Info describes the model.
+func (e *Engine) Info() Info { return e.info }
+
+// Tokenizer exposes the model's tokenizer (read-only use).
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// CountTokens counts the tokens of plain text.
+func (e *Engine) CountTokens(text string) int {
+	return len(e.tok.EncodeWith(text, tokenizer.EncodeOptions{PlainSpecials: true}))
+}
+
+// Stats is a snapshot of pool and speed numbers.
+func (e *Engine) Stats() Stats {
+	e.poolMu.RLock()
+	ps := e.pool.Stats()
+	l := e.layout
+	e.poolMu.RUnlock()
+	e.statsMu.Lock()
+	c := e.counters
+	e.statsMu.Unlock()
+	return Stats{
+		Model: e.info.Name, Device: e.be.Name(), KVDType: kvName(l), PageSize: ps.PageSize,
+		PagesTotal: ps.PagesTotal, PagesUsed: ps.PagesUsed,
+		TokensCapacity: ps.TokensCapacity, TokensUsed: ps.TokensUsed,
+		BytesPerToken: ps.BytesPerToken, BytesUsed: ps.BytesUsed, BytesBF16: ps.BytesBF16,
+		CapacityRatio: ps.CapacityRatio,
+		BudgetBytes:   e.budget, WeightsBytes: e.mdl.Config.WeightBytes, PoolBytes: ps.PoolBytes,
+		PrefillTokens: c.prefillTokens, ReusedTokens: c.reusedTokens, DecodeTokens: c.decodeTokens,
+		LastPrefillTokens: c.lastPrefill, PrefillTokensPerS: c.prefillRate, DecodeTokensPerS: c.decodeRate,
+		LastTurnDuration: c.lastTurn,
+	}
+}
+
+func kvName(l kvcache.Layout) string {
+	if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
+		return l.DType.String() + " (static scales)"
+	}
+	return l.DType.String()
+}
+
+// FitCheck reports whether req's prompt fits the pool now (in the first
+// session's view: tokens free plus what the conversation already holds).
+func (e *Engine) FitCheck(req Request) error {
+	ids, err := e.encodePrompt(req)
+	if err != nil {
+		return err
+	}
+	e.poolMu.RLock()
+	ps := e.pool.Stats()
+	e.poolMu.RUnlock()
+	if need := len(ids) + 1; need > ps.TokensFree+ps.SeqTokens {
+		return &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
+			DType: e.layout.DType, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
+	}
+	return nil
+}
+
+// fp8Capacity is the pool capacity in tokens the same budget gives in fp8_e4m3.
+func (e *Engine) fp8Capacity() int {
+	l := e.layout
+	if l.DType == kvcache.FP8E4M3 {
+		return 0
+	}
+	l.DType, l.Scales = kvcache.FP8E4M3, kvcache.DynamicScales
+	return int(e.kvBudget/l.BytesPerPage()) * l.PageSize
+}
+
+// Reconfigure switches the KV dtype: it plans the new pool in the same
+// budget, moves every live session into it by re-prefilling its tokens, and
+// refuses, changing nothing, when they don't fit.
+func (e *Engine) Reconfigure(ctx context.Context, kvDType string, progress func(done, total int)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	dt, err := e.resolveDType(kvDType)
+	if err != nil {
+		return err
+	}
+	saved := e.opts.KVScales
+	if !dt.IsFP8() {
+		e.opts.KVScales = "" // static scales only mean something for fp8
+	}
+	nl, err := e.planLayout(dt)
+	if err != nil {
+		e.opts.KVScales = saved
+		return err
+	}
+	var sessions []sessionTokens
+	pagesNeeded, total := 0, 0
+	for s := range e.sessions {
+		t := s.seq.Tokens()
+		sessions = append(sessions, sessionTokens{s, t})
+		pagesNeeded += kvcache.PagesForTokens(len(t), nl.PageSize)
+		total += len(t)
+	}
+	if pagesNeeded > nl.Pages {
+		e.opts.KVScales = saved
+		return fmt.Errorf("/kvdtype %s: the conversation holds %d tokens (%d pages) but a %s pool in the same %s holds %d tokens (%d pages); nothing changed — /clear first, or keep %s",
+			dt, total, pagesNeeded, dt, kvcache.FormatBytes(e.kvBudget), nl.Tokens(), nl.Pages, e.layout.DType)
+	}
+	old := e.layout
+	for _, st := range sessions {
+		st.s.seq.Free()
+	}
+	e.be.FreeKV()
+	err = e.allocPool(nl)
+	if err != nil {
+		// Put the old pool back and rebuild its contents.
+		e.opts.KVScales = saved
+		if err2 := e.allocPool(old); err2 != nil {
+			return fmt.Errorf("/kvdtype %s: %v; restoring the old pool failed too: %v", dt, err, err2)
+		}
+		err = fmt.Errorf("/kvdtype %s: %w; nothing changed", dt, err)
+	}
+	for _, st := range sessions {
+		st.s.seq = e.pool.NewSequence()
+	}
+	if rerr := e.refill(ctx, sessions, progress); rerr != nil {
+		if err != nil {
+			return fmt.Errorf("%v; re-prefill failed: %v", err, rerr)
+		}
+		return fmt.Errorf("/kvdtype %s: re-prefilling the conversation: %w", dt, rerr)
+	}
+	return err
+}
+
+type sessionTokens struct {
+	s      *Session
+	tokens []int32
+}
+
+// refill recomputes the KV of every session from its token history.
+func (e *Engine) refill(ctx context.Context, ss []sessionTokens, progress func(done, total int)) error {
+	total, done := 0, 0
+	for _, s := range ss {
+		total += len(s.tokens)
+	}
+	for _, st := range ss {
+		if st.s.seq.Len() != 0 {
+			st.s.seq.Truncate(0)
+		}
+		if len(st.tokens) == 0 {
+			continue
+		}
+		start, err := st.s.seq.Append(st.tokens...)
+		if err != nil {
+			return err
+		}
+		err = e.prefill(ctx, st.s.seq, st.tokens, start, nil, func(n int) {
+			done += n
+			if progress != nil {
+				progress(done, total)
+			}
+		})
+		if err != nil {
+			st.s.seq.Truncate(0)
+			return err
+		}
+	}
+	return nil
+}
+
+// prefill computes K/V for tokens[start:] of seq (already appended) in
+// chunks; it returns the logits of the last token when wantLogits is set.
+func (e *Engine) prefill(ctx context.Context, seq *kvcache.Sequence, tokens []int32, start int, logits *[]float32, step func(n int)) error {
+	chunk := e.prefillChunk()
+	pages := seq.Pages()
+	for pos := start; pos < len(tokens); pos += chunk {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := min(pos+chunk, len(tokens))
+		b := batchFor(tokens[pos:end], pos, pages)
+		var rows []int
+		if logits != nil && end == len(tokens) {
+			rows = []int{end - pos - 1}
+		}
+		out, err := e.mdl.Forward(b, rows)
+		if err == nil {
+			err = backendErr(e.be)
+		}
+		if err != nil {
+			return err
+		}
+		if rows != nil {
+			*logits = out
+		}
+		if step != nil {
+			step(end - pos)
+		}
+	}
+	return nil
+}
+
+func batchFor(tokens []int32, pos int, pages []int32) *model.Batch {
+	b := &model.Batch{Tokens: tokens, Pos: make([]int32, len(tokens))}
+	for i := range b.Pos {
+		b.Pos[i] = int32(pos + i)
+	}
+	b.Seqs = []model.SeqSpan{{Offset: 0, Cached: pos, NewTokens: len(tokens), Pages: pages}}
+	return b
+}
+
+// Close frees the pool, the backend and the model file.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.be != nil {
+		e.be.FreeKV()
+		if c, ok := e.be.(interface{ Close() }); ok {
+			c.Close()
+		}
+		e.be = nil
+	}
+	if e.file != nil {
+		err := e.file.Close()
+		e.file = nil
+		return err
+	}
+	return nil
+}
+

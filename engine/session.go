@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/sample"
+)
+
+// Session is one conversation. It owns a page table in the engine's pool
+// and the token history whose K/V the pool holds, so a follow-up turn
+// prefills only what is new.
+type Session struct {
+	e   *Engine
+	seq *kvcache.Sequence // replaced by Engine.Reconfigure; guarded by e.mu
+}
+
+// statsInterval spaces EventStats during generation.
+const statsInterval = 250 * time.Millisecond
+
+// Generate renders req with the model's chat template and streams the
+// answer. The channel is closed after EventDone or EventError. Cancelling
+// ctx stops within one token; the session stays consistent (it holds the
+// prompt and the tokens generated so far).
+func (s *Session) Generate(ctx context.Context, req Request) <-chan Event {
+	ch := make(chan Event, 64)
+	go func() {
+		defer close(ch)
+		send := func(ev Event) {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				// The reader may have gone; deliver terminal events anyway
+				// without blocking forever.
+				if ev.Kind == EventDone || ev.Kind == EventError {
+					select {
+					case ch <- ev:
+					case <-time.After(time.Second):
+					}
+				}
+			}
+		}
+		if err := s.generate(ctx, req, send); err != nil {
+			send(Event{Kind: EventError, Err: err, Stats: s.e.Stats()})
+		}
+	}()
+	return ch
+}
+
+func (e *Engine) encodePrompt(req Request) ([]int32, error) {
+	text, err := e.tmpl.Render(req.Messages, req.Tools, true)
+	if err != nil {
+		return nil, err
+	}
+	return e.tok.Encode(text, true), nil
+}
+
+func (s *Session) generate(ctx context.Context, req Request, send func(Event)) error {
+	e := s.e
+	sampler, err := sample.New(sample.Params{
+		Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
+		MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty,
+		RepeatLastN: req.Sampling.RepeatLastN, Seed: req.Sampling.Seed,
+	})
+	if err != nil {
+		return err
+	}
+	prompt, err := e.encodePrompt(req)
+	if err != nil {
+		return err
+	}
+	if len(prompt) >= e.info.ContextLen {
+		return fmt.Errorf("the conversation is %d tokens; the model's context is %d tokens: /clear or start a shorter conversation", len(prompt), e.info.ContextLen)
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seq := s.seq
+	turnStart := time.Now()
+	start, err := seq.Reuse(prompt)
+	if err != nil {
+		var full *kvcache.PoolFullError
+		if errors.As(err, &full) && full.E4M3Capacity == 0 && e.layout.DType != kvcache.FP8E4M3 {
+			full.E4M3Capacity = e.fp8Capacity()
+		}
+		return err
+	}
+	// computed is how many history tokens have K/V; on any early return the
+	// sequence is cut back to it so it never claims uncomputed tokens.
+	computed := start
+	defer func() {
+		if seq.Len() > computed {
+			seq.Truncate(computed)
+		}
+	}()
+
+	newTokens := len(prompt) - start
+	send(Event{Kind: EventProgress, Done: 0, Total: newTokens})
+	var logits []float32
+	done := 0
+	err = e.prefill(ctx, seq, prompt, start, &logits, func(n int) {
+		done += n
+		computed += n
+		send(Event{Kind: EventProgress, Done: done, Total: newTokens})
+	})
+	prefillDur := time.Since(turnStart)
+	e.recordPrefill(start, newTokens, prefillDur)
+	if err != nil {
+		if ctx.Err() != nil {
+			send(Event{Kind: EventDone, Stop: StopCancelled, Stats: e.statsLocked()})
+			return nil
+		}
+		return err
+	}
+
+	stopper := sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop)
+	dec := e.tok.NewStreamDecoder()
+	parser := newOutputParser(e.tmpl)
+	var text string // decoded answer so far (for stop strings)
+	shown := 0      // bytes of text already passed to the parser
+	history := append([]int32(nil), prompt...)
+	decodeStart := time.Now()
+	generated := 0
+	lastStats := time.Now()
+	stop := StopMaxTokens
+
+	emit := func(upto int) {
+		for _, ev := range parser.feed(text[shown:upto]) {
+			send(ev)
+		}
+		shown = upto
+	}
+	maxTokens := req.MaxTokens
+	for {
+		if ctx.Err() != nil {
+			stop = StopCancelled
+			break
+		}
+		id := sampler.Sample(logits, history)
+		if stopper.IsEOG(id) {
+			stop = StopEOS
+			break
+		}
+		text += dec.Add(id)
+		keep, hit := stopper.Check(text)
+		if hit {
+			text = text[:keep]
+			emit(keep)
+			stop = StopString
+			break
+		}
+		emit(keep)
+		generated++
+		if maxTokens > 0 && generated >= maxTokens {
+			// The token is shown but not fed back: nothing follows it.
+			stop = StopMaxTokens
+			break
+		}
+		if len(history)+1 >= e.info.ContextLen {
+			stop = StopMaxTokens
+			break
+		}
+		pos, err := seq.Append(id)
+		if err != nil {
+			var full *kvcache.PoolFullError
+			if errors.As(err, &full) {
+				stop = StopPoolFull
+				e.recordDecode(generated, time.Since(decodeStart))
+				emit(len(text))
+				s.finish(parser, send)
+				send(Event{Kind: EventDone, Stop: stop, Err: err, Stats: e.statsLocked()})
+				return nil
+			}
+			return err
+		}
+		history = append(history, id)
+		out, err := e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
+		if err == nil {
+			err = backendErr(e.be)
+		}
+		if err != nil {
+			return err
+		}
+		computed = pos + 1
+		logits = out
+		if time.Since(lastStats) >= statsInterval {
+			lastStats = time.Now()
+			e.recordDecode(generated, time.Since(decodeStart))
+			send(Event{Kind: EventStats, Stats: e.statsLocked()})
+		}
+	}
+	text += dec.Flush()
+	emit(len(text))
+	e.recordDecode(generated, time.Since(decodeStart))
+	e.statsMu.Lock()
+	e.lastTurn = time.Since(turnStart)
+	e.statsMu.Unlock()
+	if calls := s.finish(parser, send); calls > 0 && stop == StopEOS {
+		stop = StopToolCall
+	}
+	send(Event{Kind: EventDone, Stop: stop, Stats: e.statsLocked()})
+	return nil
+}
+
+// finish flushes the output parser and returns how many tool calls the
+// answer held.
+func (s *Session) finish(p *outputParser, send func(Event)) int {
+	for _, ev := range p.flush() {
+		send(ev)
+	}
+	return p.calls
+}
+
+func (e *Engine) recordPrefill(reused, n int, d time.Duration) {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	e.turnDecoded = 0
+	e.prefillTokens += int64(n)
+	e.reusedTokens += int64(reused)
+	e.lastPrefill = n
+	if d > 0 && n > 0 {
+		e.prefillRate = float64(n) / d.Seconds()
+	}
+}
+
+func (e *Engine) recordDecode(n int, d time.Duration) {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	if n > 0 && d > 0 {
+		e.decodeRate = float64(n) / d.Seconds()
+	}
+	e.decodeTokens += int64(n) - e.turnDecoded
+	e.turnDecoded = int64(n)
+}
+
+// statsLocked is Stats for callers that hold e.mu (Stats itself never
+// waits for model work).
+func (e *Engine) statsLocked() Stats { return e.Stats() }
+
+// Reset drops the conversation's cached tokens (/clear).
+func (s *Session) Reset() {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	s.seq.Truncate(0)
+}
+
+// Tokens is how many tokens the session holds in the cache.
+func (s *Session) Tokens() int {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.seq.Len()
+}
+
+// Close frees the session's pages.
+func (s *Session) Close() {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	s.seq.Free()
+	delete(s.e.sessions, s)
+}

@@ -1,0 +1,109 @@
+// Command ftchat is a terminal chat and coding agent with its own LLM engine.
+//
+// This file wires the cobra root command to viper. Precedence, highest
+// first: flags, FTCHAT_* environment variables, the config file
+// ($XDG_CONFIG_HOME/ftchat/config.yaml or --config), defaults.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	v := viper.New()
+	root := newRoot(v)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var exit cli.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.Code)
+		}
+		fmt.Fprintln(os.Stderr, "ftchat:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot(v *viper.Viper) *cobra.Command {
+	var configFile string
+	root := &cobra.Command{
+		Use:   "ftchat [prompt]",
+		Short: "Terminal chat and coding agent with an in-process LLM engine and an FP8 KV cache",
+		Long: `ftchat runs a GGUF model in-process (CPU, or CUDA when a GPU is usable) and
+chats with it in the terminal. The KV cache is paged; --kv-cache-dtype fp8_e4m3
+stores it in 8 bits with a float32 scale per token and KV head, about half of
+bf16, so longer conversations fit.
+
+Piped input becomes context for the first message:
+  cat main.go | ftchat "review this"
+With -p (or when stdout is not a terminal) only the answer is printed.
+
+Settings come from flags, then FTCHAT_* environment variables (FTCHAT_KV_CACHE_DTYPE=fp8_e4m3),
+then the config file, then defaults.`,
+		Args:          cobra.ArbitraryArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return loadConfig(v, cmd, configFile)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cli.Chat(cmd.Context(), cli.ConfigFrom(v), strings.Join(args, " "))
+		},
+	}
+	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (default $XDG_CONFIG_HOME/ftchat/config.yaml)")
+	cli.EngineFlags(root.PersistentFlags())
+	cli.ChatFlags(root.Flags())
+	root.AddCommand(cli.Commands(v)...)
+	return root
+}
+
+// loadConfig binds flags and environment and reads the config file.
+func loadConfig(v *viper.Viper, cmd *cobra.Command, file string) error {
+	v.SetEnvPrefix("FTCHAT")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	bind := func(f *pflag.Flag) {
+		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
+			bindErr = err
+		}
+	}
+	cmd.Flags().VisitAll(bind)
+	cmd.InheritedFlags().VisitAll(bind)
+	if bindErr != nil {
+		return bindErr
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			return fmt.Errorf("config file %s: %w", file, err)
+		}
+		return nil
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return nil // no config dir: flags and env only
+	}
+	v.AddConfigPath(filepath.Join(dir, "ftchat"))
+	v.SetConfigName("config")
+	if err := v.ReadInConfig(); err != nil {
+		var notFound viper.ConfigFileNotFoundError
+		if errors.As(err, &notFound) {
+			return nil
+		}
+		return fmt.Errorf("config file in %s: %w", filepath.Join(dir, "ftchat"), err)
+	}
+	return nil
+}
