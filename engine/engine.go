@@ -501,4 +501,3 @@ func (e *Engine) Close() error {
 	}
 	return nil
 }
-
