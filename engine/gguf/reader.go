@@ -495,14 +495,15 @@ func (d *decoder) scalar(t ValueType, what string) any {
 	return nil
 }
 
-func decodeArray[T any](d *decoder, n int, t ValueType, what string) []T {
+// decodeFixed decodes n fixed-size little-endian elements in one bounds check.
+func decodeFixed[T any](d *decoder, n, size int, what string, conv func([]byte) T) []T {
+	p := d.take(n*size, what)
+	if p == nil {
+		return nil
+	}
 	out := make([]T, n)
 	for i := range out {
-		v := d.scalar(t, what)
-		if d.err != nil {
-			return nil
-		}
-		out[i] = v.(T)
+		out[i] = conv(p[i*size:])
 	}
 	return out
 }
@@ -540,27 +541,47 @@ func (d *decoder) value(t ValueType, what string, depth int) any {
 	case TypeUint8:
 		return slices.Clone(d.take(n, what))
 	case TypeInt8:
-		return decodeArray[int8](d, n, et, what)
+		return decodeFixed(d, n, 1, what, func(p []byte) int8 { return int8(p[0]) })
 	case TypeUint16:
-		return decodeArray[uint16](d, n, et, what)
+		return decodeFixed(d, n, 2, what, binary.LittleEndian.Uint16)
 	case TypeInt16:
-		return decodeArray[int16](d, n, et, what)
+		return decodeFixed(d, n, 2, what, func(p []byte) int16 { return int16(binary.LittleEndian.Uint16(p)) })
 	case TypeUint32:
-		return decodeArray[uint32](d, n, et, what)
+		return decodeFixed(d, n, 4, what, binary.LittleEndian.Uint32)
 	case TypeInt32:
-		return decodeArray[int32](d, n, et, what)
+		return decodeFixed(d, n, 4, what, func(p []byte) int32 { return int32(binary.LittleEndian.Uint32(p)) })
 	case TypeFloat32:
-		return decodeArray[float32](d, n, et, what)
+		return decodeFixed(d, n, 4, what, func(p []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(p)) })
 	case TypeUint64:
-		return decodeArray[uint64](d, n, et, what)
+		return decodeFixed(d, n, 8, what, binary.LittleEndian.Uint64)
 	case TypeInt64:
-		return decodeArray[int64](d, n, et, what)
+		return decodeFixed(d, n, 8, what, func(p []byte) int64 { return int64(binary.LittleEndian.Uint64(p)) })
 	case TypeFloat64:
-		return decodeArray[float64](d, n, et, what)
+		return decodeFixed(d, n, 8, what, func(p []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(p)) })
 	case TypeBool:
-		return decodeArray[bool](d, n, et, what)
+		at := d.off
+		bs := decodeFixed(d, n, 1, what, func(p []byte) uint8 { return p[0] })
+		out := make([]bool, len(bs))
+		for i, b := range bs {
+			if b > 1 {
+				d.fail(at+i, "%s: bool value %d is neither 0 nor 1", what, b)
+				return nil
+			}
+			out[i] = b == 1
+		}
+		if d.err != nil {
+			return nil
+		}
+		return out
 	case TypeString:
-		return decodeArray[string](d, n, et, what)
+		out := make([]string, n)
+		for i := range out {
+			out[i] = d.str(what)
+			if d.err != nil {
+				return nil
+			}
+		}
+		return out
 	}
 	out := make([]any, n)
 	for i := range out {

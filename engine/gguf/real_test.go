@@ -92,3 +92,21 @@ func TestRealSmolLM2(t *testing.T) {
 		t.Error("Validate without Q4_1 accepted Q4_1 tensors")
 	}
 }
+
+func BenchmarkOpenReal(b *testing.B) {
+	p := os.Getenv("FTCHAT_TEST_MODEL")
+	if p == "" {
+		home, _ := os.UserHomeDir()
+		p = filepath.Join(home, ".cache", "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+	}
+	if _, err := os.Stat(p); err != nil {
+		b.Skip("test model not present")
+	}
+	for b.Loop() {
+		f, err := Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
