@@ -1,9 +1,6 @@
 package tokenizer
 
-import (
-	"strings"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // GPT-2's byte-level alphabet: every byte is spelled as one printable rune so
 // that vocabularies can be stored as text. Printable Latin-1 bytes stand for
@@ -36,15 +33,6 @@ func byteLevelDecode(tok string) []byte {
 		}
 	}
 	return out
-}
-
-// byteLevelEncode spells bytes in the byte-level alphabet.
-func byteLevelEncode(b string) string {
-	var sb strings.Builder
-	for i := 0; i < len(b); i++ {
-		sb.WriteRune(byteToRune[b[i]])
-	}
-	return sb.String()
 }
 
 // mergeKey packs a pair of token ids.

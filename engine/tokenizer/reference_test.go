@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -424,9 +423,6 @@ func TestLoadErrors(t *testing.T) {
 		})
 	}
 }
-
-// gzipFile is a helper for tests that write tokenizer files.
-var _ = gzip.NewWriter
 
 // SentencePiece: BOS then text decodes without the space prefix, and a
 // streamed decode agrees with Decode.
