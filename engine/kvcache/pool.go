@@ -247,7 +247,7 @@ func (p *Pool) fullError(s *Sequence, n, k, fit int) *PoolFullError {
 		Capacity: p.l.Tokens(), Used: p.tokens, DType: p.l.DType,
 		BytesPerToken: p.l.BytesPerToken(),
 	}
-	if p.l.DType != FP8E4M3 {
+	if !p.l.DType.IsFP8() {
 		fp8 := BytesPerToken(p.l.Layers, p.l.KVHeads, p.l.HeadDim, FP8E4M3, DynamicScales)
 		pageBytes := int64(fp8) * int64(p.l.PageSize)
 		e.E4M3Capacity = int(PoolBytes(p.l)/pageBytes) * p.l.PageSize

@@ -273,6 +273,14 @@ func TestPoolFullMessage(t *testing.T) {
 	if s.Len() != 50 {
 		t.Errorf("sequence changed to %d tokens", s.Len())
 	}
+	// An fp8 pool does not suggest fp8.
+	l.DType = FP8E5M2
+	p, _ = NewPool(l, nil)
+	s = p.NewSequence()
+	_, err = s.Append(make([]int32, 65)...)
+	if !errors.As(err, &full) || full.E4M3Capacity != 0 || strings.Contains(err.Error(), "switch") || full.Fit != 64 {
+		t.Errorf("fp8 pool full: %v", err)
+	}
 }
 
 // A follow-up turn prefills only the new tokens.

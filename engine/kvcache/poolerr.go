@@ -16,7 +16,7 @@ type PoolFullError struct {
 	DType         DType // the pool's dtype
 	BytesPerToken int
 	// E4M3Capacity is the pool size in tokens if the same memory held
-	// fp8_e4m3 (dynamic scales); 0 when the pool already is fp8_e4m3.
+	// fp8_e4m3 (dynamic scales); 0 when the pool already is fp8.
 	E4M3Capacity int
 }
 
