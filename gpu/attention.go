@@ -1,0 +1,464 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// Kernel modules of the paged KV cache (kernels/kvwrite.cu, kernels/attention.cu).
+const (
+	kvWriteModule   = "kvwrite"
+	attentionModule = "attention"
+)
+
+// attnHeadDims are the head dimensions attention.cu is instantiated for.
+var attnHeadDims = []int{64, 80, 96, 128, 256}
+
+// maxGroup is the largest GQA ratio one warp covers; larger groups are
+// split into slices of maxGroup query heads (each slice reads the KV once).
+const maxGroup = 8
+
+// KVCache is the paged KV pool in device memory, laid out exactly as
+// kvcache.Layout documents (codes [page][kv_head][slot][head_dim], dynamic
+// FP8 scales [page][kv_head][slot] float32), plus the per-batch metadata
+// and scratch its kernels use. All methods run on the device thread (*Ctx).
+type KVCache struct {
+	Layout kvcache.Layout
+
+	// Splits forces the number of key chunks per sequence in Attend (0:
+	// chosen from the batch and the device, see chooseSplits).
+	Splits int
+	// MinSplitTokens is the smallest key chunk auto-splitting makes (0: 256).
+	MinSplitTokens int
+
+	layers []kvLayer
+	static Buffer // static FP8 scales: K [Layers*KVHeads] then V
+
+	meta     Buffer  // device copy of metaHost
+	metaHost []int32 // seqs | page table | rowSeq | blocks, as last uploaded
+	scratch  []int32
+	ws       Buffer // split partials: acc then (max, sum)
+
+	ropeBuf Buffer
+	ropeKey []float64 // Dim, Base, NeoX, Scale, FreqFactors... of ropeBuf
+}
+
+type kvLayer struct {
+	buf            Buffer
+	k, v, ks, vs   DevicePtr
+	kBytes, sBytes int64
+}
+
+// AllocKV allocates a zeroed pool for l through the budgeted allocator
+// (one allocation per layer: K codes, V codes, then K and V scales).
+func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(attnHeadDims, l.HeadDim) {
+		return nil, fmt.Errorf("gpu: head_dim %d has no CUDA attention kernel; supported: %v", l.HeadDim, attnHeadDims)
+	}
+	if l.PageSize&(l.PageSize-1) != 0 {
+		return nil, fmt.Errorf("gpu: page size %d is not a power of two", l.PageSize)
+	}
+	codes := int64(l.LayerElems()) * int64(l.DType.ElemBytes())
+	if codes/int64(l.HeadDim) > math.MaxInt32 {
+		return nil, fmt.Errorf("gpu: KV pool of %d pages x %d kv heads x %d tokens has more rows than the kernels index (2^31)", l.Pages, l.KVHeads, l.PageSize)
+	}
+	scales := int64(l.LayerScales()) * 4
+	align := func(n int64) int64 { return (n + 255) &^ 255 }
+	per := 2*align(codes) + 2*align(scales)
+	kv := &KVCache{Layout: l}
+	for i := range l.Layers {
+		b, err := c.Alloc(per, fmt.Sprintf("KV cache layer %d (%s)", i, FormatBytes(per)))
+		if err != nil {
+			kv.Free(c)
+			return nil, err
+		}
+		if err := c.Memset8(b.Ptr, 0, per); err != nil {
+			kv.Free(c)
+			return nil, err
+		}
+		ly := kvLayer{buf: b, kBytes: codes, sBytes: scales}
+		ly.k = b.Ptr
+		ly.v = b.Ptr.Add(align(codes))
+		if scales > 0 {
+			ly.ks = b.Ptr.Add(2 * align(codes))
+			ly.vs = ly.ks.Add(align(scales))
+		}
+		kv.layers = append(kv.layers, ly)
+	}
+	if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
+		n := int64(l.Layers * l.KVHeads)
+		b, err := c.Alloc(8*n, "KV static scales")
+		if err != nil {
+			kv.Free(c)
+			return nil, err
+		}
+		kv.static = b
+		if err := Upload(c, b.Ptr, append(slices.Clone(l.KScale), l.VScale...)); err != nil {
+			kv.Free(c)
+			return nil, err
+		}
+		for i := range kv.layers {
+			kv.layers[i].ks = b.Ptr.Add(int64(4 * i * l.KVHeads))
+			kv.layers[i].vs = b.Ptr.Add(4*n + int64(4*i*l.KVHeads))
+		}
+	}
+	return kv, nil
+}
+
+// Free releases the pool and its scratch buffers.
+func (kv *KVCache) Free(c *Ctx) error {
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for _, ly := range kv.layers {
+		keep(c.Free(ly.buf))
+	}
+	kv.layers = nil
+	for _, b := range []*Buffer{&kv.static, &kv.meta, &kv.ws, &kv.ropeBuf} {
+		keep(c.Free(*b))
+		*b = Buffer{}
+	}
+	kv.metaHost, kv.ropeKey = nil, nil
+	return first
+}
+
+// LayerPtrs returns the device addresses of one layer's K codes, V codes
+// and K, V scales (per token for dynamic FP8, the layer's [kv_head] static
+// scales for static FP8, 0 for 16-bit pools), for copies and tests.
+func (kv *KVCache) LayerPtrs(layer int) (k, v, ks, vs DevicePtr) {
+	ly := kv.layers[layer]
+	return ly.k, ly.v, ly.ks, ly.vs
+}
+
+// LayerBytes returns the sizes of one layer's K (or V) codes and of its K
+// (or V) per-token scales (0 unless dynamic FP8).
+func (kv *KVCache) LayerBytes() (codes, scales int64) {
+	return kv.layers[0].kBytes, kv.layers[0].sBytes
+}
+
+// batchMeta is the host form of a batch's kernel metadata: one int32 slice
+// holding seqs (4 per sequence: first row, cached, new tokens, page-table
+// offset), the concatenated page tables, rowSeq (sequence of each row, -1
+// for none) and blocks (2 per row block: sequence, first new token).
+type batchMeta struct {
+	words                          []int32
+	seqOff, ptOff, rowOff, blkOff  int
+	nseq, nblocks, rows, maxK, hpw int
+}
+
+// buildMeta validates b against the pool and rows and lays out its
+// metadata for row blocks of 8/hpw tokens.
+func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw int) (batchMeta, error) {
+	l := kv.Layout
+	m := batchMeta{nseq: len(b.Seqs), rows: rows, hpw: hpw}
+	if rows <= 0 {
+		return m, fmt.Errorf("gpu: batch of %d rows", rows)
+	}
+	if len(b.Seqs) == 0 {
+		return m, fmt.Errorf("gpu: batch has no sequences")
+	}
+	if len(b.Pos) != 0 && len(b.Pos) != rows {
+		return m, fmt.Errorf("gpu: batch has %d positions for %d rows", len(b.Pos), rows)
+	}
+	tpb := maxGroup / hpw
+	words := dst[:0]
+	m.seqOff = 0
+	ptLen := 0
+	for i, s := range b.Seqs {
+		if s.Offset < 0 || s.NewTokens < 0 || s.Cached < 0 || s.Offset+s.NewTokens > rows {
+			return m, fmt.Errorf("gpu: sequence %d (offset %d, %d new tokens, %d cached) does not fit the batch of %d rows", i, s.Offset, s.NewTokens, s.Cached, rows)
+		}
+		total := s.Cached + s.NewTokens
+		if need := (total + l.PageSize - 1) / l.PageSize; len(s.Pages) < need {
+			return m, fmt.Errorf("gpu: sequence %d holds %d tokens but its page table has %d pages of %d", i, total, len(s.Pages), l.PageSize)
+		}
+		words = append(words, int32(s.Offset), int32(s.Cached), int32(s.NewTokens), int32(ptLen))
+		ptLen += len(s.Pages)
+		m.maxK = max(m.maxK, total)
+	}
+	m.ptOff = len(words)
+	for i, s := range b.Seqs {
+		for _, p := range s.Pages {
+			if p < 0 || int(p) >= l.Pages {
+				return m, fmt.Errorf("gpu: sequence %d: page id %d outside the pool of %d pages", i, p, l.Pages)
+			}
+		}
+		words = append(words, s.Pages...)
+	}
+	m.rowOff = len(words)
+	for range rows {
+		words = append(words, -1)
+	}
+	for i, s := range b.Seqs {
+		for r := s.Offset; r < s.Offset+s.NewTokens; r++ {
+			if words[m.rowOff+r] != -1 {
+				return m, fmt.Errorf("gpu: batch row %d belongs to two sequences", r)
+			}
+			if len(b.Pos) != 0 && int(b.Pos[r]) != s.Cached+r-s.Offset {
+				return m, fmt.Errorf("gpu: batch row %d has position %d, but sequence %d puts it at %d", r, b.Pos[r], i, s.Cached+r-s.Offset)
+			}
+			words[m.rowOff+r] = int32(i)
+		}
+	}
+	m.blkOff = len(words)
+	for i, s := range b.Seqs {
+		for t := 0; t < s.NewTokens; t += tpb {
+			words = append(words, int32(i), int32(t))
+			m.nblocks++
+		}
+	}
+	m.words = words
+	return m, nil
+}
+
+// upload puts m's words on the device unless they equal the last upload
+// (every layer of a step shares one batch).
+func (kv *KVCache) upload(c *Ctx, m batchMeta) error {
+	if slices.Equal(m.words, kv.metaHost) && kv.meta.Ptr != 0 {
+		return nil
+	}
+	need := int64(len(m.words)) * 4
+	if kv.meta.Size < need {
+		if err := c.Free(kv.meta); err != nil {
+			return err
+		}
+		kv.meta = Buffer{}
+		b, err := c.Alloc(max(2*need, 4096), "attention batch metadata")
+		if err != nil {
+			return err
+		}
+		kv.meta = b
+	}
+	if err := Upload(c, kv.meta.Ptr, m.words); err != nil {
+		kv.metaHost = nil
+		return err
+	}
+	kv.metaHost = append(kv.metaHost[:0], m.words...)
+	return nil
+}
+
+func (kv *KVCache) metaPtrs(m batchMeta) (seqs, pt, rowSeq, blocks DevicePtr) {
+	p := kv.meta.Ptr
+	return p.Add(int64(4 * m.seqOff)), p.Add(int64(4 * m.ptOff)), p.Add(int64(4 * m.rowOff)), p.Add(int64(4 * m.blkOff))
+}
+
+func (kv *KVCache) checkLayer(layer int) error {
+	if layer < 0 || layer >= len(kv.layers) {
+		return fmt.Errorf("gpu: KV layer %d outside 0..%d", layer, len(kv.layers)-1)
+	}
+	return nil
+}
+
+func dtypeCode(d kvcache.DType) int {
+	switch d {
+	case kvcache.F16:
+		return 1
+	case kvcache.FP8E4M3:
+		return 2
+	case kvcache.FP8E5M2:
+		return 3
+	}
+	return 0
+}
+
+func log2(n int) int {
+	s := 0
+	for 1<<s < n {
+		s++
+	}
+	return s
+}
+
+// RopeInvFreq returns the per-pair angle rates the KV write kernel uses:
+// theta_i(pos) = pos * invf[i], invf[i] = scale * base^(-2i/dim) /
+// freq_factor[i], computed in float64. Exported so tests state the RoPE
+// reference once.
+func RopeInvFreq(r model.Rope) []float64 {
+	scale := float64(r.Scale)
+	if scale == 0 {
+		scale = 1
+	}
+	inv := make([]float64, r.Dim/2)
+	for i := range inv {
+		f := scale * math.Pow(r.Base, -float64(2*i)/float64(r.Dim))
+		if r.FreqFactors != nil {
+			f /= float64(r.FreqFactors[i])
+		}
+		inv[i] = f
+	}
+	return inv
+}
+
+func (kv *KVCache) ropeTable(c *Ctx, r model.Rope) (DevicePtr, error) {
+	if r.Dim == 0 {
+		return 0, nil
+	}
+	if r.Dim < 0 || r.Dim%2 != 0 || r.Dim > kv.Layout.HeadDim {
+		return 0, fmt.Errorf("gpu: RoPE over %d dims of head_dim %d; need an even count up to head_dim", r.Dim, kv.Layout.HeadDim)
+	}
+	if r.FreqFactors != nil && len(r.FreqFactors) != r.Dim/2 {
+		return 0, fmt.Errorf("gpu: RoPE has %d frequency factors; need dim/2 = %d", len(r.FreqFactors), r.Dim/2)
+	}
+	neox := 0.0
+	if r.NeoX {
+		neox = 1
+	}
+	key := []float64{float64(r.Dim), r.Base, neox, float64(r.Scale)}
+	for _, f := range r.FreqFactors {
+		key = append(key, float64(f))
+	}
+	if slices.Equal(key, kv.ropeKey) {
+		return kv.ropeBuf.Ptr, nil
+	}
+	inv := RopeInvFreq(r)
+	if kv.ropeBuf.Size < int64(8*len(inv)) {
+		if err := c.Free(kv.ropeBuf); err != nil {
+			return 0, err
+		}
+		kv.ropeBuf = Buffer{}
+		b, err := c.Alloc(int64(8*len(inv)), "RoPE table")
+		if err != nil {
+			return 0, err
+		}
+		kv.ropeBuf = b
+	}
+	if err := Upload(c, kv.ropeBuf.Ptr, inv); err != nil {
+		kv.ropeKey = nil
+		return 0, err
+	}
+	kv.ropeKey = key
+	return kv.ropeBuf.Ptr, nil
+}
+
+// Write is Backend.KVWrite: RoPE on k, then k and v (each [rows][kv_heads
+// *head_dim] float32 on the device) are quantized to the pool's dtype and
+// stored at the pages and slots b gives each row, in one kernel.
+func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.Batch, rope model.Rope) error {
+	if err := kv.checkLayer(layer); err != nil {
+		return err
+	}
+	m, err := kv.buildMeta(kv.scratch, b, rows, 1)
+	kv.scratch = m.words
+	if err != nil {
+		return err
+	}
+	inv, err := kv.ropeTable(c, rope)
+	if err != nil {
+		return err
+	}
+	if err := kv.upload(c, m); err != nil {
+		return err
+	}
+	f, err := c.Function(kvWriteModule, "kv_write")
+	if err != nil {
+		return err
+	}
+	l := kv.Layout
+	seqs, pt, rowSeq, _ := kv.metaPtrs(m)
+	ly := kv.layers[layer]
+	dyn := l.HasTokenScales()
+	warps := rows * l.KVHeads * 2
+	neox := 0
+	if rope.NeoX {
+		neox = 1
+	}
+	return c.Launch(f, Dim3{X: (warps + 3) / 4}, Dim3{X: 128}, 0, c.Stream(),
+		k, v, rows, l.KVHeads, l.HeadDim, rowSeq, seqs, pt, log2(l.PageSize),
+		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.DType), dyn, inv, rope.Dim, neox)
+}
+
+// chooseSplits picks how many key chunks each (row block, kv head) is
+// split into: enough warps to fill the device (about 16 per SM), chunks of
+// at least minTok keys.
+func chooseSplits(sms, warps, maxK, minTok int) int {
+	if minTok <= 0 {
+		minTok = 256
+	}
+	s := (16*sms + warps - 1) / warps
+	s = min(s, (maxK+minTok-1)/minTok, 1024)
+	return max(s, 1)
+}
+
+// Attend is Backend.Attention: causal paged attention of q ([rows][heads*
+// head_dim] float32, rotated) over everything the pool holds for each row's
+// sequence up to and including the row's position, into dst (same shape).
+// scale is the softmax scale (usually 1/sqrt(head_dim)).
+func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Batch, heads int, scale float32) error {
+	if err := kv.checkLayer(layer); err != nil {
+		return err
+	}
+	l := kv.Layout
+	if heads <= 0 || heads%l.KVHeads != 0 {
+		return fmt.Errorf("gpu: %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads)
+	}
+	group := heads / l.KVHeads
+	hpw := min(group, maxGroup)
+	hslices := (group + hpw - 1) / hpw
+	m, err := kv.buildMeta(kv.scratch, b, rows, hpw)
+	kv.scratch = m.words
+	if err != nil {
+		return err
+	}
+	if err := kv.upload(c, m); err != nil {
+		return err
+	}
+	if m.nblocks == 0 {
+		return nil
+	}
+	base := m.nblocks * l.KVHeads * hslices
+	splits := kv.Splits
+	if splits <= 0 {
+		splits = chooseSplits(c.d.info.SMs, base, m.maxK, kv.MinSplitTokens)
+	}
+	d := l.HeadDim
+	var part, partML DevicePtr
+	if splits > 1 {
+		accBytes := int64(splits) * int64(rows) * int64(heads) * int64(d) * 4
+		need := accBytes + int64(splits)*int64(rows)*int64(heads)*8
+		if kv.ws.Size < need {
+			if err := c.Free(kv.ws); err != nil {
+				return err
+			}
+			kv.ws = Buffer{}
+			ws, err := c.Alloc(need+need/4, "attention split workspace")
+			if err != nil {
+				return err
+			}
+			kv.ws = ws
+		}
+		part, partML = kv.ws.Ptr, kv.ws.Ptr.Add(accBytes)
+	}
+	name := fmt.Sprintf("attn_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
+	f, err := c.Function(attentionModule, name)
+	if err != nil {
+		return err
+	}
+	seqs, pt, rowSeq, blocks := kv.metaPtrs(m)
+	ly := kv.layers[layer]
+	warps := base * splits
+	scaleLog2 := scale * float32(math.Log2E)
+	if err := c.Launch(f, Dim3{X: (warps + 3) / 4}, Dim3{X: 128}, 0, c.Stream(),
+		q, dst, part, partML, ly.k, ly.v, ly.ks, ly.vs, l.HasTokenScales(),
+		seqs, pt, blocks, m.nblocks, l.KVHeads, group, hpw, hslices, log2(l.PageSize), splits, rows, scaleLog2); err != nil {
+		return err
+	}
+	if splits == 1 {
+		return nil
+	}
+	mf, err := c.Function(attentionModule, "attn_merge")
+	if err != nil {
+		return err
+	}
+	rh := rows * heads
+	return c.Launch(mf, Dim3{X: (rh + 3) / 4}, Dim3{X: 128}, 0, c.Stream(), part, partML, dst, rowSeq, heads, rh, d, splits)
+}

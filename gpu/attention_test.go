@@ -1,0 +1,500 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// ropeRef is the RoPE the KV write kernel computes: theta = pos*invf[i] in
+// float64, cos/sin rounded to float32, rotation in float32 without fusion.
+func ropeRef(row []float32, kvh, d, pos int, r model.Rope) {
+	if r.Dim == 0 {
+		return
+	}
+	inv := RopeInvFreq(r)
+	half := r.Dim / 2
+	for h := range kvh {
+		x := row[h*d : (h+1)*d]
+		for i := range half {
+			i0, i1 := 2*i, 2*i+1
+			if r.NeoX {
+				i0, i1 = i, i+half
+			}
+			s, c := math.Sincos(float64(pos) * inv[i])
+			cf, sf := float32(c), float32(s)
+			x0, x1 := x[i0], x[i1]
+			x[i0] = float32(x0*cf) - float32(x1*sf)
+			x[i1] = float32(x0*sf) + float32(x1*cf)
+		}
+	}
+}
+
+type seqShape struct{ cached, new int }
+
+// testBatch lays out seqs over a pool of pages with shuffled, distinct page
+// ids, rows in order plus spare rows that belong to no sequence. With
+// sparse, pages holding only cached tokens all map to page 0 (for writes,
+// which touch only the new tokens' pages).
+func testBatch(rng *rand.Rand, seqs []seqShape, pageSize, pages, spare int, sparse bool) (*model.Batch, int) {
+	perm := rng.Perm(pages - 1)
+	b := &model.Batch{}
+	rows, used := 0, 0
+	for _, s := range seqs {
+		total := s.cached + s.new
+		np := (total + pageSize - 1) / pageSize
+		pt := make([]int32, np)
+		for i := range pt {
+			if sparse && (i+1)*pageSize <= s.cached {
+				continue // page 0
+			}
+			pt[i] = int32(perm[used] + 1)
+			used++
+		}
+		b.Seqs = append(b.Seqs, model.SeqSpan{Offset: rows, Cached: s.cached, NewTokens: s.new, Pages: pt})
+		for i := range s.new {
+			b.Pos = append(b.Pos, int32(s.cached+i))
+			b.Tokens = append(b.Tokens, 1)
+		}
+		rows += s.new
+	}
+	for range spare {
+		b.Pos = append(b.Pos, 0)
+		b.Tokens = append(b.Tokens, 1)
+	}
+	return b, rows + spare
+}
+
+// pagesFor counts the pages testBatch needs (plus page 0).
+func pagesFor(seqs []seqShape, pageSize int, sparse bool) int {
+	n := 1
+	for _, s := range seqs {
+		n += (s.cached + s.new + pageSize - 1) / pageSize
+		if sparse {
+			n -= s.cached / pageSize
+		}
+	}
+	return n
+}
+
+// randRow fills x with normal values times a per-row magnitude 10^U(-2,2).
+func randRow(rng *rand.Rand, x []float32) {
+	mag := math.Pow(10, 4*rng.Float64()-2)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * mag)
+	}
+}
+
+func float32Bytes(f []float32) []byte {
+	b := make([]byte, 4*len(f))
+	for i, x := range f {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func testLayout(dt kvcache.DType, sm kvcache.ScaleMode, layers, kvh, d, p, pages int, rng *rand.Rand) kvcache.Layout {
+	l := kvcache.Layout{Layers: layers, KVHeads: kvh, HeadDim: d, PageSize: p, Pages: pages, DType: dt, Scales: sm}
+	if dt.IsFP8() && sm == kvcache.StaticScales {
+		for range layers * kvh {
+			l.KScale = append(l.KScale, float32(0.001+0.05*rng.Float64()))
+			l.VScale = append(l.VScale, float32(0.001+0.05*rng.Float64()))
+		}
+	}
+	return l
+}
+
+func TestKVWriteMatchesHostStore(t *testing.T) {
+	d := openTestDevice(t)
+	type dtc struct {
+		dt kvcache.DType
+		sm kvcache.ScaleMode
+	}
+	dts := []dtc{{kvcache.BF16, 0}, {kvcache.F16, 0}, {kvcache.FP8E4M3, kvcache.DynamicScales},
+		{kvcache.FP8E5M2, kvcache.DynamicScales}, {kvcache.FP8E4M3, kvcache.StaticScales}, {kvcache.FP8E5M2, kvcache.StaticScales}}
+	dims := []int{64, 80, 96, 128, 256}
+	pageSizes := []int{1, 8, 16, 64, 256}
+	ropes := func(hd int) []model.Rope {
+		ff := make([]float32, hd/4)
+		for i := range ff {
+			ff[i] = 1 + float32(i%5)
+		}
+		return []model.Rope{
+			{Dim: hd, Base: 10000},
+			{Dim: hd, Base: 1e6, NeoX: true},
+			{Dim: hd / 2, Base: 10000, NeoX: true, Scale: 0.25},
+			{Dim: hd / 2, Base: 500000, FreqFactors: ff},
+			{},
+		}
+	}
+	seqs := []seqShape{{5, 7}, {0, 1}, {4000, 3}, {130000, 2}}
+	for di, dc := range dts {
+		for ki, hd := range dims {
+			rng := rand.New(rand.NewPCG(uint64(di), uint64(ki)))
+			p := pageSizes[(di+ki)%len(pageSizes)]
+			rope := ropes(hd)[(di+2*ki)%5]
+			kvh := 1 + (di+ki)%3
+			name := fmt.Sprintf("%v-%v/d%d/p%d/kvh%d/rope%d-neox%v", dc.dt, dc.sm, hd, p, kvh, rope.Dim, rope.NeoX)
+			t.Run(name, func(t *testing.T) {
+				pages := pagesFor(seqs, p, true) + 3
+				l := testLayout(dc.dt, dc.sm, 2, kvh, hd, p, pages, rng)
+				b, rows := testBatch(rng, seqs, p, pages, 1, true)
+				w := kvh * hd
+				k, v := make([]float32, rows*w), make([]float32, rows*w)
+				for r := range rows {
+					for h := range kvh {
+						randRow(rng, k[r*w+h*hd:r*w+(h+1)*hd])
+						randRow(rng, v[r*w+h*hd:r*w+(h+1)*hd])
+					}
+				}
+				clear(k[w : w+hd])     // a zero K row (dynamic scale 0)
+				clear(v[2*w : 2*w+hd]) // a zero V row
+				v[3*w+1] = float32(math.Inf(1))
+				v[4*w+2] = float32(math.NaN())
+				v[5*w+3] = 1e30
+
+				// CPU reference into a host store poisoned like the device pool.
+				hs, err := kvcache.NewHostStore(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hk, hv, hks, hvs := hs.Raw(1)
+				for i := range hk {
+					hk[i], hv[i] = 0xa5, 0xa5
+				}
+				if l.HasTokenScales() {
+					for i := range hks {
+						hks[i] = math.Float32frombits(0xa5a5a5a5)
+						hvs[i] = hks[i]
+					}
+				}
+				kr := make([]float32, w)
+				for _, s := range b.Seqs {
+					for i := range s.NewTokens {
+						r := s.Offset + i
+						pos := s.Cached + i
+						copy(kr, k[r*w:(r+1)*w])
+						ropeRef(kr, kvh, hd, pos, rope)
+						hs.WriteRow(1, int(s.Pages[pos/p]), pos%p, kr, v[r*w:(r+1)*w])
+					}
+				}
+
+				gk := make([]byte, len(hk))
+				gv := make([]byte, len(hv))
+				var gks, gvs []float32
+				if l.HasTokenScales() {
+					gks, gvs = make([]float32, len(hks)), make([]float32, len(hks))
+				}
+				err = d.Do(func(c *Ctx) error {
+					kv, err := c.AllocKV(l)
+					if err != nil {
+						return err
+					}
+					defer kv.Free(c)
+					ly := kv.layers[1]
+					if err := c.Memset8(ly.buf.Ptr, 0xa5, ly.buf.Size); err != nil {
+						return err
+					}
+					kb, err := c.Alloc(int64(8*len(k)), "test k/v")
+					if err != nil {
+						return err
+					}
+					defer c.Free(kb)
+					vb := kb.Ptr.Add(int64(4 * len(k)))
+					if err := Upload(c, kb.Ptr, k); err != nil {
+						return err
+					}
+					if err := Upload(c, vb, v); err != nil {
+						return err
+					}
+					if err := kv.Write(c, 1, kb.Ptr, vb, rows, b, rope); err != nil {
+						return err
+					}
+					pk, pv, pks, pvs := kv.LayerPtrs(1)
+					if err := Download(c, gk, pk); err != nil {
+						return err
+					}
+					if err := Download(c, gv, pv); err != nil {
+						return err
+					}
+					if gks != nil {
+						if err := Download(c, gks, pks); err != nil {
+							return err
+						}
+						if err := Download(c, gvs, pvs); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmpBytes(t, "K codes", gk, hk)
+				cmpBytes(t, "V codes", gv, hv)
+				if gks != nil {
+					cmpBytes(t, "K scales", float32Bytes(gks), float32Bytes(hks))
+					cmpBytes(t, "V scales", float32Bytes(gvs), float32Bytes(hvs))
+				}
+			})
+		}
+	}
+}
+
+func cmpBytes(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
+	}
+	bad, first := 0, -1
+	for i := range got {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d bytes differ from kvcache.HostStore.WriteRow; first at byte %d: got %#02x want %#02x",
+			what, bad, len(got), first, got[first], want[first])
+	}
+}
+
+type attnCase struct {
+	dt          kvcache.DType
+	sm          kvcache.ScaleMode
+	kvh, group  int
+	d, p        int
+	seqs        []seqShape
+	splits      int     // 0: auto
+	qmag        float64 // q magnitude (peakier softmax when larger)
+	short, long bool
+}
+
+func (c attnCase) String() string {
+	var lens []string
+	for _, s := range c.seqs {
+		lens = append(lens, fmt.Sprintf("%d+%d", s.cached, s.new))
+	}
+	return fmt.Sprintf("%v-%v/kvh%d/g%d/d%d/p%d/s%d/%s", c.dt, c.sm, c.kvh, c.group, c.d, c.p, c.splits, strings.Join(lens, ","))
+}
+
+func attnCases() []attnCase {
+	dec := []seqShape{{0, 1}, {16, 1}, {299, 1}, {1000, 1}}
+	mixed := []seqShape{{0, 37}, {100, 20}, {50, 1}, {7, 9}}
+	return []attnCase{
+		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: dec},
+		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: dec, splits: 1},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 64, seqs: dec, qmag: 3},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 64, seqs: dec, splits: 7},
+		{dt: kvcache.FP8E5M2, kvh: 3, group: 3, d: 64, p: 8, seqs: dec},
+		{dt: kvcache.F16, kvh: 2, group: 2, d: 256, p: 32, seqs: dec},
+		{dt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 96, p: 128, seqs: dec},
+		{dt: kvcache.FP8E5M2, sm: kvcache.StaticScales, kvh: 2, group: 7, d: 64, p: 16, seqs: dec},
+		{dt: kvcache.BF16, kvh: 4, group: 1, d: 80, p: 256, seqs: dec},
+		{dt: kvcache.FP8E4M3, kvh: 1, group: 5, d: 64, p: 16, seqs: dec},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 6, d: 256, p: 8, seqs: dec},
+		{dt: kvcache.BF16, kvh: 1, group: 16, d: 128, p: 64, seqs: dec},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 80, p: 32, seqs: dec},
+		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: mixed},
+		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: mixed, splits: 3},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 2, d: 64, p: 32, seqs: mixed, qmag: 3},
+		{dt: kvcache.F16, kvh: 3, group: 1, d: 128, p: 8, seqs: mixed},
+		{dt: kvcache.FP8E5M2, kvh: 1, group: 3, d: 256, p: 64, seqs: mixed},
+		{dt: kvcache.FP8E4M3, kvh: 1, group: 8, d: 128, p: 64, seqs: []seqShape{{131071, 1}, {70000, 1}}, long: true},
+		{dt: kvcache.BF16, kvh: 1, group: 8, d: 128, p: 256, seqs: []seqShape{{131071, 1}}, long: true},
+		{dt: kvcache.FP8E4M3, kvh: 1, group: 4, d: 128, p: 16, seqs: []seqShape{{32000, 64}}, long: true},
+	}
+}
+
+// attnTol is the largest accepted ||gpu - cpu|| / ||cpu|| per (row, head):
+// both read the same codes; the GPU carries q and p with ~16 mantissa bits
+// (hi/lo 16-bit pairs) and float32 accumulation, the CPU float32.
+const attnTol = 1e-3
+
+func TestAttentionMatchesHostStore(t *testing.T) {
+	d := openTestDevice(t)
+	for ci, tc := range attnCases() {
+		t.Run(tc.String(), func(t *testing.T) {
+			if tc.long && testing.Short() {
+				t.Skip("long context case skipped in -short mode")
+			}
+			rng := rand.New(rand.NewPCG(uint64(ci), 7))
+			pages := pagesFor(tc.seqs, tc.p, false) + 2
+			l := testLayout(tc.dt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
+			hs, err := kvcache.NewHostStore(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Poison the whole layer: rows the kernel must not read are NaN.
+			hk, hv, hks, hvs := hs.Raw(1)
+			for i := range hk {
+				hk[i], hv[i] = 0xff, 0xff
+			}
+			if l.HasTokenScales() {
+				for i := range hks {
+					hks[i], hvs[i] = float32(math.NaN()), float32(math.NaN())
+				}
+			}
+			b, rows := testBatch(rng, tc.seqs, tc.p, pages, 1, false)
+			w := tc.kvh * tc.d
+			kr, vr := make([]float32, w), make([]float32, w)
+			for _, s := range b.Seqs {
+				for pos := range s.Cached + s.NewTokens {
+					for h := range tc.kvh {
+						for i := range tc.d {
+							kr[h*tc.d+i] = float32(rng.NormFloat64())
+						}
+						randRow(rng, vr[h*tc.d:(h+1)*tc.d])
+					}
+					if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
+						// keep values inside the static scale's range
+						for i := range kr {
+							kr[i] *= 0.5
+							vr[i] = float32(rng.NormFloat64())
+						}
+					}
+					hs.WriteRow(1, int(s.Pages[pos/tc.p]), pos%tc.p, kr, vr)
+				}
+			}
+			heads := tc.kvh * tc.group
+			hw := heads * tc.d
+			qmag := tc.qmag
+			if qmag == 0 {
+				qmag = 1
+			}
+			q := make([]float32, rows*hw)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64() * qmag)
+			}
+			scale := float32(1 / math.Sqrt(float64(tc.d)))
+			got := make([]float32, rows*hw)
+			err = d.Do(func(c *Ctx) error {
+				kv, err := c.AllocKV(l)
+				if err != nil {
+					return err
+				}
+				defer kv.Free(c)
+				kv.Splits = tc.splits
+				pk, pv, pks, pvs := kv.LayerPtrs(1)
+				for _, u := range []error{Upload(c, pk, hk), Upload(c, pv, hv)} {
+					if u != nil {
+						return u
+					}
+				}
+				if l.HasTokenScales() {
+					if err := Upload(c, pks, hks); err != nil {
+						return err
+					}
+					if err := Upload(c, pvs, hvs); err != nil {
+						return err
+					}
+				}
+				buf, err := c.Alloc(int64(8*len(q)), "test q/out")
+				if err != nil {
+					return err
+				}
+				defer c.Free(buf)
+				qp, op := buf.Ptr, buf.Ptr.Add(int64(4*len(q)))
+				if err := Upload(c, qp, q); err != nil {
+					return err
+				}
+				if err := c.Memset32(op, 0x7fc00000, int64(len(q))); err != nil { // NaN poison
+					return err
+				}
+				if err := kv.Attend(c, op, qp, rows, 1, b, heads, scale); err != nil {
+					return err
+				}
+				return Download(c, got, op)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, hw)
+			worst, worstAt := 0.0, ""
+			covered := make([]bool, rows)
+			for _, s := range b.Seqs {
+				for i := range s.NewTokens {
+					r := s.Offset + i
+					covered[r] = true
+					hs.Attend(want, q[r*hw:(r+1)*hw], 1, s.Pages, s.Cached+i+1, heads, scale)
+					for h := range heads {
+						g := got[r*hw+h*tc.d : r*hw+(h+1)*tc.d]
+						wv := want[h*tc.d : (h+1)*tc.d]
+						var num, den float64
+						for j := range g {
+							if math.IsNaN(float64(g[j])) || math.IsInf(float64(g[j]), 0) {
+								t.Fatalf("row %d head %d dim %d: %v (not written or not finite)", r, h, j, g[j])
+							}
+							e := float64(g[j] - wv[j])
+							num += e * e
+							den += float64(wv[j]) * float64(wv[j])
+						}
+						rel := math.Sqrt(num / max(den, 1e-30))
+						if rel > worst {
+							worst, worstAt = rel, fmt.Sprintf("row %d (pos %d) head %d", r, s.Cached+i, h)
+						}
+					}
+				}
+			}
+			for r := range rows {
+				if !covered[r] {
+					for j := range hw {
+						if !math.IsNaN(float64(got[r*hw+j])) {
+							t.Fatalf("row %d belongs to no sequence but was written (%v)", r, got[r*hw+j])
+						}
+					}
+				}
+			}
+			t.Logf("max rel. error %.2e at %s", worst, worstAt)
+			if worst > attnTol {
+				t.Errorf("max rel. error %.2e at %s exceeds %.0e", worst, worstAt, attnTol)
+			}
+		})
+	}
+}
+
+// TestAttentionBatchErrors checks that malformed batches give one clear
+// error (host-side validation; no GPU needed).
+func TestAttentionBatchErrors(t *testing.T) {
+	l := kvcache.Layout{Layers: 1, KVHeads: 2, HeadDim: 64, PageSize: 16, Pages: 4, DType: kvcache.BF16}
+	kv := &KVCache{Layout: l}
+	for _, tc := range []struct {
+		name string
+		b    model.Batch
+		rows int
+		want string
+	}{
+		{"page out of pool", model.Batch{Seqs: []model.SeqSpan{{NewTokens: 1, Pages: []int32{9}}}}, 1, "outside the pool"},
+		{"short page table", model.Batch{Seqs: []model.SeqSpan{{Cached: 40, NewTokens: 1, Pages: []int32{0, 1}}}}, 1, "page table has 2 pages"},
+		{"rows overflow", model.Batch{Seqs: []model.SeqSpan{{Offset: 1, NewTokens: 2, Pages: []int32{0}}}}, 2, "does not fit"},
+		{"overlap", model.Batch{Seqs: []model.SeqSpan{{NewTokens: 2, Pages: []int32{0}}, {Offset: 1, NewTokens: 1, Pages: []int32{1}}}}, 2, "two sequences"},
+		{"bad pos", model.Batch{Pos: []int32{3}, Seqs: []model.SeqSpan{{Cached: 2, NewTokens: 1, Pages: []int32{0}}}}, 1, "position 3"},
+		{"no seqs", model.Batch{}, 1, "no sequences"},
+	} {
+		_, err := kv.buildMeta(nil, &tc.b, tc.rows, 4)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestChooseSplits(t *testing.T) {
+	for _, tc := range []struct{ sms, warps, maxK, want int }{
+		{132, 8, 32768, 128},  // batch 1, 8 kv heads, 32K: chunks of 256
+		{132, 128, 32768, 17}, // batch 16: 16 warps per SM
+		{132, 8, 100, 1},      // short context: one chunk
+		{132, 4096, 512, 1},   // prefill: enough warps already
+	} {
+		if got := chooseSplits(tc.sms, tc.warps, tc.maxK, 0); got != tc.want {
+			t.Errorf("chooseSplits(%d, %d, %d) = %d, want %d", tc.sms, tc.warps, tc.maxK, got, tc.want)
+		}
+	}
+}
