@@ -351,6 +351,28 @@ def spm_fixture(inputs, rnd):
     }
 
 
+def write_spm_gguf(path, md):
+    """The same SentencePiece metadata as a real GGUF file (no tensors), so the
+    tests also read it through engine/gguf."""
+    import gguf
+
+    w = gguf.GGUFWriter(path, arch="llama")
+    w.add_tokenizer_model(md["tokenizer.ggml.model"])
+    w.add_token_list(md["tokenizer.ggml.tokens"])
+    w.add_token_scores(md["tokenizer.ggml.scores"])
+    w.add_token_types(md["tokenizer.ggml.token_type"])
+    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
+    w.add_unk_token_id(md["tokenizer.ggml.unknown_token_id"])
+    w.add_add_bos_token(md["tokenizer.ggml.add_bos_token"])
+    w.add_add_eos_token(md["tokenizer.ggml.add_eos_token"])
+    w.add_add_space_prefix(md["tokenizer.ggml.add_space_prefix"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", default=os.path.expanduser("~/.cache/ftchat/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -385,7 +407,9 @@ def main():
         write_gz_json(f"{OUT}/ids_{name}.json.gz", {"ids": ids})
         print(f"{name}: {sum(map(len, ids))} ids")
 
-    write_gz_json(f"{OUT}/spm_tiny.json.gz", spm_fixture(valid, random.Random(SEED + 2)))
+    spmfix = spm_fixture(valid, random.Random(SEED + 2))
+    write_gz_json(f"{OUT}/spm_tiny.json.gz", spmfix)
+    write_spm_gguf(f"{OUT}/spm_tiny.gguf", spmfix["metadata"])
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -159,3 +159,31 @@ func TestConcurrentEncode(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The SentencePiece fixture written as a real GGUF file reads through
+// engine/gguf (and Load's format sniffing) to the same ids.
+func TestSentencePieceGGUFFile(t *testing.T) {
+	tok, err := Load(filepath.Join("testdata", "spm_tiny.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Model() != SentencePieceBPE || !tok.AddsBOS() {
+		t.Fatalf("model %v addBOS %v", tok.Model(), tok.AddsBOS())
+	}
+	_, f := loadSPM(t)
+	for i, in := range f.Inputs {
+		if got := tok.Encode(in, false); !slices.Equal(got, f.IDs[i]) {
+			t.Fatalf("input %d %q: got %v want %v", i, in, got, f.IDs[i])
+		}
+	}
+	js, err := Load(filepath.Join("testdata", "llama3", "tokenizer.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js.Model() != ByteLevelBPE || js.PreTokenizer() != PreLlama3 {
+		t.Errorf("Load(tokenizer.json.gz): model %v pre %v", js.Model(), js.PreTokenizer())
+	}
+	if _, err := Load(filepath.Join("testdata", "missing.json")); err == nil {
+		t.Error("Load of a missing file succeeded")
+	}
+}
