@@ -361,15 +361,28 @@ func TestPresetErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Vocab") || !strings.Contains(err.Error(), "KVHeads") {
 		t.Errorf("Validate: %v", err)
 	}
-	if err := Write(filepath.Join(t.TempDir(), "x.gguf"), spec, 1, nil); err == nil {
+	dir := t.TempDir()
+	if err := Write(filepath.Join(dir, "x.gguf"), spec, 1, nil); err == nil {
 		t.Error("Write accepted an invalid spec")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("failed Write left files behind: %v", entries)
+	}
+	if err := WritePreset(filepath.Join(t.TempDir(), "x.gguf"), "qwen3-tiny", "q3_x", 1, nil); err == nil || !strings.Contains(err.Error(), "q3_x") {
+		t.Errorf("WritePreset with a bad type: %v", err)
+	}
+	if err := WritePreset(filepath.Join(t.TempDir(), "x.gguf"), "nope", "q8_0", 1, nil); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("WritePreset with a bad preset: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "ok.gguf")
+	if err := WritePreset(out, "qwen3-tiny", "q8_0", 1, nil); err != nil {
+		t.Errorf("WritePreset: %v", err)
+	}
+	if err := WritePreset(filepath.Join(t.TempDir(), "missing-dir", "x.gguf"), "qwen3-tiny", "q8_0", 1, nil); err == nil {
+		t.Error("WritePreset into a missing directory succeeded")
 	}
 	if !slices.Contains(Presets(), "llama-3.1-8b") || len(Presets()) != len(presets) {
 		t.Errorf("Presets() = %v", Presets())
-	}
-	entries, _ := os.ReadDir(t.TempDir())
-	if len(entries) != 0 {
-		t.Errorf("left files behind: %v", entries)
 	}
 }
 

@@ -192,3 +192,17 @@ func chunkSeed(name string, row int) uint64 {
 	h.Write([]byte(name))
 	return h.Sum64() ^ uint64(row)*0x9e3779b97f4a7c15
 }
+
+// WritePreset is Write for a named preset and a weight type name such as
+// "Q4_K" or "f16": the one call behind `ftchat dev gen-model`.
+func WritePreset(path, preset, weightType string, seed uint64, progress func(done, total int)) error {
+	t, err := gguf.ParseType(weightType)
+	if err != nil {
+		return err
+	}
+	spec, err := Preset(preset, t)
+	if err != nil {
+		return err
+	}
+	return Write(path, spec, seed, progress)
+}
