@@ -348,3 +348,30 @@ func axpy(y, x []float32, w float32) {
 		y[i] += w * x[i]
 	}
 }
+
+// ReadRow dequantizes the K and V rows stored at (layer, page, slot) into
+// k and v ([KVHeads*HeadDim] each): code value times its scale, exactly
+// the values Attend uses. With it a 16-bit pool can feed a Calibrator, or
+// be re-encoded into a pool of another dtype without recomputing.
+func (s *HostStore) ReadRow(layer, page, slot int, k, v []float32) {
+	s.checkSlot(layer, page, slot)
+	d := s.l.HeadDim
+	if len(k) != s.l.KVHeads*d || len(v) != s.l.KVHeads*d {
+		panic(fmt.Sprintf("kvcache: ReadRow got k %d, v %d values; want kv_heads*head_dim = %d", len(k), len(v), s.l.KVHeads*d))
+	}
+	hl := &s.layers[layer]
+	for h := range s.l.KVHeads {
+		for _, x := range [2]struct {
+			dst          []float32
+			codes        []byte
+			tok, statics []float32
+		}{{k[h*d : (h+1)*d], hl.k, hl.ks, hl.kStatic}, {v[h*d : (h+1)*d], hl.v, hl.vs, hl.vStatic}} {
+			sc := s.decodeRow(x.dst, x.codes, x.tok, x.statics, page, h, slot)
+			if sc != 1 {
+				for i := range x.dst {
+					x.dst[i] *= sc
+				}
+			}
+		}
+	}
+}

@@ -266,6 +266,18 @@ func testAttend(t *testing.T, sc storeCase, g geom, seed uint64) {
 		}
 	}
 
+	// ReadRow returns the stored values (to float32 rounding of code*scale).
+	rk, rv := make([]float32, width), make([]float32, width)
+	for tok := range g.n {
+		s.ReadRow(layer, int(pages[tok/g.pageSize]), tok%g.pageSize, rk, rv)
+		for i := range rk {
+			if math.Abs(float64(rk[i])-sk[tok][i]) > 0x1p-23*math.Abs(sk[tok][i]) ||
+				math.Abs(float64(rv[i])-sv[tok][i]) > 0x1p-23*math.Abs(sv[tok][i]) {
+				t.Fatalf("ReadRow token %d [%d] = %g, %g; stored %g, %g", tok, i, rk[i], rv[i], sk[tok][i], sv[tok][i])
+			}
+		}
+	}
+
 	scale := float32(1 / math.Sqrt(float64(g.headDim)))
 	for qi := range 3 {
 		q := randRows(r, 1, heads*g.headDim, false)[0]

@@ -390,3 +390,26 @@ func (c *Calibrator) Scales(model string, d DType, o CalibOptions) (*ScalesFile,
 	f.V = table(c.vmax, c.vhist, c.vzero)
 	return f, f.check()
 }
+
+// ObserveStore feeds the calibrator every row of the first n tokens of a
+// sequence (page table pages) in every layer of s, as stored (post-RoPE K).
+// `ftchat calibrate` prefills sample text into a 16-bit pool and calls it
+// per window; bf16 storage moves an amax by at most 2^-8 relative.
+func (c *Calibrator) ObserveStore(s *HostStore, pages []int32, n int) error {
+	l := s.Layout()
+	if l.Layers != c.layers || l.KVHeads != c.kvHeads || l.HeadDim != c.headDim {
+		return fmt.Errorf("calibrate: pool of %d layers x %d kv heads x %d dims, calibrator for %d x %d x %d",
+			l.Layers, l.KVHeads, l.HeadDim, c.layers, c.kvHeads, c.headDim)
+	}
+	if n < 0 || n > len(pages)*l.PageSize {
+		return fmt.Errorf("calibrate: %d tokens with a page table of %d pages of %d", n, len(pages), l.PageSize)
+	}
+	k, v := make([]float32, l.KVHeads*l.HeadDim), make([]float32, l.KVHeads*l.HeadDim)
+	for layer := range l.Layers {
+		for t := range n {
+			s.ReadRow(layer, int(pages[t/l.PageSize]), t%l.PageSize, k, v)
+			c.Observe(layer, k, v)
+		}
+	}
+	return nil
+}

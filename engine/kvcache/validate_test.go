@@ -219,3 +219,48 @@ func TestDropOldestTurns(t *testing.T) {
 		}
 	}
 }
+
+func TestCalibratorObserveStore(t *testing.T) {
+	l := Layout{Layers: 2, KVHeads: 2, HeadDim: 8, PageSize: 4, Pages: 8, DType: BF16}
+	st, _ := NewHostStore(l)
+	r := rand.New(rand.NewPCG(9, 9))
+	pages := []int32{5, 2, 7}
+	want := [2][2][2]float32{} // [layer][k|v][head] amax of the bf16-rounded inputs
+	for layer := range 2 {
+		for tok := range 10 {
+			k, v := make([]float32, 16), make([]float32, 16)
+			for i := range k {
+				k[i], v[i] = float32(r.NormFloat64()), float32(r.NormFloat64()*3)
+				h := i / 8
+				want[layer][0][h] = max(want[layer][0][h], float32(math.Abs(float64(DecodeBF16(EncodeBF16(k[i]))))))
+				want[layer][1][h] = max(want[layer][1][h], float32(math.Abs(float64(DecodeBF16(EncodeBF16(v[i]))))))
+			}
+			st.WriteRow(layer, int(pages[tok/4]), tok%4, k, v)
+		}
+	}
+	c, _ := NewCalibrator(2, 2, 8)
+	if err := c.ObserveStore(st, pages, 10); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Scales("m", FP8E4M3, CalibOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for layer := range 2 {
+		for h := range 2 {
+			if f.K[layer][h] != want[layer][0][h]/448 || f.V[layer][h] != want[layer][1][h]/448 {
+				t.Errorf("layer %d head %d: k %g v %g, want %g %g", layer, h, f.K[layer][h], f.V[layer][h], want[layer][0][h]/448, want[layer][1][h]/448)
+			}
+		}
+	}
+	if c.Tokens() != 10 {
+		t.Errorf("tokens %d", c.Tokens())
+	}
+	bad, _ := NewCalibrator(3, 2, 8)
+	if err := bad.ObserveStore(st, pages, 10); err == nil {
+		t.Error("shape mismatch accepted")
+	}
+	if err := c.ObserveStore(st, pages, 13); err == nil {
+		t.Error("n beyond the page table accepted")
+	}
+}
