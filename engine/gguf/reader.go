@@ -90,7 +90,8 @@ func (e *FormatError) Error() string {
 }
 
 // File is an open GGUF file. Metadata is decoded at Open; tensor data is
-// served from the mapped file and stays valid until Close.
+// served from the mapped file and stays valid until Close. A File is safe
+// for concurrent reads; Close must not race with them.
 type File struct {
 	Path      string
 	Version   uint32
@@ -611,6 +612,9 @@ func parse(path string, b []byte) (*File, error) {
 	case 1:
 		return nil, &FormatError{Path: path, Offset: 4, Msg: "GGUF version 1 is not supported (it predates 64-bit counts); convert the model with a current llama.cpp"}
 	default:
+		if v := bits.ReverseBytes32(f.Version); v >= 1 && v <= 3 {
+			return nil, &FormatError{Path: path, Offset: 4, Msg: "big-endian GGUF files are not supported; use the little-endian model file"}
+		}
 		return nil, &FormatError{Path: path, Offset: 4, Msg: fmt.Sprintf("unsupported GGUF version %d (supported: 2, 3)", f.Version)}
 	}
 	nTensors := d.count("tensor count", 24)

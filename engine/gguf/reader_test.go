@@ -194,6 +194,7 @@ func TestOpenBadInput(t *testing.T) {
 		{"tiny", []byte("GG"), "bad magic"},
 		{"version 1", craft(1, nil, nil, 32, 0), "version 1 is not supported"},
 		{"version 4", craft(4, nil, nil, 32, 0), "unsupported GGUF version 4"},
+		{"big endian", craft(3<<24, nil, nil, 32, 0), "big-endian"},
 		{"huge tensor count", u64(good, 8, 1<<60), "tensor count"},
 		{"huge kv count", u64(good, 16, math.MaxUint64), "key/value count"},
 		{"huge key length", u64(craft(3, []KV{{"k", uint8(1)}}, nil, 32, 0), 24, 1<<62), "length"},
