@@ -219,14 +219,15 @@ func (p *StreamParser) stepText(final bool) bool {
 	}
 	p.emit(SegText, strings.TrimRightFunc(p.buf[:i], unicode.IsSpace))
 	p.buf = p.buf[i+len(tag):]
-	p.skipWS = true
 	switch tag {
 	case thinkOpen:
 		p.mode = modeThink
+		p.skipWS = true
 	case hermesOpen:
-		p.mode = modeHermes
+		p.mode = modeHermes // keeps its whitespace: the raw text of a malformed call is reported verbatim
 	case llamaPyTag:
 		p.mode = modePyTag
+		p.skipWS = true
 	}
 	return true
 }

@@ -43,6 +43,10 @@ const maxDepth = 200
 // maxOutput bounds the rendered size (a runaway loop is an error, not OOM).
 const maxOutput = 64 << 20
 
+// maxSteps bounds loop iterations and macro calls, so nested loops over
+// large ranges fail instead of running for hours (a var so tests can lower it).
+var maxSteps = 1 << 24
+
 type frame struct {
 	vars   map[string]any
 	parent *frame
@@ -61,6 +65,30 @@ type renderer struct {
 	t     *Template
 	depth int
 	size  int
+	steps int
+	alloc int // bytes of strings built by expressions
+}
+
+// maxAlloc bounds the bytes of intermediate strings one render may build.
+const maxAlloc = 1 << 28
+
+// charge counts a string an expression produced against maxAlloc.
+func (r *renderer) charge(v any, line int) error {
+	if s, ok := v.(string); ok {
+		r.alloc += len(s)
+		if r.alloc > maxAlloc {
+			return errorf(line, "template builds more than %d bytes of strings", maxAlloc)
+		}
+	}
+	return nil
+}
+
+func (r *renderer) step(line int) error {
+	r.steps++
+	if r.steps > maxSteps {
+		return errorf(line, "template runs more than %d loop iterations and macro calls", maxSteps)
+	}
+	return nil
 }
 
 var (
@@ -245,6 +273,9 @@ func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
 		// the "if" filter decides which items the loop (and loop.length) sees
 		var kept []any
 		for _, item := range items {
+			if err := r.step(n.line); err != nil {
+				return err
+			}
 			fr := &frame{vars: map[string]any{}, parent: f}
 			if err := bind(fr, item); err != nil {
 				return err
@@ -263,6 +294,9 @@ func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
 		return r.exec(n.els, f, b)
 	}
 	for i, item := range items {
+		if err := r.step(n.line); err != nil {
+			return err
+		}
 		// every iteration gets a fresh scope, as in jinja2: assignments in
 		// the body neither leak out nor survive to the next iteration
 		fr := &frame{vars: map[string]any{"loop": &loopObj{items: items, index: i, length: len(items)}}, parent: f}
@@ -284,6 +318,9 @@ func (r *renderer) makeMacro(n *macroNode, def *frame) Func {
 	return func(args []any, kwargs map[string]any) (any, error) {
 		if len(args) > len(n.params) {
 			return nil, errorf(n.line, "macro %s takes %d arguments, got %d", n.name, len(n.params), len(args))
+		}
+		if err := r.step(n.line); err != nil {
+			return nil, err
 		}
 		if r.depth >= maxDepth {
 			return nil, errorf(n.line, "macro %s: recursion deeper than %d", n.name, maxDepth)
@@ -480,7 +517,7 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 		if err != nil {
 			return nil, errorf(e.line, "%v", err)
 		}
-		return v, nil
+		return v, r.charge(v, e.line)
 	case *compareExpr:
 		l, err := r.eval(e.first, f)
 		if err != nil {
@@ -764,6 +801,9 @@ func (r *renderer) evalCall(e *callExpr, f *frame) (any, error) {
 	switch c := fn.(type) {
 	case Func:
 		v, err := c(args, kw)
+		if err == nil {
+			err = r.charge(v, e.line)
+		}
 		if err != nil {
 			var je *Error
 			var ee *ExceptionError

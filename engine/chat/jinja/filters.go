@@ -74,6 +74,9 @@ func (r *renderer) applyFilter(fe *filterExpr, v any, f *frame) (any, error) {
 		return nil, err
 	}
 	out, err := fn(r, v, args, kw)
+	if err == nil {
+		err = r.charge(out, fe.line)
+	}
 	if err != nil {
 		if je, ok := err.(*Error); ok {
 			return nil, je

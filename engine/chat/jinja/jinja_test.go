@@ -165,9 +165,15 @@ func TestFromGoSortsMapKeys(t *testing.T) {
 }
 
 func TestRunawayOutputIsAnError(t *testing.T) {
-	_, err := render(t, "{% for i in range(1000000) %}{% for j in range(1000) %}xxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}{% endfor %}", nil)
+	_, err := render(t, "{% for i in range(1000) %}{{ 'x' * 1000000 }}{% endfor %}", nil)
 	if err == nil || !strings.Contains(err.Error(), "output exceeds") {
 		t.Fatalf("want output limit error, got %v", err)
+	}
+	defer func(old int) { maxSteps = old }(maxSteps)
+	maxSteps = 10000
+	_, err = render(t, "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", nil)
+	if err == nil || !strings.Contains(err.Error(), "more than 10000 loop iterations") {
+		t.Fatalf("want step limit error, got %v", err)
 	}
 	_, err = render(t, "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", nil)
 	if err == nil || !strings.Contains(err.Error(), "recursion") {

@@ -138,7 +138,7 @@ func binOp(op string, l, r any) (any, error) {
 			return binOp(op, s, l)
 		}
 		if xs, ok := l.([]any); ok && rok && !rfl {
-			if int64(len(xs))*ri > maxOutput {
+			if int64(len(xs))*ri > 1<<20 {
 				return nil, fmt.Errorf("list repetition too large")
 			}
 			var out []any

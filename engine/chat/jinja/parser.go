@@ -150,7 +150,10 @@ type parser struct {
 	pieces []piece
 	i      int
 	used   []usedName // filters and tests, checked after parsing
+	nest   int        // open blocks, bounded like expression nesting
 }
+
+const maxBlockDepth = 200
 
 type usedName struct {
 	filter bool
@@ -189,6 +192,15 @@ func parse(pieces []piece) ([]node, error) {
 // parseBody parses nodes until one of the names in stops (returned as end)
 // or the end of the template (end nil; an error if stops is non-empty).
 func (p *parser) parseBody(stops []string) ([]node, *blockEnd, error) {
+	p.nest++
+	defer func() { p.nest-- }()
+	if p.nest > maxBlockDepth {
+		line := 0
+		if p.i > 0 {
+			line = p.pieces[p.i-1].line
+		}
+		return nil, nil, errorf(line, "blocks nested deeper than %d levels", maxBlockDepth)
+	}
 	var out []node
 	for p.i < len(p.pieces) {
 		pc := p.pieces[p.i]
@@ -522,11 +534,14 @@ func itoa(i int) string {
 // ---- expression parser (precedence as in jinja2's parser) ----
 
 type tokStream struct {
-	toks []token
-	pos  int
-	line int
-	used *[]usedName
+	toks  []token
+	pos   int
+	line  int
+	used  *[]usedName
+	depth int // expression nesting, bounded so deep input cannot exhaust the stack
 }
+
+const maxExprDepth = 100
 
 func (ts *tokStream) peek() token {
 	if ts.pos < len(ts.toks) {
@@ -624,6 +639,11 @@ func (ts *tokStream) tuple(withCond bool) (expr, error) {
 
 func (ts *tokStream) parseExpr() (expr, error) {
 	line := ts.peek().line
+	ts.depth++
+	defer func() { ts.depth-- }()
+	if ts.depth > maxExprDepth {
+		return nil, errorf(line, "expression nested deeper than %d levels", maxExprDepth)
+	}
 	x, err := ts.parseOr()
 	if err != nil {
 		return nil, err
@@ -678,6 +698,11 @@ func (ts *tokStream) parseAnd() (expr, error) {
 
 func (ts *tokStream) parseNot() (expr, error) {
 	if ts.isName("not") {
+		ts.depth++
+		defer func() { ts.depth-- }()
+		if ts.depth > maxExprDepth {
+			return nil, errorf(ts.peek().line, "expression nested deeper than %d levels", maxExprDepth)
+		}
 		line := ts.next().line
 		x, err := ts.parseNot()
 		if err != nil {
@@ -796,6 +821,11 @@ func (ts *tokStream) parseUnary(withFilter bool) (expr, error) {
 	t := ts.peek()
 	if t.kind == tkOp && (t.val == "-" || t.val == "+") {
 		ts.next()
+		ts.depth++
+		defer func() { ts.depth-- }()
+		if ts.depth > maxExprDepth {
+			return nil, errorf(t.line, "expression nested deeper than %d levels", maxExprDepth)
+		}
 		inner, err := ts.parseUnary(false)
 		if err != nil {
 			return nil, err

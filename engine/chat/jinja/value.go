@@ -281,7 +281,7 @@ func toStr(v any) string {
 	case string:
 		return x
 	case *Namespace:
-		return "<Namespace " + repr(x.d) + ">"
+		return repr(x)
 	case Func:
 		return "<function>"
 	case *loopObj:
@@ -291,13 +291,23 @@ func toStr(v any) string {
 }
 
 // repr is Python's repr().
-func repr(v any) string {
+func repr(v any) string { return reprDepth(v, 0) }
+
+// maxReprDepth stops runaway recursion (a namespace can contain itself).
+const maxReprDepth = 100
+
+func reprDepth(v any, depth int) string {
+	if depth > maxReprDepth {
+		return "..."
+	}
 	switch x := v.(type) {
+	case *Namespace:
+		return "<Namespace " + reprDepth(x.d, depth+1) + ">"
 	case Tuple:
 		if len(x) == 1 {
-			return "(" + repr(x[0]) + ",)"
+			return "(" + reprDepth(x[0], depth+1) + ",)"
 		}
-		s := repr([]any(x))
+		s := reprDepth([]any(x), depth)
 		return "(" + s[1:len(s)-1] + ")"
 	case string:
 		return pyStrRepr(x)
@@ -308,7 +318,7 @@ func repr(v any) string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(repr(e))
+			b.WriteString(reprDepth(e, depth+1))
 		}
 		b.WriteByte(']')
 		return b.String()
@@ -319,9 +329,9 @@ func repr(v any) string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(repr(k))
+			b.WriteString(reprDepth(k, depth+1))
 			b.WriteString(": ")
-			b.WriteString(repr(x.m[k]))
+			b.WriteString(reprDepth(x.m[k], depth+1))
 		}
 		b.WriteByte('}')
 		return b.String()
