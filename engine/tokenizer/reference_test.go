@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,10 @@ func TestMatchesHF(t *testing.T) {
 	for _, name := range []string{"smollm2", "qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {
 			tok := loadVocab(t, name)
-			var ref struct{ IDs [][]int32 }
+			var ref struct {
+				IDs           [][]int32
+				PlainSpecials map[string][]int32 `json:"plain_specials"`
+			}
 			readGzJSON(t, "testdata/ids_"+name+".json.gz", &ref)
 			if len(ref.IDs) != len(inputs) {
 				t.Fatalf("%d reference rows for %d inputs: regenerate the fixtures", len(ref.IDs), len(inputs))
@@ -121,6 +125,15 @@ func TestMatchesHF(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Errorf("%d of %d inputs differ from HF", bad, len(inputs))
+			}
+			if len(ref.PlainSpecials) < 20 {
+				t.Fatalf("only %d plain-specials references", len(ref.PlainSpecials))
+			}
+			for k, want := range ref.PlainSpecials {
+				i, _ := strconv.Atoi(k)
+				if got := tok.EncodeWith(inputs[i], EncodeOptions{PlainSpecials: true}); !slices.Equal(got, want) {
+					t.Errorf("PlainSpecials input %s %q:\n got %v %s\nwant %v %s", k, inputs[i], got, pieces(tok, got), want, pieces(tok, want))
+				}
 			}
 		})
 	}
