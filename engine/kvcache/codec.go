@@ -7,9 +7,9 @@ import (
 
 // Scalar codecs between float32 and the storage formats. All encoders
 // round to nearest, ties to even, exactly (integer arithmetic on the
-// float32 bits, no intermediate float64 rounding). The CUDA kernels must
-// produce the same codes: on sm_89+ cvt.rn.satfinite.{e4m3,e5m2}x2.f32
-// does; on sm_80 the kernels use the same integer algorithm as here.
+// float32 bits, no intermediate float64 rounding). The CUDA write kernel
+// mirrors this algorithm on every architecture so it produces the same
+// codes; the special-value rules follow PTX cvt.rn.satfinite.
 //
 // Special values:
 //   - E4M3 (OCP E4M3FN): no infinities. Finite overflow and ±Inf
