@@ -150,7 +150,7 @@ func TestCapacityTokensAndStats(t *testing.T) {
 	want := PoolStats{DType: FP8E4M3, PageSize: 16, PagesTotal: 100, PagesUsed: 7, PagesFree: 93, TokensCapacity: 1600,
 		TokensUsed: 100, TokensFree: 93 * 16, SeqTokens: 100, Sequences: 1, BytesPerToken: 67584,
 		PoolBytes: 1600 * 67584, BytesReserved: 7 * 16 * 67584, BytesUsed: 100 * 67584, BytesBF16: 100 * 131072,
-		CapacityRatio: 131072.0 / 67584}
+		CapacityRatio: 131072.0 / 67584, ComputedTokens: 100}
 	if st != want {
 		t.Errorf("stats\n got %+v\nwant %+v", st, want)
 	}

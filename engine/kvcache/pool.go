@@ -40,6 +40,8 @@ type Pool struct {
 	shared    int   // pages with refs > 1
 	cowCopies int64 // pages copied for copy-on-write
 	cowDrops  int64 // shared tail pages replaced by recomputation
+	reused    int64 // prompt tokens Reuse served from the cache
+	computed  int64 // tokens callers were told to compute (Len - start)
 }
 
 // NewPool makes a pool of l.Pages pages of l.PageSize tokens. copier may
@@ -142,7 +144,11 @@ func (s *Sequence) Reuse(prompt []int32) (start int, err error) {
 		return 0, p.fullError(s, keep, len(prompt)-keep, fit)
 	}
 	p.truncate(s, keep)
-	return p.appendTokens(s, prompt[keep:])
+	start, err = p.appendTokens(s, prompt[keep:])
+	if err == nil {
+		p.reused += int64(start)
+	}
+	return start, err
 }
 
 // Append reserves room for tokens after the sequence's current end and
@@ -350,6 +356,7 @@ func (p *Pool) appendTokens(s *Sequence, tokens []int32) (start int, err error) 
 	}
 	s.tokens = append(s.tokens, tokens...)
 	p.seqTokens += len(tokens)
+	p.computed += int64(len(s.tokens) - start)
 	for i := start / P; i < len(s.pages); i++ {
 		p.setFill(s.pages[i], min(P, len(s.tokens)-i*P))
 	}

@@ -306,6 +306,9 @@ func TestReusePrefillsOnlyNewTurn(t *testing.T) {
 	if got := len(prompt) - start; got != 37 {
 		t.Errorf("prefilled %d tokens, want 37", got)
 	}
+	if st := p.Stats(); st.ReusedTokens != 2150 || st.ComputedTokens != 2000+150+37 {
+		t.Errorf("counters: reused %d computed %d; want 2150, 2187", st.ReusedTokens, st.ComputedTokens)
+	}
 	// Same prompt again (regenerate): only the last token is recomputed.
 	if start, _ := s.Reuse(prompt); len(prompt)-start != 1 {
 		t.Errorf("regenerate prefills %d tokens, want 1", len(prompt)-start)

@@ -24,6 +24,11 @@ type PoolStats struct {
 
 	CowCopies int64 // shared pages copied before a write
 	CowDrops  int64 // shared pages replaced by recomputing their tokens
+
+	// ReusedTokens: prompt tokens Reuse kept from the cache (not
+	// recomputed); ComputedTokens: tokens Append/Reuse asked callers to
+	// compute. Both count over the pool's life.
+	ReusedTokens, ComputedTokens int64
 }
 
 // Stats returns a consistent snapshot.
@@ -45,5 +50,6 @@ func (p *Pool) Stats() PoolStats {
 		BytesBF16:     int64(p.tokens) * int64(bf16),
 		CapacityRatio: float64(bf16) / float64(bpt),
 		CowCopies:     p.cowCopies, CowDrops: p.cowDrops,
+		ReusedTokens: p.reused, ComputedTokens: p.computed,
 	}
 }
