@@ -82,8 +82,11 @@ const (
 type StreamParser struct {
 	format ToolFormat
 	mode   parseMode
-	buf    string
+	buf    []byte // unconsumed output; appended to, so long calls cost linear time
 	out    []Segment
+	// searchFrom is where the next search for </tool_call> starts: the body
+	// before it has been searched already.
+	searchFrom int
 
 	skipWS     bool // drop leading whitespace (start of output, after a tag)
 	skipSemi   bool // also drop ';' (between Llama 3 JSON calls)
@@ -105,7 +108,7 @@ func NewStreamParser(format ToolFormat, startInThinking bool) *StreamParser {
 
 // Feed consumes a delta and returns the segments it completed.
 func (p *StreamParser) Feed(delta string) []Segment {
-	p.buf += delta
+	p.buf = append(p.buf, delta...)
 	p.process(false)
 	return p.take()
 }
@@ -162,11 +165,10 @@ func (p *StreamParser) openTags() []string {
 func (p *StreamParser) process(final bool) {
 	for {
 		if p.skipWS {
-			trimmed := strings.TrimLeftFunc(p.buf, func(r rune) bool {
+			p.buf = bytes.TrimLeftFunc(p.buf, func(r rune) bool {
 				return unicode.IsSpace(r) || (p.skipSemi && r == ';')
 			})
-			p.buf = trimmed
-			if p.buf == "" {
+			if len(p.buf) == 0 {
 				return
 			}
 			p.skipWS, p.skipSemi = false, false
@@ -194,18 +196,18 @@ func (p *StreamParser) process(final bool) {
 // whitespace (unless final), keeping those in the buffer.
 func (p *StreamParser) emitHeld(kind SegmentKind, tags []string, final bool) {
 	if final {
-		p.emit(kind, strings.TrimRightFunc(p.buf, unicode.IsSpace))
-		p.buf = ""
+		p.emit(kind, string(bytes.TrimRightFunc(p.buf, unicode.IsSpace)))
+		p.buf = p.buf[:0]
 		return
 	}
 	cut := partialTagStart(p.buf, tags)
-	keepFrom := len(strings.TrimRightFunc(p.buf[:cut], unicode.IsSpace))
-	p.emit(kind, p.buf[:keepFrom])
+	keepFrom := len(bytes.TrimRightFunc(p.buf[:cut], unicode.IsSpace))
+	p.emit(kind, string(p.buf[:keepFrom]))
 	p.buf = p.buf[keepFrom:]
 }
 
 func (p *StreamParser) stepText(final bool) bool {
-	if p.format == ToolLlama3JSON && !p.sawContent && strings.HasPrefix(p.buf, "{") {
+	if p.format == ToolLlama3JSON && !p.sawContent && len(p.buf) > 0 && p.buf[0] == '{' {
 		p.mode = modeLlamaObj
 		p.afterPyTag = false
 		p.scan = jsonScan{}
@@ -217,13 +219,14 @@ func (p *StreamParser) stepText(final bool) bool {
 		p.emitHeld(SegText, tags, final)
 		return false
 	}
-	p.emit(SegText, strings.TrimRightFunc(p.buf[:i], unicode.IsSpace))
+	p.emit(SegText, string(bytes.TrimRightFunc(p.buf[:i], unicode.IsSpace)))
 	p.buf = p.buf[i+len(tag):]
 	switch tag {
 	case thinkOpen:
 		p.mode = modeThink
 		p.skipWS = true
 	case hermesOpen:
+		p.searchFrom = 0
 		p.mode = modeHermes // keeps its whitespace: the raw text of a malformed call is reported verbatim
 	case llamaPyTag:
 		p.mode = modePyTag
@@ -233,12 +236,12 @@ func (p *StreamParser) stepText(final bool) bool {
 }
 
 func (p *StreamParser) stepThink(final bool) bool {
-	i := strings.Index(p.buf, thinkClose)
+	i := bytes.Index(p.buf, []byte(thinkClose))
 	if i < 0 {
 		p.emitHeld(SegThinking, []string{thinkClose}, final)
 		return false
 	}
-	p.emit(SegThinking, strings.TrimRightFunc(p.buf[:i], unicode.IsSpace))
+	p.emit(SegThinking, string(bytes.TrimRightFunc(p.buf[:i], unicode.IsSpace)))
 	p.buf = p.buf[i+len(thinkClose):]
 	p.mode = modeText
 	p.skipWS = true
@@ -246,18 +249,22 @@ func (p *StreamParser) stepThink(final bool) bool {
 }
 
 func (p *StreamParser) stepHermes(final bool) bool {
-	i := strings.Index(p.buf, hermesClose)
+	i := bytes.Index(p.buf[p.searchFrom:], []byte(hermesClose))
+	if i >= 0 {
+		i += p.searchFrom
+	}
 	if i < 0 {
+		p.searchFrom = max(0, len(p.buf)-len(hermesClose)+1)
 		if len(p.buf) > maxCallBytes {
-			p.emitError(hermesOpen+p.buf, fmt.Sprintf("no %s within %d bytes", hermesClose, maxCallBytes))
-			p.buf = ""
+			p.emitError(hermesOpen+string(p.buf), fmt.Sprintf("no %s within %d bytes", hermesClose, maxCallBytes))
+			p.buf = p.buf[:0]
 			p.mode = modeText
 			p.skipWS = true
 			return true
 		}
 		if final {
-			body := p.buf
-			p.buf = ""
+			body := string(p.buf)
+			p.buf = p.buf[:0]
 			p.mode = modeText
 			if strings.TrimSpace(body) == "" {
 				p.emitError(hermesOpen+body, "the output ended inside an empty "+hermesOpen)
@@ -272,7 +279,7 @@ func (p *StreamParser) stepHermes(final bool) bool {
 		}
 		return false
 	}
-	body := p.buf[:i]
+	body := string(p.buf[:i])
 	raw := hermesOpen + body + hermesClose
 	p.buf = p.buf[i+len(hermesClose):]
 	p.mode = modeText
@@ -295,15 +302,15 @@ func (p *StreamParser) stepLlamaObj(final bool) bool {
 	switch state {
 	case scanMore:
 		if len(p.buf) > maxCallBytes {
-			p.llamaFail(p.buf, fmt.Sprintf("JSON object not closed within %d bytes", maxCallBytes))
-			p.buf = ""
+			p.llamaFail(string(p.buf), fmt.Sprintf("JSON object not closed within %d bytes", maxCallBytes))
+			p.buf = p.buf[:0]
 			return true
 		}
 		if !final {
 			return false
 		}
-		raw := p.buf
-		p.buf = ""
+		raw := string(p.buf)
+		p.buf = p.buf[:0]
 		if p.afterPyTag || looksLikeCall(raw) {
 			p.llamaFail(raw, "the output ended inside the JSON object")
 		} else {
@@ -321,7 +328,7 @@ func (p *StreamParser) stepLlamaObj(final bool) bool {
 		p.sawContent = true // prose starting with '{': no call can follow
 		return true
 	}
-	raw := p.buf[:end]
+	raw := string(p.buf[:end])
 	p.buf = p.buf[end:]
 	c, err := parseCallJSON(raw, "parameters")
 	if err == nil {
@@ -355,10 +362,13 @@ func (p *StreamParser) llamaFail(raw, reason string) {
 // ';' or whitespace. Anything else (Llama's Python-syntax built-in tool
 // calls) is reported malformed at the end of the stream.
 func (p *StreamParser) stepPyTag(final bool) bool {
-	if p.pyTagJunk || !strings.HasPrefix(p.buf, "{") {
+	if len(p.buf) == 0 {
+		return false
+	}
+	if p.pyTagJunk || p.buf[0] != '{' {
 		if len(p.buf) > maxCallBytes || final {
-			raw := p.buf
-			p.buf = ""
+			raw := string(p.buf)
+			p.buf = p.buf[:0]
 			p.mode = modeText
 			p.pyTagJunk = false
 			p.emitError(llamaPyTag+raw, "not a JSON tool call (Python-syntax built-in tool calls are not supported)")
@@ -421,10 +431,10 @@ func parseCallJSON(body, argsKey string) (*ToolCall, error) {
 }
 
 // firstTag finds the earliest occurrence of any tag.
-func firstTag(s string, tags []string) (int, string) {
+func firstTag(s []byte, tags []string) (int, string) {
 	best, bestTag := -1, ""
 	for _, t := range tags {
-		if i := strings.Index(s, t); i >= 0 && (best < 0 || i < best) {
+		if i := bytes.Index(s, []byte(t)); i >= 0 && (best < 0 || i < best) {
 			best, bestTag = i, t
 		}
 	}
@@ -433,7 +443,7 @@ func firstTag(s string, tags []string) (int, string) {
 
 // partialTagStart returns the first index from which s is a proper prefix
 // of one of tags (so it must be held back), or len(s).
-func partialTagStart(s string, tags []string) int {
+func partialTagStart(s []byte, tags []string) int {
 	maxLen := 0
 	for _, t := range tags {
 		maxLen = max(maxLen, len(t))
@@ -444,7 +454,7 @@ func partialTagStart(s string, tags []string) int {
 			continue
 		}
 		for _, t := range tags {
-			if len(s)-i < len(t) && strings.HasPrefix(t, s[i:]) {
+			if len(s)-i < len(t) && strings.HasPrefix(t, string(s[i:])) {
 				return i
 			}
 		}
@@ -469,7 +479,7 @@ const (
 	scanNotJSON
 )
 
-func (js *jsonScan) feed(s string) (end int, st scanState) {
+func (js *jsonScan) feed(s []byte) (end int, st scanState) {
 	for ; js.pos < len(s); js.pos++ {
 		c := s[js.pos]
 		if !js.started {
