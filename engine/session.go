@@ -55,7 +55,7 @@ func (e *Engine) encodePrompt(req Request) ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.tok.Encode(text, true), nil
+	return e.tok.Encode(text, false), nil // the template writes BOS itself, as HF apply_chat_template does
 }
 
 func (s *Session) generate(ctx context.Context, req Request, send func(Event)) error {
