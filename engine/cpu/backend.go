@@ -97,6 +97,7 @@ type Weight struct {
 	rowBytes   int
 	f32        []float32 // F32 weights decoded once (norms, biases, small matrices)
 	kern       rowKernel
+	kern4      rowKernel4 // nil when there is no four-row kernel
 }
 
 func (w *Weight) Info() gguf.TensorInfo { return w.info }
@@ -136,6 +137,7 @@ func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, er
 		}
 	}
 	w.kern = kernelFor(t)
+	w.kern4 = fastKernels4[t]
 	return w, nil
 }
 

@@ -35,6 +35,10 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 		}
 	}
 	kern := w.kern
+	kern4 := w.kern4
+	if xs == nil {
+		kern4 = nil
+	}
 	if w.f32 != nil && len(w.f32) == w.rows*w.cols {
 		kern = nil // decoded already: plain float dot below
 	}
@@ -43,11 +47,19 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 			b.matmulGeneric(dst, ds, x, n, w, o0, lo, hi)
 			return
 		}
+		var out [4]float32
 		for r0 := 0; r0 < n; r0 += rowTile {
 			r1 := min(r0+rowTile, n)
 			for o := lo; o < hi; o++ {
 				wr := w.raw[(o0+o)*rb : (o0+o+1)*rb]
-				for r := r0; r < r1; r++ {
+				r := r0
+				if kern4 != nil {
+					for ; r+4 <= r1; r += 4 {
+						kern4(wr, x[r*cols:(r+4)*cols], cols, xs[r*nbx:(r+4)*nbx], nbx, &out)
+						dst[r*ds+o], dst[(r+1)*ds+o], dst[(r+2)*ds+o], dst[(r+3)*ds+o] = out[0], out[1], out[2], out[3]
+					}
+				}
+				for ; r < r1; r++ {
 					var xsr []float32
 					if xs != nil {
 						xsr = xs[r*nbx : (r+1)*nbx]

@@ -475,3 +475,52 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestKernelsAgree checks every SIMD kernel against the portable Go kernel
+// of the same type and a float64 reference, on rows whose lengths leave
+// tails for the vector loops.
+func TestKernelsAgree(t *testing.T) {
+	if len(fastKernels) == 0 {
+		t.Skip("no SIMD kernels on this CPU/build")
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	for typ, fast := range fastKernels {
+		for _, cols := range []int{32, 96, 256, 4128} {
+			if cols%typ.BlockElems() != 0 {
+				continue
+			}
+			wd := randVec(r, cols, 1)
+			for i := range wd {
+				wd[i] -= 0.2
+			}
+			raw, err := gguf.Quantize(typ, wd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deq := make([]float32, cols)
+			if err := gguf.Dequantize(typ, raw, deq); err != nil {
+				t.Fatal(err)
+			}
+			x := randVec(r, cols, 1)
+			xs := make([]float32, cols/32)
+			blockSums(xs, x)
+			var want, scale float64
+			for i := range x {
+				want += float64(deq[i]) * float64(x[i])
+				scale += math.Abs(float64(deq[i]) * float64(x[i]))
+			}
+			closeTo(t, fmt.Sprintf("%s/%d fast", typ, cols), fast(raw, x, xs), want, scale, 2e-6)
+			closeTo(t, fmt.Sprintf("%s/%d go", typ, cols), kernels[typ](raw, x, xs), want, scale, 2e-6)
+		}
+	}
+	for _, n := range []int{1, 31, 32, 100, 1000} {
+		a, b := randVec(r, n, 1), randVec(r, n, 1)
+		var want, scale float64
+		for i := range a {
+			want += float64(a[i]) * float64(b[i])
+			scale += math.Abs(float64(a[i]) * float64(b[i]))
+		}
+		closeTo(t, fmt.Sprintf("dotF32/%d", n), dotF32(a, b), want, scale, 2e-6)
+		closeTo(t, fmt.Sprintf("dotF32Go/%d", n), dotF32Go(a, b), want, scale, 2e-6)
+	}
+}

@@ -15,10 +15,10 @@ import (
 // a time in registers; no weight matrix is ever dequantized as a whole.
 type rowKernel func(w []byte, x, xs []float32) float32
 
-// kernels holds the fused kernels; types without one use the generic path
-// (dequantize the row into scratch, then a float32 dot).
+// kernels holds the portable fused kernels; types without one use the
+// generic path (dequantize the row into scratch, then a float32 dot).
+// fastKernels, filled at init on CPUs with SIMD support, take precedence.
 var kernels = map[gguf.Type]rowKernel{
-	gguf.F32:  dotF32Row,
 	gguf.F16:  dotF16,
 	gguf.BF16: dotBF16,
 	gguf.Q4_0: dotQ4_0,
@@ -31,7 +31,24 @@ var kernels = map[gguf.Type]rowKernel{
 	gguf.Q6_K: dotQ6_K,
 }
 
-func kernelFor(t gguf.Type) rowKernel { return kernels[t] }
+var fastKernels map[gguf.Type]rowKernel
+
+// rowKernel4 is a rowKernel over four activation rows at once (x and xs hold
+// four rows at the given strides): each weight block is decoded once per
+// four rows. Only SIMD builds have them.
+type rowKernel4 func(w []byte, x []float32, xstride int, xs []float32, xsstride int, out *[4]float32)
+
+var fastKernels4 map[gguf.Type]rowKernel4
+
+func kernelFor(t gguf.Type) rowKernel {
+	if k, ok := fastKernels[t]; ok {
+		return k
+	}
+	return kernels[t]
+}
+
+// dotF32 is the float32 dot product used by the generic path.
+var dotF32 = dotF32Go
 
 var f16tab = func() *[1 << 16]float32 {
 	var t [1 << 16]float32
@@ -58,23 +75,7 @@ func blockSums(xs, x []float32) {
 	}
 }
 
-func dotF32Row(w []byte, x, _ []float32) float32 {
-	x = x[:len(w)/4]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		s0 += math.Float32frombits(binary.LittleEndian.Uint32(w[4*i:])) * x[i]
-		s1 += math.Float32frombits(binary.LittleEndian.Uint32(w[4*i+4:])) * x[i+1]
-		s2 += math.Float32frombits(binary.LittleEndian.Uint32(w[4*i+8:])) * x[i+2]
-		s3 += math.Float32frombits(binary.LittleEndian.Uint32(w[4*i+12:])) * x[i+3]
-	}
-	for ; i < len(x); i++ {
-		s0 += math.Float32frombits(binary.LittleEndian.Uint32(w[4*i:])) * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func dotF32(a, b []float32) float32 {
+func dotF32Go(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0

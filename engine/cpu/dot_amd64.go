@@ -1,0 +1,130 @@
+//go:build !purego
+
+package cpu
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
+
+//go:noescape
+func dotQ4_1AVX2(w *byte, x *float32, xs *float32, nb int) float32
+
+//go:noescape
+func dotQ4_0AVX2(w *byte, x *float32, xs *float32, nb int) float32
+
+//go:noescape
+func dotQ8_0AVX2(w *byte, x *float32, nb int) float32
+
+//go:noescape
+func dotF32AVX2(a, b *float32, n int) float32
+
+//go:noescape
+func dotF16AVX2(w *byte, x *float32, n int) float32
+
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
+// The wrappers check lengths (bounds) once per row, so the assembly can
+// run without per-element checks.
+
+func dotQ4_1Fast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 20
+	if nb == 0 {
+		return 0
+	}
+	_, _ = x[nb*32-1], xs[nb-1]
+	return dotQ4_1AVX2(&w[0], &x[0], &xs[0], nb)
+}
+
+func dotQ4_0Fast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 18
+	if nb == 0 {
+		return 0
+	}
+	_, _ = x[nb*32-1], xs[nb-1]
+	return dotQ4_0AVX2(&w[0], &x[0], &xs[0], nb)
+}
+
+func dotQ8_0Fast(w []byte, x, _ []float32) float32 {
+	nb := len(w) / 34
+	if nb == 0 {
+		return 0
+	}
+	_ = x[nb*32-1]
+	return dotQ8_0AVX2(&w[0], &x[0], nb)
+}
+
+func dotF16Fast(w []byte, x, _ []float32) float32 {
+	n := len(w) / 2
+	m := n &^ 15
+	var s float32
+	if m > 0 {
+		_ = x[m-1]
+		s = dotF16AVX2(&w[0], &x[0], m)
+	}
+	if m < n {
+		s += dotF16(w[2*m:], x[m:], nil)
+	}
+	return s
+}
+
+func dotF32Fast(a, b []float32) float32 {
+	m := len(a) &^ 31
+	var s float32
+	if m > 0 {
+		_ = b[m-1]
+		s = dotF32AVX2(&a[0], &b[0], m)
+	}
+	if m < len(a) {
+		s += dotF32Go(a[m:], b[m:])
+	}
+	return s
+}
+
+func init() {
+	if !hasAVX2 {
+		return
+	}
+	fastKernels = map[gguf.Type]rowKernel{
+		gguf.Q4_0: dotQ4_0Fast,
+		gguf.Q4_1: dotQ4_1Fast,
+		gguf.Q8_0: dotQ8_0Fast,
+		gguf.F16:  dotF16Fast,
+	}
+	dotF32 = dotF32Fast
+}
+
+//go:noescape
+func dotQ4_1x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ4_0x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ8_0x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
+
+// x4 adapts a four-row assembly kernel: x holds 4 rows of stride xstride
+// (≥ the row length), xs 4 rows of block sums of stride xsstride.
+func x4(k func(*byte, *float32, int, *float32, int, int, *[4]float32), blockBytes int) rowKernel4 {
+	return func(w []byte, x []float32, xstride int, xs []float32, xsstride int, out *[4]float32) {
+		nb := len(w) / blockBytes
+		if nb == 0 {
+			*out = [4]float32{}
+			return
+		}
+		_, _ = x[3*xstride+nb*32-1], xs[3*xsstride+nb-1]
+		k(&w[0], &x[0], xstride, &xs[0], xsstride, nb, out)
+	}
+}
+
+func init() {
+	if !hasAVX2 {
+		return
+	}
+	fastKernels4 = map[gguf.Type]rowKernel4{
+		gguf.Q4_0: x4(dotQ4_0x4AVX2, 18),
+		gguf.Q4_1: x4(dotQ4_1x4AVX2, 20),
+		gguf.Q8_0: x4(dotQ8_0x4AVX2, 34),
+	}
+}

@@ -1,0 +1,52 @@
+package model_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
+)
+
+// BenchmarkDecode measures single-sequence decode on SmolLM2-135M Q4_1
+// (CPU, all cores, fp16 KV) after a 32-token prompt; reports tokens/s.
+func BenchmarkDecode(b *testing.B) {
+	m, _ := loadModel(b, smolPath(b), runtime.GOMAXPROCS(0), false)
+	const ctx = 512
+	prompt := make([]int32, 32)
+	for i := range prompt {
+		prompt[i] = int32(100 + 37*i)
+	}
+	s := newSession(b, m, ctx, kvcache.F16)
+	s.feed(b, prompt, []int{len(prompt) - 1})
+	tok := int32(42)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if s.cached >= ctx {
+			b.StopTimer()
+			s.cached = 0
+			s.feed(b, prompt, nil)
+			b.StartTimer()
+		}
+		lg := s.feed(b, []int32{tok}, []int{0})
+		tok = argmax(lg)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// BenchmarkPrefill measures a 128-token prompt in one batch (logits for the
+// last row only); reports prompt tokens/s.
+func BenchmarkPrefill(b *testing.B) {
+	m, _ := loadModel(b, smolPath(b), runtime.GOMAXPROCS(0), false)
+	const n = 128
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(100 + 37*i)
+	}
+	s := newSession(b, m, n, kvcache.F16)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.cached = 0
+		s.feed(b, prompt, []int{n - 1})
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tok/s")
+}
