@@ -56,7 +56,7 @@ func (c *Ctx) Module(name string) (uintptr, error) {
 		return 0, err
 	}
 	logBuf := make([]byte, 8192)
-	opts := []uintptr{5, 6}                                                      // CU_JIT_ERROR_LOG_BUFFER, _SIZE_BYTES
+	opts := []int32{5, 6}                                                        // CUjit_option is a 32-bit C enum: ERROR_LOG_BUFFER, ERROR_LOG_BUFFER_SIZE_BYTES
 	vals := []uintptr{uintptr(unsafe.Pointer(&logBuf[0])), uintptr(len(logBuf))} //nolint:govet
 	var m uintptr
 	r := ccall(c.drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&ptx[0])),

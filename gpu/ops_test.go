@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -25,10 +26,12 @@ func newTestBackend(t *testing.T) *Backend {
 	t.Helper()
 	d := openTestDevice(t)
 	if testBackend == nil {
+		start := time.Now()
 		b, err := NewBackend(d, BackendOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%s: backend ready (ops module JIT) in %v", d.Info(), time.Since(start))
 		testBackend = b
 	}
 	return testBackend

@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 mkdir -p .gpu
-CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $GO test -c -o .gpu/gpu.test ./gpu/
-if CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $GO build -o .gpu/ftchat . 2>/dev/null; then
+CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $GO test -c -trimpath -ldflags="-s -w" -o .gpu/gpu.test ./gpu/
+if CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $GO build -trimpath -ldflags="-s -w" -o .gpu/ftchat . 2>/dev/null; then
   echo "gpu-bundle: .gpu/ftchat built"
 else
   echo "gpu-bundle: ftchat binary did not build; bundle has the gpu tests only" >&2
