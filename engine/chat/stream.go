@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 const (
@@ -202,6 +203,7 @@ func (p *StreamParser) emitHeld(kind SegmentKind, tags []string, final bool) {
 	}
 	cut := partialTagStart(p.buf, tags)
 	keepFrom := len(bytes.TrimRightFunc(p.buf[:cut], unicode.IsSpace))
+	keepFrom = completeRunes(p.buf[:keepFrom])
 	p.emit(kind, string(p.buf[:keepFrom]))
 	p.buf = p.buf[keepFrom:]
 }
@@ -428,6 +430,20 @@ func parseCallJSON(body, argsKey string) (*ToolCall, error) {
 		}
 	}
 	return &ToolCall{Name: name, Arguments: args}, nil
+}
+
+// completeRunes returns len(b) minus a trailing incomplete UTF-8 sequence
+// (a delta may end inside a character; emit it whole with the next one).
+func completeRunes(b []byte) int {
+	for k := len(b) - 1; k >= 0 && k >= len(b)-utf8.UTFMax; k-- {
+		if utf8.RuneStart(b[k]) {
+			if !utf8.FullRune(b[k:]) {
+				return k
+			}
+			break
+		}
+	}
+	return len(b)
 }
 
 // firstTag finds the earliest occurrence of any tag.

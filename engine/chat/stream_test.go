@@ -161,6 +161,21 @@ func TestStreamParserNeverLeaksPartialTags(t *testing.T) {
 	}
 }
 
+func TestStreamParserKeepsRunesWhole(t *testing.T) {
+	in := "<think>日本語の思考</think>答え 🚀 é" + weatherCall + "ñ"
+	p := NewStreamParser(ToolHermes, false)
+	var segs []Segment
+	for i := 0; i < len(in); i++ {
+		segs = append(segs, p.Feed(in[i:i+1])...)
+	}
+	segs = append(segs, p.Flush()...)
+	for _, s := range segs {
+		if !utf8.ValidString(s.Text) {
+			t.Fatalf("segment %v(%q) splits a UTF-8 character", s.Kind, s.Text)
+		}
+	}
+}
+
 func TestMalformedCallError(t *testing.T) {
 	segs := parseChunks(ToolHermes, false, []string{"<tool_call>{bad}</tool_call>"})
 	if len(segs) != 1 || segs[0].Kind != SegToolError {

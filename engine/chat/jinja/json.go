@@ -129,11 +129,11 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
 		newline(level)
 		b.WriteByte('}')
 	case *Namespace:
-		return fmt.Errorf("Object of type Namespace is not JSON serializable")
+		return fmt.Errorf("object of type Namespace is not JSON serializable")
 	case Undefined:
-		return fmt.Errorf("Object of type Undefined is not JSON serializable (%s)", x.msg())
+		return fmt.Errorf("object of type Undefined is not JSON serializable (%s)", x.msg())
 	default:
-		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
+		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
 }

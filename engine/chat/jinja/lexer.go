@@ -148,7 +148,7 @@ func (lx *lexer) run() error {
 		textStart := lx.pos
 		i := indexTagStart(src, lx.pos)
 		if i < 0 {
-			lx.addText(src[lx.pos:], textStart)
+			lx.addText(src[lx.pos:])
 			lx.advance(len(src) - lx.pos)
 			break
 		}
@@ -163,7 +163,7 @@ func (lx *lexer) run() error {
 		}
 		atLineStart := textStart == 0 || src[textStart-1] == '\n'
 		text = stripBefore(text, mod == '-', kind != '{' && mod != '+', atLineStart)
-		lx.addText(text, textStart)
+		lx.addText(text)
 		lx.advance(i - lx.pos)
 		tagLine := lx.line
 		hdr := 2
@@ -209,7 +209,7 @@ func (lx *lexer) run() error {
 	return nil
 }
 
-func (lx *lexer) addText(s string, start int) {
+func (lx *lexer) addText(s string) {
 	if s == "" {
 		return
 	}
@@ -243,7 +243,7 @@ func (lx *lexer) lexRaw(line int) error {
 	plusBefore := m[3] > m[2] && lx.src[lx.pos+m[2]] == '+'
 	body = stripBefore(body, minusBefore, !plusBefore, false)
 	startPos := lx.pos
-	lx.addText(body, startPos)
+	lx.addText(body)
 	lx.advance(m[1])
 	minusAfter := m[5] > m[4] && lx.src[startPos+m[4]] == '-'
 	plusAfter := m[5] > m[4] && lx.src[startPos+m[4]] == '+'

@@ -23,8 +23,7 @@ func opTypeError(op string, l, r any) error {
 	if u, ok := r.(Undefined); ok {
 		return fmt.Errorf("%s", u.msg())
 	}
-	if ls, ok := l.(string); ok && op == "+" {
-		_ = ls
+	if _, ok := l.(string); ok && op == "+" {
 		return fmt.Errorf("can only concatenate str (not \"%s\") to str", typeName(r))
 	}
 	return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(l), typeName(r))
