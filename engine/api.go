@@ -55,13 +55,14 @@ type Sampling struct {
 type EventKind int
 
 const (
-	EventText     EventKind = iota // Text: a decoded delta of the answer
-	EventThinking                  // Text: a delta inside <think>...</think>
-	EventToolCall                  // ToolCall: a complete parsed call
-	EventStats                     // Stats: periodic update while working
-	EventProgress                  // Progress: prefill progress (done/total tokens)
-	EventDone                      // Stop: why generation ended; Stats final
-	EventError                     // Err
+	EventText      EventKind = iota // Text: a decoded delta of the answer
+	EventThinking                   // Text: a delta inside <think>...</think>
+	EventToolCall                   // ToolCall: a complete parsed call
+	EventToolError                  // Text: the raw text of a malformed call; Err: what is wrong
+	EventStats                      // Stats: periodic update while working
+	EventProgress                   // Progress: prefill progress (done/total tokens)
+	EventDone                       // Stop: why generation ended; Stats final
+	EventError                      // Err
 )
 
 // Event is one item of a Generate stream.

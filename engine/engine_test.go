@@ -199,6 +199,7 @@ func TestCancelStopsAndLeavesSessionConsistent(t *testing.T) {
 	e := load(t, Options{})
 	s := e.NewSession()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	ch := s.Generate(ctx, Request{Messages: []Message{{Role: "user", Content: "Write a long story about a dragon."}}, Sampling: Sampling{Temperature: 0.8, Seed: 7}})
 	texts := 0
 	var done Event

@@ -51,11 +51,18 @@ func (s *Session) Generate(ctx context.Context, req Request) <-chan Event {
 }
 
 func (e *Engine) encodePrompt(req Request) ([]int32, error) {
+	_, ids, err := e.renderPrompt(req)
+	return ids, err
+}
+
+// renderPrompt renders req with the chat template and tokenizes it. The
+// template writes BOS itself, so none is added (as HF apply_chat_template).
+func (e *Engine) renderPrompt(req Request) (string, []int32, error) {
 	text, err := e.tmpl.Render(req.Messages, req.Tools, true)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return e.tok.Encode(text, false), nil // the template writes BOS itself, as HF apply_chat_template does
+	return text, e.tok.Encode(text, false), nil
 }
 
 func (s *Session) generate(ctx context.Context, req Request, send func(Event)) error {
@@ -68,7 +75,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	if err != nil {
 		return err
 	}
-	prompt, err := e.encodePrompt(req)
+	promptText, prompt, err := e.renderPrompt(req)
 	if err != nil {
 		return err
 	}
@@ -118,7 +125,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 
 	stopper := sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop)
 	dec := e.tok.NewStreamDecoder()
-	parser := newOutputParser(e.tmpl)
+	parser := newOutputParser(e.tmpl, promptText, len(req.Tools) > 0)
 	var text string // decoded answer so far (for stop strings)
 	shown := 0      // bytes of text already passed to the parser
 	history := append([]int32(nil), prompt...)

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/tokenizer"
@@ -59,18 +61,44 @@ func (c *chatTemplate) Render(msgs []Message, tools []Tool, addGen bool) (string
 }
 
 // outputParser splits the generated text into answer text, thinking and
-// tool calls.
+// tool calls, in the model family's own tool-call format.
 type outputParser struct {
+	p     *chat.StreamParser
 	calls int
 }
 
-func newOutputParser(r renderer) *outputParser { return &outputParser{} }
+func newOutputParser(r renderer, prompt string, tools bool) *outputParser {
+	format := chat.ToolNone
+	if ct, ok := r.(*chatTemplate); ok && tools {
+		format = ct.format
+	}
+	return &outputParser{p: chat.NewStreamParser(format, chat.PromptOpensThinking(prompt))}
+}
 
 func (p *outputParser) feed(s string) []Event {
 	if s == "" {
 		return nil
 	}
-	return []Event{{Kind: EventText, Text: s}}
+	return p.events(p.p.Feed(s))
 }
 
-func (p *outputParser) flush() []Event { return nil }
+func (p *outputParser) flush() []Event { return p.events(p.p.Flush()) }
+
+func (p *outputParser) events(segs []chat.Segment) []Event {
+	var out []Event
+	for _, sg := range segs {
+		switch sg.Kind {
+		case chat.SegText:
+			out = append(out, Event{Kind: EventText, Text: sg.Text})
+		case chat.SegThinking:
+			out = append(out, Event{Kind: EventThinking, Text: sg.Text})
+		case chat.SegToolCall:
+			p.calls++
+			out = append(out, Event{Kind: EventToolCall, ToolCall: &ToolCall{
+				ID: fmt.Sprintf("call_%d", p.calls), Name: sg.Call.Name, Arguments: sg.Call.Arguments}})
+		case chat.SegToolError:
+			out = append(out, Event{Kind: EventToolError, Text: sg.Text, Err: sg.Err})
+		}
+	}
+	return out
+}
