@@ -107,22 +107,24 @@ func (ld *loader) get(name string, dims ...int) Weight {
 		ld.err = fmt.Errorf("%s: tensor %s is missing", ld.f.Path, name)
 		return nil
 	}
+	raw, err := ld.f.TensorData(ti)
+	if err != nil {
+		ld.err = fmt.Errorf("%s: tensor %s: %w", ld.f.Path, name, err)
+		return nil
+	}
+	// The backend judges the type first: "unsupported type" is the more
+	// useful message when both the type and the shape are unexpected.
+	w, err := ld.be.LoadWeight(ti, raw)
+	if err != nil {
+		ld.err = fmt.Errorf("%s: %w", ld.f.Path, err)
+		return nil
+	}
 	match := len(ti.Dims) == len(dims)
 	for i := 0; match && i < len(dims); i++ {
 		match = ti.Dims[i] == uint64(dims[i])
 	}
 	if !match {
 		ld.err = fmt.Errorf("%s: tensor %s has shape %v, want %v", ld.f.Path, name, ti.Dims, dims)
-		return nil
-	}
-	raw, err := ld.f.TensorData(ti)
-	if err != nil {
-		ld.err = fmt.Errorf("%s: tensor %s: %w", ld.f.Path, name, err)
-		return nil
-	}
-	w, err := ld.be.LoadWeight(ti, raw)
-	if err != nil {
-		ld.err = fmt.Errorf("%s: %w", ld.f.Path, err)
 		return nil
 	}
 	return w
