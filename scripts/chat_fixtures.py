@@ -140,6 +140,59 @@ RUNS = {
 }
 
 
+def random_conversations(n, seed):
+    """Seeded random conversations for differential tests: random roles in
+    template-legal orders, contents mixing whitespace, unicode, quotes,
+    <think> blocks and tag-like text, tool calls with random arguments."""
+    import random
+    rng = random.Random(seed)
+    words = ["hello", "  spaced  ", "\n", "\n\n", "tab\there", "é", "日本", "🚀", "\"q\"", "'s'", "\\", "<b>",
+             "</tool_call>", "{\"j\": 1}", "<|im_end|>", "x" * 30, "", " "]
+    def text(k=6):
+        return "".join(rng.choice(words) for _ in range(rng.randint(0, k)))
+    def value(depth=0):
+        r = rng.random()
+        if depth < 2 and r < 0.15:
+            return {f"k{i}": value(depth + 1) for i in rng.sample(range(9), rng.randint(0, 3))}
+        if depth < 2 and r < 0.3:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        if r < 0.45:
+            return rng.randint(-1000, 1000)
+        if r < 0.55:
+            return rng.choice([0.5, -2.25, 1e-7, 3.14159, 1e21])
+        if r < 0.65:
+            return rng.choice([True, False, None])
+        return text(3)
+    tools = [WEATHER, READ_FILE]
+    convs = []
+    for _ in range(n):
+        msgs = []
+        if rng.random() < 0.6:
+            msgs.append({"role": "system", "content": text()})
+        for _ in range(rng.randint(1, 4)):
+            msgs.append({"role": "user", "content": text()})
+            r = rng.random()
+            if r < 0.3:
+                calls = [{"name": rng.choice(["get_weather", "read_file"]),
+                          "arguments": {f"a{i}": value() for i in range(rng.randint(0, 3))}}
+                         for _ in range(rng.randint(1, 3))]
+                msgs.append({"role": "assistant", "content": rng.choice(["", text(3)]), "tool_calls": calls})
+                for c in calls:
+                    msgs.append({"role": "tool", "name": c["name"], "content": text(4)})
+                msgs.append({"role": "assistant", "content": text()})
+            elif r < 0.5:
+                msgs.append({"role": "assistant", "content": "<think>" + text(3) + "</think>" + text(3)})
+            else:
+                msgs.append({"role": "assistant", "content": text()})
+        if rng.random() < 0.5 and msgs[-1]["role"] == "assistant":
+            msgs.pop()
+        conv = {"messages": msgs}
+        if rng.random() < 0.5:
+            conv["tools"] = tools[: rng.randint(1, 2)]
+        convs.append((conv, rng.random() < 0.7, rng.choice([None, True, False])))
+    return convs
+
+
 def canon(v):
     """Sort dict keys recursively (what Go's map conversion does)."""
     if isinstance(v, dict):
@@ -246,6 +299,26 @@ def main():
                 f.write(out)
             cases.append({"template": tname, "conversation": conv_name, "add_generation_prompt": gen,
                           "enable_thinking": think, "bos": bos or "", "eos": eos or "", "golden": golden})
+    # --- random differential cases: one JSON file per template, outputs inline ---
+    for tname in ("qwen3", "smollm2", "llama3", "chatml"):
+        src, bos, eos = templates[tname]
+        rand_cases = []
+        for i, (conv, gen, think) in enumerate(random_conversations(40, seed=len(tname) * 7919)):
+            msgs, tools = hf_messages(conv["messages"]), hf_tools(conv.get("tools"))
+            kwargs = {} if think is None else {"enable_thinking": think}
+            special = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v}
+            try:
+                out = render_jinja_template([msgs], tools=tools, chat_template=src,
+                                            add_generation_prompt=gen, **special, **kwargs)[0][0]
+                err = None
+            except Exception as e:
+                out, err = None, type(e).__name__ + ": " + str(e)
+            rand_cases.append({"conversation": conv, "add_generation_prompt": gen, "enable_thinking": think,
+                               "bos": bos or "", "eos": eos or "", "out": out, "error": err})
+        with open(os.path.join(OUT, f"random_{tname}.json"), "w", encoding="utf-8") as f:
+            json.dump(rand_cases, f, ensure_ascii=False, indent=0)
+            f.write("\n")
+
     with open(os.path.join(OUT, "render_cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
         f.write("\n")

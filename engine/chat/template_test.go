@@ -295,3 +295,35 @@ func TestPromptOpensThinking(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderRandomMatchesTransformers: 40 seeded random conversations per
+// template (unicode, whitespace, tag-like text, tool calls with random
+// nested arguments, random options), rendered by transformers.
+func TestRenderRandomMatchesTransformers(t *testing.T) {
+	for _, name := range []string{"qwen3", "smollm2", "llama3", "chatml"} {
+		var cases []struct {
+			Conversation        conversation `json:"conversation"`
+			AddGenerationPrompt bool         `json:"add_generation_prompt"`
+			EnableThinking      *bool        `json:"enable_thinking"`
+			BOS                 string       `json:"bos"`
+			EOS                 string       `json:"eos"`
+			Out                 *string      `json:"out"`
+			Error               *string      `json:"error"`
+		}
+		readJSON(t, filepath.Join("testdata", "random_"+name+".json"), &cases)
+		tmpl := loadTemplate(t, name)
+		for i, c := range cases {
+			got, err := tmpl.Render(c.Conversation.Messages, c.Conversation.Tools, RenderOptions{
+				AddGenerationPrompt: c.AddGenerationPrompt, BOS: c.BOS, EOS: c.EOS, EnableThinking: c.EnableThinking,
+			})
+			switch {
+			case c.Out == nil && err == nil:
+				t.Errorf("%s case %d: transformers failed (%s), we rendered", name, i, *c.Error)
+			case c.Out != nil && err != nil:
+				t.Errorf("%s case %d: %v", name, i, err)
+			case c.Out != nil && got != *c.Out:
+				t.Errorf("%s case %d differs from transformers\n%s", name, i, firstDiff(got, *c.Out))
+			}
+		}
+	}
+}
