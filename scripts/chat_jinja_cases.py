@@ -119,6 +119,7 @@ CASES = [
     ("tpl_items_loop_schema", "{% for name, prop in params.properties.items() %}{{ name }}: {{ prop.type }}{% if prop.description is defined %} ({{ prop.description }}){% endif %}{% if name in params.required %} required{% endif %}\n{% endfor %}",
      {"params": {"type": "object", "properties": {"b": {"type": "string", "description": "bee"}, "a": {"type": "integer"}}, "required": ["a"]}}),
     ("tpl_string_compare_and_length", "{% if tool_call.id is not defined or tool_call.id|length != 9 %}bad{% else %}ok{% endif %} {{ ('x' * 3)|length }}", {"tool_call": {"id": "abc123xyz"}}),
+    ("percent_format", "{{ '%s-%d' % ('a', 3) }} {{ '%05.2f|%-4s|%x|%r' % (3.14159, 'ab', 255, 'q') }} {{ '%s'|format(7) }} {{ '%(a)s+%(b)d'|format(a='x', b=2) }} {{ '%d%%' % 50 }} {{ '%.2s' % 'abc' }} {{ '%s' % [1] }}", {}),
     # errors
     ("err_precedence_concat", "{{ 'a' ~ 1 + 2 }}", {}),
     ("err_unclosed_if", "{% if true %}x", {}),
@@ -138,6 +139,7 @@ CASES = [
     ("err_div_zero", "{{ 1 / 0 }}", {}),
     ("err_bad_syntax", "{{ 1 + }}", {}),
     ("err_unclosed_comment", "{# abc", {}),
+    ("err_percent_args", "{{ '%s %s' % ('a',) }}", {}),
     ("err_set_attr_non_namespace", "{% set x = 1 %}{% set x.a = 2 %}", {}),
 ]
 

@@ -59,6 +59,7 @@ func init() {
 		},
 		"center": fCenter,
 		"attr":   fAttr,
+		"format": fFormat,
 	}
 }
 
@@ -621,6 +622,17 @@ func fCenter(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 		left++
 	}
 	return strings.Repeat(" ", left) + s + strings.Repeat(" ", n-left), nil
+}
+
+func fFormat(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
+	if len(kw) > 0 {
+		d := NewDict()
+		for _, k := range sortedKeys(kw) {
+			d.set(k, kw[k])
+		}
+		return pyPercent(toStr(v), d)
+	}
+	return pyPercent(toStr(v), Tuple(args))
 }
 
 func fAttr(r *renderer, v any, args []any, _ map[string]any) (any, error) {

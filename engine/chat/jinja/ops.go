@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -32,6 +33,9 @@ func opTypeError(op string, l, r any) error {
 func binOp(op string, l, r any) (any, error) {
 	if op == "~" {
 		return toStr(l) + toStr(r), nil
+	}
+	if s, ok := l.(string); ok && op == "%" {
+		return pyPercent(s, r)
 	}
 	li, lf, lfl, lok := asNumber(l)
 	ri, rf, rfl, rok := asNumber(r)
@@ -311,4 +315,114 @@ func runTest(name string, v any, args []any) (bool, error) {
 		return contains(a, v)
 	}
 	return false, fmt.Errorf("no test named '%s'", name)
+}
+
+// pyPercent is Python's printf-style str % args (and jinja2's format
+// filter): conversions s r d i f F e E g G x X o c and %, with flags, width
+// and precision. A *Dict argument fills %(name)s.
+func pyPercent(format string, arg any) (string, error) {
+	var args []any
+	var named *Dict
+	switch x := arg.(type) {
+	case Tuple:
+		args = x
+	case *Dict:
+		named = x
+		args = []any{x}
+	default:
+		args = []any{arg}
+	}
+	var b strings.Builder
+	next := 0
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		if i >= len(format) {
+			return "", fmt.Errorf("incomplete format")
+		}
+		var key *string
+		if format[i] == '(' {
+			end := strings.IndexByte(format[i:], ')')
+			if end < 0 {
+				return "", fmt.Errorf("incomplete format key")
+			}
+			k := format[i+1 : i+end]
+			key = &k
+			i += end + 1
+		}
+		start := i
+		for i < len(format) && strings.IndexByte("-+ 0#", format[i]) >= 0 {
+			i++
+		}
+		for i < len(format) && (format[i] >= '0' && format[i] <= '9' || format[i] == '.') {
+			i++
+		}
+		if i >= len(format) {
+			return "", fmt.Errorf("incomplete format")
+		}
+		spec, verb := format[start:i], format[i]
+		if verb == '%' {
+			b.WriteByte('%')
+			continue
+		}
+		var v any
+		if key != nil {
+			if named == nil {
+				return "", fmt.Errorf("format requires a mapping")
+			}
+			var ok bool
+			if v, ok = named.get(*key); !ok {
+				return "", fmt.Errorf("no key %q in the format mapping", *key)
+			}
+		} else {
+			if next >= len(args) {
+				return "", fmt.Errorf("not enough arguments for format string")
+			}
+			v = args[next]
+			next++
+		}
+		switch verb {
+		case 's', 'r':
+			s := toStr(v)
+			if verb == 'r' {
+				s = repr(v)
+			}
+			if j := strings.IndexByte(spec, '.'); j >= 0 {
+				if n, err := strconv.Atoi(spec[j+1:]); err == nil && n < len([]rune(s)) {
+					s = string([]rune(s)[:n])
+				}
+				spec = spec[:j]
+			}
+			b.WriteString(fmt.Sprintf("%"+spec+"s", s))
+		case 'd', 'i', 'x', 'X', 'o', 'c':
+			n, f, isF, ok := asNumber(v)
+			if !ok {
+				return "", fmt.Errorf("%%%c format: a number is required, not %s", verb, typeName(v))
+			}
+			if isF {
+				n = int64(f)
+			}
+			gv := map[byte]string{'d': "d", 'i': "d", 'x': "x", 'X': "X", 'o': "o", 'c': "c"}[verb]
+			b.WriteString(fmt.Sprintf("%"+spec+gv, n))
+		case 'f', 'F', 'e', 'E', 'g', 'G':
+			_, f, _, ok := asNumber(v)
+			if !ok {
+				return "", fmt.Errorf("%%%c format: a number is required, not %s", verb, typeName(v))
+			}
+			if !strings.Contains(spec, ".") && verb != 'g' && verb != 'G' {
+				spec += ".6"
+			}
+			b.WriteString(fmt.Sprintf("%"+spec+string(verb), f))
+		default:
+			return "", fmt.Errorf("unsupported format character '%c'", verb)
+		}
+	}
+	if named == nil && next < len(args) {
+		return "", fmt.Errorf("not all arguments converted during string formatting")
+	}
+	return b.String(), nil
 }
