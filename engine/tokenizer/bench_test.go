@@ -65,7 +65,7 @@ func BenchmarkDecode(b *testing.B) {
 
 func BenchmarkLoadQwen3JSON(b *testing.B) {
 	for b.Loop() {
-		if _, err := FromJSONFile(filepath.Join("testdata", "qwen3", "tokenizer.json.gz")); err != nil {
+		if _, err := FromJSONFile(vocabPath(b, "qwen3")); err != nil {
 			b.Fatal(err)
 		}
 	}

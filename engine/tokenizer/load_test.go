@@ -12,7 +12,7 @@ import (
 // converter writes it into a GGUF, so the GGUF loading path can be checked
 // against the same HF reference ids.
 func ggufMetadataFromJSON(t *testing.T, name, pre string) jsonMetadata {
-	data, err := readMaybeGzip(filepath.Join("testdata", name, "tokenizer.json.gz"))
+	data, err := readMaybeGzip(vocabPath(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestSentencePieceGGUFFile(t *testing.T) {
 			t.Fatalf("input %d %q: got %v want %v", i, in, got, f.IDs[i])
 		}
 	}
-	js, err := Load(filepath.Join("testdata", "llama3", "tokenizer.json.gz"))
+	js, err := Load(vocabPath(t, "llama3"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func loadVocab(t testing.TB, name string) *Tokenizer {
 		}
 		tok, err = FromGGUFFile(p)
 	default:
-		tok, err = FromJSONFile(filepath.Join("testdata", name, "tokenizer.json.gz"))
+		tok, err = FromJSONFile(vocabPath(t, name))
 	}
 	if err != nil {
 		t.Fatal(err)
