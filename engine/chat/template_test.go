@@ -327,3 +327,21 @@ func TestRenderRandomMatchesTransformers(t *testing.T) {
 		}
 	}
 }
+
+// TestAssistantContentRoundTrip: what the parser splits off, AssistantContent
+// puts back in the form the Qwen3 fixture (rendered by transformers) uses.
+func TestAssistantContentRoundTrip(t *testing.T) {
+	var convs map[string]conversation
+	readJSON(t, "testdata/conversations.json", &convs)
+	stored := convs["thinking_history"].Messages[1].Content
+	segs := normalize(parseChunks(ToolHermes, false, []string{stored}))
+	if len(segs) != 2 || segs[0].Kind != SegThinking || segs[1].Kind != SegText {
+		t.Fatalf("parsed %v", segs)
+	}
+	if got := AssistantContent(segs[0].Text, segs[1].Text); got != stored {
+		t.Fatalf("AssistantContent = %q, fixture has %q", got, stored)
+	}
+	if AssistantContent("", "x") != "x" {
+		t.Fatal("no thinking must leave text unchanged")
+	}
+}

@@ -60,3 +60,15 @@ func PromptOpensThinking(prompt string) bool {
 	}
 	return strings.TrimSpace(prompt[open+len(thinkOpen):]) == ""
 }
+
+// AssistantContent is the content to store for an assistant turn whose
+// output had reasoning: "<think>\n" + thinking + "\n</think>\n\n" + text,
+// the shape thinking templates (Qwen3) split back apart when rendering
+// history (they keep the reasoning of the current tool-calling turn and drop
+// older ones). With no thinking it is text unchanged.
+func AssistantContent(thinking, text string) string {
+	if thinking == "" {
+		return text
+	}
+	return thinkOpen + "\n" + thinking + "\n" + thinkClose + "\n\n" + text
+}
