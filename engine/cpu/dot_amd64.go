@@ -128,3 +128,63 @@ func init() {
 		gguf.Q8_0: x4(dotQ8_0x4AVX2, 34),
 	}
 }
+
+//go:noescape
+func dotQ4KBlocksAVX2(q *byte, x *float32, sc *float32, nb int) float32
+
+//go:noescape
+func dotQ6KBlocksAVX2(b *byte, x *float32, sc *float32, nb int) float32
+
+// kBatch is how many k-quant blocks share one assembly call (their scales
+// are unpacked into a stack buffer first).
+const kBatch = 8
+
+func dotQ4_KFast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 144
+	_, _ = x[nb*256-1], xs[nb*8-1]
+	var sc [8 * kBatch]float32
+	var s float32
+	for i0 := 0; i0 < nb; i0 += kBatch {
+		n := min(kBatch, nb-i0)
+		var mins float32
+		for i := i0; i < i0+n; i++ {
+			b := w[i*144 : i*144+144 : i*144+144]
+			d, dmin := f16(b), f16(b[2:])
+			var macc float32
+			for j := 0; j < 8; j++ {
+				s1, m1 := scaleMin(j, b[4:16])
+				sc[(i-i0)*8+j] = d * s1
+				macc += m1 * xs[i*8+j]
+			}
+			mins += dmin * macc
+		}
+		s += dotQ4KBlocksAVX2(&w[i0*144+16], &x[i0*256], &sc[0], n) - mins
+	}
+	return s
+}
+
+func dotQ6_KFast(w []byte, x, _ []float32) float32 {
+	nb := len(w) / 210
+	_ = x[nb*256-1]
+	var sc [16 * kBatch]float32
+	var s float32
+	for i0 := 0; i0 < nb; i0 += kBatch {
+		n := min(kBatch, nb-i0)
+		for i := i0; i < i0+n; i++ {
+			b := w[i*210 : i*210+210 : i*210+210]
+			d := f16(b[208:])
+			for j := 0; j < 16; j++ {
+				sc[(i-i0)*16+j] = d * float32(int8(b[192+j]))
+			}
+		}
+		s += dotQ6KBlocksAVX2(&w[i0*210], &x[i0*256], &sc[0], n)
+	}
+	return s
+}
+
+func init() {
+	if hasAVX2 {
+		fastKernels[gguf.Q4_K] = dotQ4_KFast
+		fastKernels[gguf.Q6_K] = dotQ6_KFast
+	}
+}

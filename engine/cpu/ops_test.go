@@ -485,7 +485,7 @@ func TestKernelsAgree(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(17, 18))
 	for typ, fast := range fastKernels {
-		for _, cols := range []int{32, 96, 256, 4128} {
+		for _, cols := range []int{32, 96, 256, 2816, 4128} {
 			if cols%typ.BlockElems() != 0 {
 				continue
 			}
