@@ -33,7 +33,10 @@ type Backend struct {
 	layout  kvcache.Layout
 }
 
-var _ model.Backend = (*Backend)(nil)
+var (
+	_ model.Backend     = (*Backend)(nil)
+	_ model.RowGatherer = (*Backend)(nil)
+)
 
 // New returns a CPU backend with its worker pool started.
 func New(opts Options) *Backend {
@@ -251,5 +254,13 @@ func (b *Backend) Add(dst, x model.Tensor) {
 	src := s.Data[:len(d.Data)]
 	for i := range d.Data {
 		d.Data[i] += src[i]
+	}
+}
+
+// GatherRows copies rows[i] of src into row i of dst (model.RowGatherer).
+func (b *Backend) GatherRows(dst, src model.Tensor, rows []int) {
+	d, s := ten(dst), ten(src)
+	for i, r := range rows {
+		copy(d.row(i), s.row(r))
 	}
 }
