@@ -1,0 +1,477 @@
+// Package agent is ftchat's coding agent: a loop that lets the model call
+// tools (read, search, edit and write files, run commands) in one workspace
+// directory, with every path confined to it and every change approved by
+// the user (or denied, or allowed wholesale with --yolo).
+//
+// One Run is one user request: Generate with the tools offered; when the
+// answer holds tool calls, run them (asking for approval where needed),
+// append the calls and their results to the conversation and Generate
+// again, until the model answers without a call or the step limit is hit.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/chat"
+	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/prompts"
+)
+
+// Generator is what the loop needs from a model: *engine.Session.
+type Generator interface {
+	Generate(ctx context.Context, req engine.Request) <-chan engine.Event
+}
+
+// Fitter checks a request against the KV pool before it is sent
+// (*engine.Engine). CountTokens sizes turns for the drop policy.
+type Fitter interface {
+	FitCheck(req engine.Request) error
+	CountTokens(text string) int
+}
+
+// ToolMode says how tool definitions reach the model and how its calls
+// come back.
+type ToolMode int
+
+const (
+	// NativeTools: the chat template renders the tools and the engine
+	// parses calls in the model family's format (EventToolCall).
+	NativeTools ToolMode = iota
+	// PromptedTools: the template cannot show tools (SmolLM2's, for one),
+	// so the definitions go into the system prompt, calls are asked for in
+	// the Hermes <tool_call> format and the agent parses them from the
+	// text; calls and results are written into the turns as text.
+	PromptedTools
+)
+
+func (m ToolMode) String() string {
+	if m == PromptedTools {
+		return "prompted (tools in the system prompt, Hermes calls parsed by the agent)"
+	}
+	return "native (the chat template's own tool format)"
+}
+
+// DefaultMaxSteps bounds the generations of one request.
+const DefaultMaxSteps = 8
+
+// Config configures an Agent. Gen, Tools and Sink are required.
+type Config struct {
+	Gen      Generator
+	Fit      Fitter // optional: without it the pool is not checked up front
+	Tools    *Tools
+	Approver Approver // nil denies everything that needs approval
+	Sink     Sink
+	Mode     ToolMode
+	// System is the system prompt (prompts.Agent); in PromptedTools mode
+	// the tool block is appended to it.
+	System    string
+	MaxSteps  int // 0: DefaultMaxSteps
+	MaxTokens int // per generation; 0: no limit
+	Sampling  engine.Sampling
+}
+
+// Stop says why a Run ended.
+type Stop string
+
+const (
+	StopAnswer    Stop = "answer"     // the model answered without a tool call
+	StopStepLimit Stop = "step_limit" // MaxSteps generations, still calling tools
+	StopPoolFull  Stop = "pool_full"  // the KV pool filled up during an answer
+	StopLength    Stop = "length"     // MaxTokens reached
+)
+
+// Result sums up one Run.
+type Result struct {
+	Answer string // the text of the last generation
+	Steps  int    // generations run
+	Stop   Stop
+	Denied []string // summaries of the actions that were denied
+}
+
+// Agent holds one conversation.
+type Agent struct {
+	cfg    Config
+	perms  permissions
+	msgs   []engine.Message
+	turns  []int // index in msgs where each user request starts
+	nextID int
+}
+
+// New checks cfg and starts a conversation with the system prompt.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Gen == nil || cfg.Tools == nil || cfg.Sink == nil {
+		return nil, errors.New("agent: Config.Gen, Tools and Sink are required")
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = DefaultMaxSteps
+	}
+	a := &Agent{cfg: cfg, perms: permissions{approver: cfg.Approver}}
+	sys := cfg.System
+	if cfg.Mode == PromptedTools {
+		block, err := toolsBlock(cfg.Tools.Defs())
+		if err != nil {
+			return nil, err
+		}
+		sys = strings.TrimSpace(sys + "\n\n" + block)
+	}
+	if sys != "" {
+		a.msgs = append(a.msgs, engine.Message{Role: "system", Content: sys})
+	}
+	if cfg.Mode == PromptedTools {
+		// Stop at the end of a call: one call per step, and no made-up
+		// tool responses after it.
+		a.cfg.Sampling.Stop = append(append([]string(nil), cfg.Sampling.Stop...), "</tool_call>", "<tool_response>")
+	}
+	return a, nil
+}
+
+func toolsBlock(defs []engine.Tool) (string, error) {
+	sigs := make([]string, len(defs))
+	for i, d := range defs {
+		b, err := json.Marshal(d)
+		if err != nil {
+			return "", err
+		}
+		sigs[i] = string(b)
+	}
+	return prompts.ToolsBlock(sigs)
+}
+
+// Messages is the conversation so far, in the agent's own form (tool calls
+// as ToolCalls, results as role "tool").
+func (a *Agent) Messages() []engine.Message { return a.msgs }
+
+// Run handles one user request to the end: an answer, the step limit, a
+// full pool, or an error (cancellation included).
+func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
+	a.turns = append(a.turns, len(a.msgs))
+	a.msgs = append(a.msgs, engine.Message{Role: "user", Content: request})
+	var res Result
+	for {
+		if res.Steps == a.cfg.MaxSteps {
+			res.Stop = StopStepLimit
+			a.cfg.Sink.Note(fmt.Sprintf("stopped: the step limit of %d generations was reached and the model was still calling tools; the results so far are above", a.cfg.MaxSteps))
+			return res, nil
+		}
+		req, err := a.fit()
+		if err != nil {
+			return res, err
+		}
+		res.Steps++
+		out, err := a.generate(ctx, req)
+		if err != nil {
+			return res, err
+		}
+		res.Answer = out.text
+		if len(out.calls) == 0 && len(out.malformed) == 0 {
+			a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text})
+			switch out.stop {
+			case engine.StopPoolFull:
+				res.Stop = StopPoolFull
+				a.cfg.Sink.Note("stopped: the KV cache is full; the answer above is cut short")
+			case engine.StopMaxTokens:
+				res.Stop = StopLength
+				a.cfg.Sink.Note("stopped: the answer reached the token limit")
+			default:
+				res.Stop = StopAnswer
+			}
+			return res, nil
+		}
+		a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text, ToolCalls: out.calls})
+		for _, c := range out.calls {
+			content, denied := a.execute(ctx, c)
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			if denied != "" {
+				res.Denied = append(res.Denied, denied)
+			}
+			a.msgs = append(a.msgs, engine.Message{Role: "tool", Content: content, ToolCallID: c.ID, Name: c.Name})
+		}
+		if len(out.malformed) > 0 {
+			a.msgs = append(a.msgs, engine.Message{Role: "user", Content: malformedFeedback(out.malformed)})
+		}
+	}
+}
+
+// malformedFeedback tells the model what was wrong with its calls and how
+// a call looks.
+func malformedFeedback(errs []error) string {
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "Error: %v. ", e)
+	}
+	b.WriteString(`The call was not run. Write a call exactly like this: <tool_call>{"name": "read_file", "arguments": {"path": "README.md"}}</tool_call>`)
+	return b.String()
+}
+
+// execute plans, approves and runs one call; it returns the tool message
+// content, and the plan summary when the user denied it.
+func (a *Agent) execute(ctx context.Context, c engine.ToolCall) (string, string) {
+	sink := a.cfg.Sink
+	plan, err := a.cfg.Tools.Plan(c)
+	if err != nil {
+		sink.ToolResult(c, "", err)
+		return "Error: " + err.Error(), ""
+	}
+	sink.ToolCall(c, plan.Summary)
+	d, err := a.perms.check(ctx, plan)
+	if err != nil {
+		err = fmt.Errorf("approval failed: %w", err)
+		sink.ToolResult(c, "", err)
+		return "Error: " + err.Error(), ""
+	}
+	if d == Deny {
+		sink.Note("denied: " + plan.Summary)
+		return "The user denied this action (" + plan.Summary + "). Do not try it again; say what you wanted to do instead.", plan.Summary
+	}
+	out, err := plan.Run(ctx)
+	sink.ToolResult(c, out, err)
+	if err != nil {
+		return "Error: " + err.Error(), ""
+	}
+	return out, ""
+}
+
+type stepOutput struct {
+	text      string
+	calls     []engine.ToolCall
+	malformed []error
+	stop      engine.StopReason
+}
+
+// generate runs one generation, streaming text to the sink and collecting
+// tool calls (from the engine, or parsed here in PromptedTools mode).
+func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, error) {
+	var out stepOutput
+	var text strings.Builder
+	var parser *chat.StreamParser
+	if a.cfg.Mode == PromptedTools {
+		parser = chat.NewStreamParser(chat.ToolHermes, false)
+	}
+	segments := func(segs []chat.Segment) {
+		for _, s := range segs {
+			switch s.Kind {
+			case chat.SegText:
+				text.WriteString(s.Text)
+				a.cfg.Sink.Text(s.Text)
+			case chat.SegThinking:
+				a.cfg.Sink.Thinking(s.Text)
+			case chat.SegToolCall:
+				out.calls = append(out.calls, a.newCall(s.Call.Name, s.Call.Arguments))
+			case chat.SegToolError:
+				out.malformed = append(out.malformed, s.Err)
+				a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", s.Err, clip(s.Text, 200)))
+			}
+		}
+	}
+	var genErr error
+	for ev := range a.cfg.Gen.Generate(ctx, req) {
+		switch ev.Kind {
+		case engine.EventText:
+			if parser != nil {
+				segments(parser.Feed(ev.Text))
+			} else {
+				text.WriteString(ev.Text)
+				a.cfg.Sink.Text(ev.Text)
+			}
+		case engine.EventThinking:
+			a.cfg.Sink.Thinking(ev.Text)
+		case engine.EventToolCall:
+			if ev.ToolCall != nil {
+				out.calls = append(out.calls, a.newCall(ev.ToolCall.Name, ev.ToolCall.Arguments))
+			}
+		case engine.EventToolError:
+			err := ev.Err
+			if err == nil {
+				err = errors.New("malformed tool call")
+			}
+			out.malformed = append(out.malformed, err)
+			a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", err, clip(ev.Text, 200)))
+		case engine.EventDone:
+			out.stop = ev.Stop
+		case engine.EventError:
+			genErr = ev.Err
+		}
+	}
+	if parser != nil {
+		segments(parser.Flush())
+	}
+	out.text = strings.TrimSpace(text.String())
+	if genErr != nil {
+		return out, genErr
+	}
+	if out.stop == engine.StopCancelled || ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		return out, context.Canceled
+	}
+	return out, nil
+}
+
+func (a *Agent) newCall(name string, args map[string]any) engine.ToolCall {
+	a.nextID++
+	if args == nil {
+		args = map[string]any{}
+	}
+	return engine.ToolCall{ID: fmt.Sprintf("call_%d", a.nextID), Name: name, Arguments: args}
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// request builds the engine request for the conversation.
+func (a *Agent) request() engine.Request {
+	req := engine.Request{MaxTokens: a.cfg.MaxTokens, Sampling: a.cfg.Sampling}
+	if a.cfg.Mode == NativeTools {
+		req.Messages = a.msgs
+		req.Tools = a.cfg.Tools.Defs()
+		return req
+	}
+	req.Messages = promptedMessages(a.msgs)
+	return req
+}
+
+// promptedMessages writes tool calls and results as text, for templates
+// that drop ToolCalls and have no tool role: calls as <tool_call> blocks in
+// the assistant turn, results as <tool_response> blocks in a user turn.
+func promptedMessages(msgs []engine.Message) []engine.Message {
+	out := make([]engine.Message, 0, len(msgs))
+	for _, m := range msgs {
+		switch {
+		case m.Role == "assistant" && len(m.ToolCalls) > 0:
+			var b strings.Builder
+			b.WriteString(m.Content)
+			for _, c := range m.ToolCalls {
+				if b.Len() > 0 {
+					b.WriteString("\n")
+				}
+				args, _ := json.Marshal(c.Arguments)
+				fmt.Fprintf(&b, "<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, args)
+			}
+			out = append(out, engine.Message{Role: "assistant", Content: b.String()})
+		case m.Role == "tool":
+			block := "<tool_response>\n" + m.Content + "\n</tool_response>"
+			if n := len(out); n > 0 && out[n-1].Role == "user" && strings.HasPrefix(out[n-1].Content, "<tool_response>") {
+				out[n-1].Content += "\n" + block
+			} else {
+				out = append(out, engine.Message{Role: "user", Content: block})
+			}
+		default:
+			out = append(out, engine.Message{Role: m.Role, Content: m.Content})
+		}
+	}
+	return out
+}
+
+// fit returns the request for the next step, first making the
+// conversation fit the KV pool by the documented policy (docs/agent.md):
+//  1. drop whole earlier requests (a user request with its calls, results
+//     and answer), oldest first, as few as kvcache.DropOldestTurns says;
+//  2. then, within the current request, replace tool results with a short
+//     note, oldest first.
+//
+// The system prompt and the current request are always kept. Each drop is
+// reported to the sink; when nothing is left to drop the error says so.
+func (a *Agent) fit() (engine.Request, error) {
+	for {
+		req := a.request()
+		if a.cfg.Fit == nil {
+			return req, nil
+		}
+		err := a.cfg.Fit.FitCheck(req)
+		if err == nil {
+			return req, nil
+		}
+		var full *kvcache.PoolFullError
+		if !errors.As(err, &full) {
+			return req, err
+		}
+		if note, ok := a.dropTurns(full); ok {
+			a.cfg.Sink.Note(note)
+			continue
+		}
+		if note, ok := a.dropToolResult(); ok {
+			a.cfg.Sink.Note(note)
+			continue
+		}
+		return req, fmt.Errorf("the current request does not fit the KV cache even with all older turns and tool results dropped: %w", err)
+	}
+}
+
+func (a *Agent) msgTokens(ms []engine.Message) int {
+	n := 0
+	for _, m := range ms {
+		n += a.cfg.Fit.CountTokens(m.Content) + 4 // role markers
+		for _, c := range m.ToolCalls {
+			b, _ := json.Marshal(c.Arguments)
+			n += a.cfg.Fit.CountTokens(c.Name+string(b)) + 8
+		}
+	}
+	return n
+}
+
+// dropTurns drops the oldest earlier requests.
+func (a *Agent) dropTurns(full *kvcache.PoolFullError) (string, bool) {
+	earlier := len(a.turns) - 1 // the last turn is the current request
+	if earlier == 0 {
+		return "", false
+	}
+	sizes := make([]int, earlier)
+	sum := 0
+	for i := range earlier {
+		sizes[i] = a.msgTokens(a.msgs[a.turns[i]:a.turns[i+1]])
+		sum += sizes[i]
+	}
+	need := max(0, full.Asked-sum)
+	drop, err := kvcache.DropOldestTurns(sizes, 0, need, full.Fit)
+	if err != nil || drop == 0 {
+		drop = 1 // the estimate missed template overhead: drop one and check again
+	}
+	drop = min(drop, earlier)
+	from, to := a.turns[0], a.turns[drop]
+	dropped := to - from
+	tokens := 0
+	for _, s := range sizes[:drop] {
+		tokens += s
+	}
+	a.msgs = append(a.msgs[:from:from], a.msgs[to:]...)
+	a.turns = a.turns[drop:]
+	for i := range a.turns {
+		a.turns[i] -= dropped
+	}
+	return fmt.Sprintf("context: the conversation did not fit the KV cache (%d tokens asked, %d fit); dropped the %d oldest request(s) (%d messages, about %d tokens); the system prompt and the current request are kept",
+		full.Asked, full.Fit, drop, dropped, tokens), true
+}
+
+// droppedMark starts the content of a tool result that was dropped.
+const droppedMark = "[dropped to fit the context"
+
+// dropToolResult replaces the oldest tool result of the current request.
+func (a *Agent) dropToolResult() (string, bool) {
+	start := 0
+	if len(a.turns) > 0 {
+		start = a.turns[len(a.turns)-1]
+	}
+	for i := start; i < len(a.msgs); i++ {
+		m := &a.msgs[i]
+		if m.Role != "tool" || strings.HasPrefix(m.Content, droppedMark) {
+			continue
+		}
+		size := len(m.Content)
+		m.Content = fmt.Sprintf("%s: %d bytes of %s output]", droppedMark, size, m.Name)
+		return fmt.Sprintf("context: the conversation did not fit the KV cache; dropped the output of %s (%d bytes) from this request", m.Name, size), true
+	}
+	return "", false
+}

@@ -1,0 +1,99 @@
+// Package prompts holds ftchat's system prompts and tool descriptions as
+// embedded text files, rendered with facts about the workspace (directory,
+// OS, date, git branch and status). The words live in the .md files so they
+// can be read and tuned without touching code.
+package prompts
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strings"
+	"text/template"
+	"time"
+)
+
+//go:embed agent.md chat.md tools.md tools/*.md
+var files embed.FS
+
+var templates = template.Must(template.New("").Option("missingkey=error").ParseFS(files, "agent.md", "chat.md", "tools.md"))
+
+// Facts describe the workspace the prompts talk about.
+type Facts struct {
+	Cwd       string
+	OS, Arch  string
+	Date      string // YYYY-MM-DD
+	GitBranch string // "" when not a git repository or git is absent
+	GitStatus string // `git status --short`, at most MaxStatusLines lines
+}
+
+// MaxStatusLines bounds the git status in the prompt: a small model's
+// context is precious, and the agent can run git itself.
+const MaxStatusLines = 10
+
+// gitTimeout keeps a slow or hung git from delaying startup.
+const gitTimeout = 2 * time.Second
+
+// Gather collects the facts for dir. A missing git, or a directory that is
+// not a repository, leaves the git fields empty.
+func Gather(ctx context.Context, dir string, now time.Time) Facts {
+	f := Facts{Cwd: dir, OS: runtime.GOOS, Arch: runtime.GOARCH, Date: now.Format("2006-01-02")}
+	git := func(args ...string) (string, bool) {
+		c, cancel := context.WithTimeout(ctx, gitTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(c, "git", args...)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		return strings.TrimRight(string(out), "\n"), err == nil
+	}
+	if b, ok := git("rev-parse", "--abbrev-ref", "HEAD"); ok {
+		f.GitBranch = strings.TrimSpace(b)
+		if st, ok := git("status", "--short"); ok {
+			f.GitStatus = capLines(st, MaxStatusLines)
+		}
+	}
+	return f
+}
+
+func capLines(s string, n int) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) <= n {
+		return s
+	}
+	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n... and %d more", len(lines)-n)
+}
+
+// Agent is the coding agent's system prompt.
+func Agent(f Facts) (string, error) { return render("agent.md", f) }
+
+// Chat is the plain chat system prompt.
+func Chat(f Facts) (string, error) { return render("chat.md", f) }
+
+// ToolsBlock is the tool section appended to the system prompt for models
+// whose chat template cannot show tools: each signature is one JSON line,
+// and calls are asked for in the Hermes <tool_call> format, which the
+// agent parses.
+func ToolsBlock(signatures []string) (string, error) { return render("tools.md", signatures) }
+
+// Tool is the description of the named tool (tools/<name>.md).
+func Tool(name string) (string, error) {
+	b, err := files.ReadFile("tools/" + name + ".md")
+	if err != nil {
+		return "", fmt.Errorf("prompts: no description for tool %q (want prompts/tools/%s.md)", name, name)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func render(name string, data any) (string, error) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+		return "", fmt.Errorf("prompts: %s: %w", name, err)
+	}
+	return strings.TrimSpace(b.String()), nil
+}
