@@ -101,9 +101,6 @@ func dotQ4_1x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, 
 //go:noescape
 func dotQ4_0x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
 
-//go:noescape
-func dotQ8_0x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
-
 // x4 adapts a four-row assembly kernel: x holds 4 rows of stride xstride
 // (≥ the row length), xs 4 rows of block sums of stride xsstride.
 func x4(k func(*byte, *float32, int, *float32, int, int, *[4]float32), blockBytes int) rowKernel4 {
@@ -125,7 +122,6 @@ func init() {
 	fastKernels4 = map[gguf.Type]rowKernel4{
 		gguf.Q4_0: x4(dotQ4_0x4AVX2, 18),
 		gguf.Q4_1: x4(dotQ4_1x4AVX2, 20),
-		gguf.Q8_0: x4(dotQ8_0x4AVX2, 34),
 	}
 }
 
@@ -186,5 +182,38 @@ func init() {
 	if hasAVX2 {
 		fastKernels[gguf.Q4_K] = dotQ4_KFast
 		fastKernels[gguf.Q6_K] = dotQ6_KFast
+	}
+}
+
+//go:noescape
+func dotQ5KBlocksAVX2(b *byte, x *float32, sc *float32, nb int) float32
+
+func dotQ5_KFast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 176
+	_, _ = x[nb*256-1], xs[nb*8-1]
+	var sc [8 * kBatch]float32
+	var s float32
+	for i0 := 0; i0 < nb; i0 += kBatch {
+		n := min(kBatch, nb-i0)
+		var mins float32
+		for i := i0; i < i0+n; i++ {
+			b := w[i*176 : i*176+176 : i*176+176]
+			d, dmin := f16(b), f16(b[2:])
+			var macc float32
+			for j := 0; j < 8; j++ {
+				s1, m1 := scaleMin(j, b[4:16])
+				sc[(i-i0)*8+j] = d * s1
+				macc += m1 * xs[i*8+j]
+			}
+			mins += dmin * macc
+		}
+		s += dotQ5KBlocksAVX2(&w[i0*176], &x[i0*256], &sc[0], n) - mins
+	}
+	return s
+}
+
+func init() {
+	if hasAVX2 {
+		fastKernels[gguf.Q5_K] = dotQ5_KFast
 	}
 }
