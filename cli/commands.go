@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ var (
 func Commands(v *viper.Viper) []*cobra.Command {
 	return []*cobra.Command{
 		pullCmd(), modelsCmd(), tokenizeCmd(), versionCmd(), devCmd(),
-		benchCmd(v), calibrateCmd(v),
+		benchCmd(v), calibrateCmd(v), configCmd(v),
 	}
 }
 
@@ -147,4 +148,29 @@ func devCmd() *cobra.Command {
 	}
 	dev.AddCommand(gen, inspect)
 	return dev
+}
+
+func configCmd(v *viper.Viper) *cobra.Command {
+	return &cobra.Command{
+		Use:   "config",
+		Short: "Print the effective settings (flags > FTCHAT_* env > config file > defaults)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := cmd.OutOrStdout()
+			if f := v.ConfigFileUsed(); f != "" {
+				fmt.Fprintf(w, "# config file: %s\n", f)
+			} else {
+				fmt.Fprintln(w, "# config file: none")
+			}
+			keys := v.AllKeys()
+			sort.Strings(keys)
+			for _, k := range keys {
+				if k == "config" {
+					continue
+				}
+				fmt.Fprintf(w, "%s: %v\n", k, v.Get(k))
+			}
+			return nil
+		},
+	}
 }

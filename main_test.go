@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/viper"
+)
+
+// runConfig runs `ftchat config` with args and returns the printed settings.
+func runConfig(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	root := newRoot(viper.New())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"config"}, args...))
+	if err := root.Execute(); err != nil {
+		t.Fatalf("config %v: %v\n%s", args, err, out.String())
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(k, "#") {
+			got[k] = v
+		}
+	}
+	return got
+}
+
+func TestSettingsPrecedence(t *testing.T) {
+	cfgDir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgDir)
+	t.Setenv("HOME", cfgDir)
+	os.MkdirAll(filepath.Join(cfgDir, "ftchat"), 0o755)
+	os.WriteFile(filepath.Join(cfgDir, "ftchat", "config.yaml"), []byte("kv-cache-dtype: fp8_e5m2\nthreads: 3\npage-size: 32\n"), 0o644)
+	t.Setenv("FTCHAT_THREADS", "5")
+	t.Setenv("FTCHAT_PAGE_SIZE", "")
+	os.Unsetenv("FTCHAT_PAGE_SIZE")
+
+	cases := []struct {
+		name string
+		args []string
+		key  string
+		want string
+	}{
+		{"default", nil, "device", "auto"},
+		{"config file", nil, "kv-cache-dtype", "fp8_e5m2"},
+		{"config file int", nil, "page-size", "32"},
+		{"env beats file", nil, "threads", "5"},
+		{"flag beats env", []string{"--threads", "7"}, "threads", "7"},
+		{"flag beats file", []string{"--kv-cache-dtype", "fp8_e4m3"}, "kv-cache-dtype", "fp8_e4m3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := runConfig(t, tc.args...)[tc.key]; got != tc.want {
+				t.Fatalf("%s = %q, want %q", tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExplicitConfigFileErrors(t *testing.T) {
+	root := newRoot(viper.New())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"config", "--config", filepath.Join(t.TempDir(), "missing.yaml")})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}
+
+func TestHelpDocumentsEveryOption(t *testing.T) {
+	root := newRoot(viper.New())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--model", "--device", "--gpu-memory", "--kv-cache-dtype", "--kv-scales", "--page-size",
+		"--ctx-size", "--kv-tokens", "--threads", "--print", "--temperature", "--top-k", "--top-p", "--min-p",
+		"--repeat-penalty", "--seed", "--max-tokens", "--continue", "--agent", "--yolo", "--config"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("--help does not mention %s", flag)
+		}
+	}
+}
