@@ -94,6 +94,9 @@ func TestGoldenFrames(t *testing.T) {
 				t.Errorf("frame has %d lines, want %d", n, tc.h)
 			}
 			for i, l := range strings.Split(got, "\n") {
+				if strings.HasPrefix(l, "─") && ansi.StringWidth(l) != tc.w-1 {
+					t.Errorf("rule line %d is %d columns wide, want %d", i, ansi.StringWidth(l), tc.w-1)
+				}
 				if w := ansi.StringWidth(l); w > tc.w {
 					t.Errorf("line %d is %d columns wide (> %d): %q", i, w, tc.w, l)
 				}

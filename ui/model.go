@@ -683,6 +683,7 @@ func (m *model) scrollUp(n int) {
 		m.anchorL += m.blockLen(m.anchorE)
 	}
 	m.anchorL = max(m.anchorL, 0)
+	m.followIfBottomVisible()
 }
 
 func (m *model) scrollDown(n int) {
@@ -821,10 +822,13 @@ func (m *model) noticeLine() string {
 		left = ansi.Truncate(left, max(m.width-rw-6, 0), "…")
 		lw = ansi.StringWidth(left)
 	}
-	fill := max(m.width-lw-rw-4, 0)
+	// Lines stay one column short of the width, as the other rules do.
+	fill := max(m.width-lw-rw-5, 0)
 	line := m.st.dim.Render("──")
 	if left != "" {
 		line = m.st.dim.Render("─ ") + style.Render(left) + " "
+	} else {
+		fill++
 	}
 	line += m.st.dim.Render(strings.Repeat("─", fill))
 	if right != "" {
