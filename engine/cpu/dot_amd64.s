@@ -2,6 +2,81 @@
 
 #include "textflag.h"
 
+DATA negEight<>+0(SB)/4, $0xC1000000
+GLOBL negEight<>(SB), RODATA|NOPTR, $4
+
+// Macros of the Q4 kernels (defined before any TEXT so vet's asmdecl does
+// not attribute their FP references to a function).
+
+// Decode the 32 nibbles at off(SI) (off2 = off+8) into floats Y3..Y6
+// (elements 0-7, 8-15, 16-23, 24-31); Y15 holds 0x0F in every byte.
+#define DECODE_NIBBLES(off, off2) \
+	VPMOVZXBD off(SI), Y3; \
+	VPMOVZXBD off2(SI), Y4; \
+	VPSRLD $4, Y3, Y5; \
+	VPSRLD $4, Y4, Y6; \
+	VPAND Y15, Y3, Y3; \
+	VPAND Y15, Y4, Y4; \
+	VCVTDQ2PS Y3, Y3; \
+	VCVTDQ2PS Y4, Y4; \
+	VCVTDQ2PS Y5, Y5; \
+	VCVTDQ2PS Y6, Y6
+
+// acc += d(Y8) * (Y3..Y6 · x[xp:xp+32]); sacc += m(X9) * xs[xsp]
+#define ROW_MS(xp, xsp, acc, sacc) \
+	VMULPS (xp), Y3, Y7; \
+	VFMADD231PS 32(xp), Y4, Y7; \
+	VFMADD231PS 64(xp), Y5, Y7; \
+	VFMADD231PS 96(xp), Y6, Y7; \
+	VFMADD231PS Y7, Y8, acc; \
+	VFMADD231SS (xsp), X9, sacc; \
+	ADDQ $128, xp; \
+	ADDQ $4, xsp
+
+// X(acc) = horizontal sum of Y(acc) + sacc, stored at off(BX)
+#define HSUM_STORE(acc, xacc, sacc, off) \
+	VEXTRACTF128 $1, acc, X7; \
+	VADDPS X7, xacc, xacc; \
+	VHADDPS xacc, xacc, xacc; \
+	VHADDPS xacc, xacc, xacc; \
+	VADDSS sacc, xacc, xacc; \
+	MOVSS xacc, off(BX)
+
+#define SETUP4 \
+	MOVQ w+0(FP), SI; \
+	MOVQ x+8(FP), DI; \
+	MOVQ xstride+16(FP), AX; \
+	SHLQ $2, AX; \
+	LEAQ (DI)(AX*1), R8; \
+	LEAQ (R8)(AX*1), R9; \
+	LEAQ (R9)(AX*1), R10; \
+	MOVQ xs+24(FP), DX; \
+	MOVQ xsstride+32(FP), AX; \
+	SHLQ $2, AX; \
+	LEAQ (DX)(AX*1), R11; \
+	LEAQ (R11)(AX*1), R12; \
+	LEAQ (R12)(AX*1), R13; \
+	MOVQ nb+40(FP), CX; \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y11, Y11, Y11; \
+	VXORPS Y10, Y10, Y10; \
+	VXORPS Y12, Y12, Y12; \
+	VXORPS Y13, Y13, Y13; \
+	VXORPS Y14, Y14, Y14; \
+	MOVL $0x0F0F0F0F, AX; \
+	VMOVD AX, X15; \
+	VPBROADCASTD X15, Y15
+
+#define FINISH4 \
+	MOVQ out+48(FP), BX; \
+	HSUM_STORE(Y0, X0, X10, 0); \
+	HSUM_STORE(Y1, X1, X12, 4); \
+	HSUM_STORE(Y2, X2, X13, 8); \
+	HSUM_STORE(Y11, X11, X14, 12); \
+	VZEROUPPER
+
 // AVX2+FMA+F16C row kernels. Each takes a weight row of nb blocks and the
 // matching float32 activations; see quant.go for the block layouts and
 // the Σ(d·q + m)·x = d·Σq·x + m·Σx identity the Q4 kernels use.
@@ -16,20 +91,16 @@ TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-36
 	VXORPS Y10, Y10, Y10
 	MOVL $0x0F0F0F0F, AX
 	VMOVD AX, X15
-	VPBROADCASTD X15, X15
+	VPBROADCASTD X15, Y15
 	TESTQ CX, CX
-	JEQ q41done
-q41loop:
-	VMOVDQU 4(SI), X1
-	VPSRLW $4, X1, X2
-	VPAND X15, X1, X1
-	VPAND X15, X2, X2
-	VPMOVZXBD X1, Y3
-	VPSRLDQ $8, X1, X1
-	VPMOVZXBD X1, Y4
-	VPMOVZXBD X2, Y5
-	VPSRLDQ $8, X2, X2
-	VPMOVZXBD X2, Y6
+	JEQ dotQ4_1AVX2done
+dotQ4_1AVX2loop:
+	VPMOVZXBD 4(SI), Y3
+	VPMOVZXBD 12(SI), Y4
+	VPSRLD $4, Y3, Y5
+	VPSRLD $4, Y4, Y6
+	VPAND Y15, Y3, Y3
+	VPAND Y15, Y4, Y4
 	VCVTDQ2PS Y3, Y3
 	VCVTDQ2PS Y4, Y4
 	VCVTDQ2PS Y5, Y5
@@ -38,21 +109,18 @@ q41loop:
 	VFMADD231PS 32(DI), Y4, Y7
 	VFMADD231PS 64(DI), Y5, Y7
 	VFMADD231PS 96(DI), Y6, Y7
-	MOVWLZX (SI), AX
-	VMOVD AX, X8
-	VCVTPH2PS X8, X8
-	VBROADCASTSS X8, Y8
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
 	VFMADD231PS Y7, Y8, Y0
-	MOVWLZX 2(SI), AX
-	VMOVD AX, X9
+	VPBROADCASTW 2(SI), X9
 	VCVTPH2PS X9, X9
 	VFMADD231SS (DX), X9, X10
 	ADDQ $20, SI
 	ADDQ $128, DI
 	ADDQ $4, DX
 	DECQ CX
-	JNZ q41loop
-q41done:
+	JNZ dotQ4_1AVX2loop
+dotQ4_1AVX2done:
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0
@@ -72,22 +140,16 @@ TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-36
 	VXORPS Y10, Y10, Y10
 	MOVL $0x0F0F0F0F, AX
 	VMOVD AX, X15
-	VPBROADCASTD X15, X15
-	MOVL $0xC1000000, AX // -8.0
-	VMOVD AX, X14
+	VPBROADCASTD X15, Y15
 	TESTQ CX, CX
-	JEQ q40done
-q40loop:
-	VMOVDQU 2(SI), X1
-	VPSRLW $4, X1, X2
-	VPAND X15, X1, X1
-	VPAND X15, X2, X2
-	VPMOVZXBD X1, Y3
-	VPSRLDQ $8, X1, X1
-	VPMOVZXBD X1, Y4
-	VPMOVZXBD X2, Y5
-	VPSRLDQ $8, X2, X2
-	VPMOVZXBD X2, Y6
+	JEQ dotQ4_0AVX2done
+dotQ4_0AVX2loop:
+	VPMOVZXBD 2(SI), Y3
+	VPMOVZXBD 10(SI), Y4
+	VPSRLD $4, Y3, Y5
+	VPSRLD $4, Y4, Y6
+	VPAND Y15, Y3, Y3
+	VPAND Y15, Y4, Y4
 	VCVTDQ2PS Y3, Y3
 	VCVTDQ2PS Y4, Y4
 	VCVTDQ2PS Y5, Y5
@@ -96,19 +158,17 @@ q40loop:
 	VFMADD231PS 32(DI), Y4, Y7
 	VFMADD231PS 64(DI), Y5, Y7
 	VFMADD231PS 96(DI), Y6, Y7
-	MOVWLZX (SI), AX
-	VMOVD AX, X8
-	VCVTPH2PS X8, X8
-	VMULSS X14, X8, X9
-	VBROADCASTSS X8, Y8
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
 	VFMADD231PS Y7, Y8, Y0
+	VMULSS negEight<>(SB), X8, X9
 	VFMADD231SS (DX), X9, X10
 	ADDQ $18, SI
 	ADDQ $128, DI
 	ADDQ $4, DX
 	DECQ CX
-	JNZ q40loop
-q40done:
+	JNZ dotQ4_0AVX2loop
+dotQ4_0AVX2done:
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0
@@ -226,96 +286,17 @@ f16done:
 // Four-row kernels: one weight row against four activation rows, so each
 // block is decoded once and used four times (prefill).
 
-DATA negEight<>+0(SB)/4, $0xC1000000
-GLOBL negEight<>(SB), RODATA|NOPTR, $4
-
-// Decode the 32 nibbles at off(SI) into floats Y3..Y6 (elements 0-7, 8-15, 16-23, 24-31).
-#define DECODE_NIBBLES(off) \
-	VMOVDQU off(SI), X7; \
-	VPSRLW $4, X7, X8; \
-	VPAND X15, X7, X7; \
-	VPAND X15, X8, X8; \
-	VPMOVZXBD X7, Y3; \
-	VPSRLDQ $8, X7, X7; \
-	VPMOVZXBD X7, Y4; \
-	VPMOVZXBD X8, Y5; \
-	VPSRLDQ $8, X8, X8; \
-	VPMOVZXBD X8, Y6; \
-	VCVTDQ2PS Y3, Y3; \
-	VCVTDQ2PS Y4, Y4; \
-	VCVTDQ2PS Y5, Y5; \
-	VCVTDQ2PS Y6, Y6
-
-// acc += d(Y8) * (Y3..Y6 · x[xp:xp+32]); sacc += m(X9) * xs[xsp]
-#define ROW_MS(xp, xsp, acc, sacc) \
-	VMULPS (xp), Y3, Y7; \
-	VFMADD231PS 32(xp), Y4, Y7; \
-	VFMADD231PS 64(xp), Y5, Y7; \
-	VFMADD231PS 96(xp), Y6, Y7; \
-	VFMADD231PS Y7, Y8, acc; \
-	VFMADD231SS (xsp), X9, sacc; \
-	ADDQ $128, xp; \
-	ADDQ $4, xsp
-
-// X(acc) = horizontal sum of Y(acc) + sacc, stored at off(BX)
-#define HSUM_STORE(acc, xacc, sacc, off) \
-	VEXTRACTF128 $1, acc, X7; \
-	VADDPS X7, xacc, xacc; \
-	VHADDPS xacc, xacc, xacc; \
-	VHADDPS xacc, xacc, xacc; \
-	VADDSS sacc, xacc, xacc; \
-	MOVSS xacc, off(BX)
-
-#define LOAD_F16(off, reg) \
-	MOVWLZX off(SI), AX; \
-	VMOVD AX, reg; \
-	VCVTPH2PS reg, reg
-
-#define SETUP4 \
-	MOVQ w+0(FP), SI; \
-	MOVQ x+8(FP), DI; \
-	MOVQ xstride+16(FP), AX; \
-	SHLQ $2, AX; \
-	LEAQ (DI)(AX*1), R8; \
-	LEAQ (R8)(AX*1), R9; \
-	LEAQ (R9)(AX*1), R10; \
-	MOVQ xs+24(FP), DX; \
-	MOVQ xsstride+32(FP), AX; \
-	SHLQ $2, AX; \
-	LEAQ (DX)(AX*1), R11; \
-	LEAQ (R11)(AX*1), R12; \
-	LEAQ (R12)(AX*1), R13; \
-	MOVQ nb+40(FP), CX; \
-	VXORPS Y0, Y0, Y0; \
-	VXORPS Y1, Y1, Y1; \
-	VXORPS Y2, Y2, Y2; \
-	VXORPS Y11, Y11, Y11; \
-	VXORPS Y10, Y10, Y10; \
-	VXORPS Y12, Y12, Y12; \
-	VXORPS Y13, Y13, Y13; \
-	VXORPS Y14, Y14, Y14; \
-	MOVL $0x0F0F0F0F, AX; \
-	VMOVD AX, X15; \
-	VPBROADCASTD X15, X15
-
-#define FINISH4 \
-	MOVQ out+48(FP), BX; \
-	HSUM_STORE(Y0, X0, X10, 0); \
-	HSUM_STORE(Y1, X1, X12, 4); \
-	HSUM_STORE(Y2, X2, X13, 8); \
-	HSUM_STORE(Y11, X11, X14, 12); \
-	VZEROUPPER
-
 // func dotQ4_1x4AVX2(w *byte, x *float32, xstride int, xs *float32, xsstride int, nb int, out *[4]float32)
 TEXT ·dotQ4_1x4AVX2(SB), NOSPLIT, $0-56
 	SETUP4
 	TESTQ CX, CX
 	JEQ q41x4done
 q41x4loop:
-	DECODE_NIBBLES(4)
-	LOAD_F16(0, X8)
-	VBROADCASTSS X8, Y8
-	LOAD_F16(2, X9)
+	DECODE_NIBBLES(4, 12)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
+	VPBROADCASTW 2(SI), X9
+	VCVTPH2PS X9, X9
 	ROW_MS(DI, DX, Y0, X10)
 	ROW_MS(R8, R11, Y1, X12)
 	ROW_MS(R9, R12, Y2, X13)
@@ -333,10 +314,10 @@ TEXT ·dotQ4_0x4AVX2(SB), NOSPLIT, $0-56
 	TESTQ CX, CX
 	JEQ q40x4done
 q40x4loop:
-	DECODE_NIBBLES(2)
-	LOAD_F16(0, X8)
+	DECODE_NIBBLES(2, 10)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
 	VMULSS negEight<>(SB), X8, X9
-	VBROADCASTSS X8, Y8
 	ROW_MS(DI, DX, Y0, X10)
 	ROW_MS(R8, R11, Y1, X12)
 	ROW_MS(R9, R12, Y2, X13)
