@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -57,7 +59,64 @@ func (c *chatTemplate) Render(msgs []Message, tools []Tool, addGen bool) (string
 	for _, t := range tools {
 		ct = append(ct, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
+	if len(ct) > 0 && c.format == chat.ToolNone {
+		cm = inlineTools(cm, ct)
+		ct = nil
+	}
 	return c.t.Render(cm, ct, chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos})
+}
+
+// toolsIntro and toolsHow explain Hermes-style calls to a model whose own
+// template has no tool support (SmolLM2, Llama 3.0): the tools go into the
+// system message and calls are parsed as <tool_call> JSON.
+const (
+	toolsIntro = "# Tools\n\nYou can call the functions whose JSON signatures are listed inside <tools></tools>:\n<tools>"
+	toolsHow   = "\n</tools>\n\nTo call a function, answer with a JSON object that names it and gives its arguments, inside <tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+)
+
+// inlineTools rewrites a conversation for a template without tool support:
+// tool definitions are appended to the system message, earlier calls become
+// <tool_call> text in the assistant turn, and tool results become user turns
+// wrapped in <tool_response>.
+func inlineTools(msgs []chat.Message, tools []chat.Tool) []chat.Message {
+	var b strings.Builder
+	b.WriteString(toolsIntro)
+	for _, t := range tools {
+		sig, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
+			"name": t.Name, "description": t.Description, "parameters": t.Parameters}})
+		b.WriteString("\n")
+		b.Write(sig)
+	}
+	b.WriteString(toolsHow)
+	out := make([]chat.Message, 0, len(msgs)+1)
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		sys := msgs[0]
+		sys.Content = strings.TrimRight(sys.Content, "\n") + "\n\n" + b.String()
+		out = append(out, sys)
+		msgs = msgs[1:]
+	} else {
+		out = append(out, chat.Message{Role: "system", Content: b.String()})
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Role == "assistant" && len(m.ToolCalls) > 0:
+			var c strings.Builder
+			c.WriteString(m.Content)
+			for _, tc := range m.ToolCalls {
+				args, _ := json.Marshal(tc.Arguments)
+				if c.Len() > 0 {
+					c.WriteString("\n")
+				}
+				fmt.Fprintf(&c, "<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", tc.Name, args)
+			}
+			out = append(out, chat.Message{Role: "assistant", Content: c.String()})
+		case m.Role == "tool":
+			out = append(out, chat.Message{Role: "user", Content: "<tool_response>\n" + m.Content + "\n</tool_response>"})
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // outputParser splits the generated text into answer text, thinking and
@@ -71,6 +130,9 @@ func newOutputParser(r renderer, prompt string, tools bool) *outputParser {
 	format := chat.ToolNone
 	if ct, ok := r.(*chatTemplate); ok && tools {
 		format = ct.format
+		if format == chat.ToolNone {
+			format = chat.ToolHermes // tools were inlined in Hermes style
+		}
 	}
 	return &outputParser{p: chat.NewStreamParser(format, chat.PromptOpensThinking(prompt))}
 }
