@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/gguf"
-	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
 
@@ -39,7 +38,7 @@ type Backend struct {
 	ropes map[string]Buffer // float64 inverse frequencies per rope config
 	bad   Buffer            // int32 flag set by embed for out-of-range ids
 
-	kv kvState // paged KV pool (attention engineer's kernels)
+	kv *KVCache // paged KV pool (attention.go), nil before AllocKV
 }
 
 var _ model.Backend = (*Backend)(nil)
@@ -104,6 +103,10 @@ func (b *Backend) post(f func(c *Ctx) error) { b.dev.Post(f) }
 // Close frees the backend's device memory (tensors still held by the caller included).
 func (b *Backend) Close() error {
 	return b.dev.Do(func(c *Ctx) error {
+		if b.kv != nil {
+			b.kv.Free(c)
+			b.kv = nil
+		}
 		b.trim(c)
 		for _, r := range b.ropes {
 			c.Free(r)
@@ -426,7 +429,13 @@ func stage[T any](c *Ctx, r *stageRing, src []T) (DevicePtr, error) {
 
 func cdiv(a, b int) int { return (a + b - 1) / b }
 
-const gemvMaxTok = 8 // GEMV_MAX_TOK in ops.cu
+const (
+	gemvMaxTok = 8 // GEMV_MAX_TOK in ops.cu
+	gemvWarps  = 8 // GEMV_WARPS in ops.cu: rows (warps) per CTA
+	// gemmLargeTokens is the batch from which the 128x128-tile GEMM
+	// (gemml_*) replaces the 64x64 one.
+	gemmLargeTokens = 128
+)
 
 // Embed writes the dequantized rows tokens[i] of table into dst.
 func (b *Backend) Embed(dst model.Tensor, table model.Weight, tokens []int32) {
@@ -535,6 +544,10 @@ func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		}
 		return nil
 	}
+	if n >= gemmLargeTokens {
+		return b.launch(c, "gemml_"+suf, Dim3{X: cdiv(w.rows, 128), Y: cdiv(n, 128)}, Dim3{X: 256},
+			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
+	}
 	if n >= b.opts.GEMMMinTokens {
 		return b.launch(c, "gemm_"+suf, Dim3{X: cdiv(w.rows, 64), Y: cdiv(n, 64)}, Dim3{X: 128},
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
@@ -549,7 +562,7 @@ func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 }
 
 func (b *Backend) launchGemv(c *Ctx, name string, w *Weight, x, y DevicePtr, nt int) error {
-	return b.launch(c, name, Dim3{X: cdiv(w.rows, 4)}, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, x, y, nt)
+	return b.launch(c, name, Dim3{X: cdiv(w.rows, gemvWarps)}, Dim3{X: 32 * gemvWarps}, w.raw, w.rowBytes, w.rows, w.cols, x, y, nt)
 }
 
 // AddBias adds the bias vector to every row of x.
@@ -783,7 +796,7 @@ func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDi
 	if w.cols%32 != 0 {
 		return fmt.Errorf("gpu: MoE weight %q: row length %d is not a multiple of 32", w.info.Name, w.cols)
 	}
-	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, 4), Y: pairs}, Dim3{X: 128},
+	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, gemvWarps), Y: pairs}, Dim3{X: 32 * gemvWarps},
 		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
 }
 
@@ -834,9 +847,4 @@ func (b *Backend) Synchronize() error {
 		return err
 	}
 	return b.Err()
-}
-
-// kvState is the paged KV pool owned by the attention kernels (attention.go).
-type kvState struct {
-	layout kvcache.Layout
 }

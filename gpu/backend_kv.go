@@ -2,28 +2,111 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
 
-// errKVNotImplemented is returned until the paged KV write and attention
-// kernels (gpu/attention*.go, kernels/attention.cu, kernels/kvwrite.cu) are
-// wired in.
-var errKVNotImplemented = errors.New("gpu: paged KV cache (KVWrite/Attention) is not implemented in the GPU backend yet: use --device cpu")
+var errNoKV = errors.New("gpu: KV op before AllocKV")
 
-// AllocKV creates the device KV pool for layout.
-func (b *Backend) AllocKV(layout kvcache.Layout) error { return errKVNotImplemented }
-
-// FreeKV drops the KV pool.
-func (b *Backend) FreeKV() {}
-
-// KVWrite rotates k and stores k and v into the pages of layer.
-func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model.Rope) {
-	b.fail(errKVNotImplemented)
+// AllocKV creates the device KV pool for layout (replacing any previous
+// one) through the budgeted allocator; the kernels are in attention.go.
+func (b *Backend) AllocKV(layout kvcache.Layout) error {
+	return b.dev.Do(func(c *Ctx) error {
+		if b.kv != nil {
+			if err := b.kv.Free(c); err != nil {
+				return err
+			}
+			b.kv = nil
+		}
+		kv, err := c.AllocKV(layout)
+		if err != nil {
+			return fmt.Errorf("gpu: KV pool: %w", err)
+		}
+		b.kv = kv
+		return nil
+	})
 }
 
-// Attention runs causal paged attention.
+// FreeKV drops the KV pool.
+func (b *Backend) FreeKV() {
+	err := b.dev.Do(func(c *Ctx) error {
+		if b.kv == nil {
+			return nil
+		}
+		err := b.kv.Free(c)
+		b.kv = nil
+		return err
+	})
+	if err != nil {
+		b.fail(err)
+	}
+}
+
+// KVCache returns the device pool (nil before AllocKV); use it only on the
+// device thread.
+func (b *Backend) KVCache() *KVCache { return b.kv }
+
+// copyBatch deep-copies bt: ops run later on the device thread, after the
+// caller may have reused its slices.
+func copyBatch(bt *model.Batch) *model.Batch {
+	c := &model.Batch{
+		Tokens: append([]int32(nil), bt.Tokens...),
+		Pos:    append([]int32(nil), bt.Pos...),
+		Seqs:   make([]model.SeqSpan, len(bt.Seqs)),
+	}
+	for i, s := range bt.Seqs {
+		s.Pages = append([]int32(nil), s.Pages...)
+		c.Seqs[i] = s
+	}
+	return c
+}
+
+// KVWrite applies RoPE to k and stores k and v into the pages of layer in
+// the pool's dtype, in one kernel. Unlike the CPU backend, k itself is left
+// unrotated (the rotation happens in registers on the way to the pool).
+func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model.Rope) {
+	kt, ok1 := b.ten(k, "KVWrite")
+	vt, ok2 := b.ten(v, "KVWrite")
+	if !ok1 || !ok2 {
+		return
+	}
+	if kt.rows != vt.rows || kt.cols != vt.cols {
+		b.fail(fmt.Errorf("gpu: KVWrite: k %dx%d, v %dx%d", kt.rows, kt.cols, vt.rows, vt.cols))
+		return
+	}
+	batch := copyBatch(bt)
+	b.post(func(c *Ctx) error {
+		if b.kv == nil {
+			return errNoKV
+		}
+		if want := b.kv.Layout.KVHeads * b.kv.Layout.HeadDim; kt.cols != want {
+			return fmt.Errorf("gpu: KVWrite: k width %d, the pool holds %d kv heads x %d", kt.cols, b.kv.Layout.KVHeads, b.kv.Layout.HeadDim)
+		}
+		return b.kv.Write(c, layer, kt.buf.Ptr, vt.buf.Ptr, kt.rows, batch, r)
+	})
+}
+
+// Attention computes causal paged attention of q over the pool into dst.
 func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, heads int, scale float32) {
-	b.fail(errKVNotImplemented)
+	d, ok1 := b.ten(dst, "Attention")
+	qt, ok2 := b.ten(q, "Attention")
+	if !ok1 || !ok2 {
+		return
+	}
+	if d.rows != qt.rows || d.cols != qt.cols {
+		b.fail(fmt.Errorf("gpu: Attention: dst %dx%d, q %dx%d", d.rows, d.cols, qt.rows, qt.cols))
+		return
+	}
+	batch := copyBatch(bt)
+	b.post(func(c *Ctx) error {
+		if b.kv == nil {
+			return errNoKV
+		}
+		if want := heads * b.kv.Layout.HeadDim; qt.cols != want {
+			return fmt.Errorf("gpu: Attention: q width %d, want %d heads x %d", qt.cols, heads, b.kv.Layout.HeadDim)
+		}
+		return b.kv.Attend(c, d.buf.Ptr, qt.buf.Ptr, qt.rows, layer, batch, heads, scale)
+	})
 }

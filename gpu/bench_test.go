@@ -4,17 +4,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/model"
 )
 
-// timeOps times reps of queue() with device events (after one warm-up) and
-// returns the mean milliseconds per call.
+// timeOps times reps of queue() with device events and returns the mean
+// milliseconds per call. It first keeps the GPU busy with the same op for
+// at least 200 ms so that clocks have left their idle state.
 func timeOps(tb testing.TB, g *Backend, reps int, queue func()) float64 {
-	queue()
-	if err := g.Synchronize(); err != nil {
-		tb.Fatal(err)
+	for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
+		for i := 0; i < 10; i++ {
+			queue()
+		}
+		if err := g.Synchronize(); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	var e0, e1 Event
 	g.dev.Do(func(c *Ctx) error {
@@ -63,7 +69,7 @@ func BenchmarkMatMul(b *testing.B) {
 				g.FromHost(x, randVec(r, n*sh.in, 1))
 				y := g.NewTensor(n, sh.out)
 				b.Run(fmt.Sprintf("%s/%dx%d/n=%d", typ, sh.out, sh.in, n), func(b *testing.B) {
-					ms := timeOps(b, g, max(b.N, 20), func() { g.MatMul(y, x, w) })
+					ms := timeOps(b, g, max(b.N, 100), func() { g.MatMul(y, x, w) })
 					b.ReportMetric(ms*1e3, "us/op")
 					b.ReportMetric(float64(len(raw))/(ms*1e-3)/1e9, "weightGB/s")
 					b.ReportMetric(2*float64(n)*float64(sh.out)*float64(sh.in)/(ms*1e-3)/1e12, "TFLOP/s")
@@ -98,7 +104,7 @@ func BenchmarkElementwise(b *testing.B) {
 		}
 		for name, op := range ops {
 			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
-				ms := timeOps(b, g, max(b.N, 50), op)
+				ms := timeOps(b, g, max(b.N, 200), op)
 				b.ReportMetric(ms*1e3, "us/op")
 			})
 		}

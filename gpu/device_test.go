@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 var (
@@ -69,10 +70,12 @@ func TestDeviceRoundTripAndKernel(t *testing.T) {
 				t.Fatalf("round trip: element %d = %#x, want %#x", i, got[i], src[i])
 			}
 		}
+		start := time.Now()
 		f, err := c.Function("ops", "fill_u32")
 		if err != nil {
 			return err
 		}
+		t.Logf("ops module load (PTX JIT, %d KiB): %v", len(mustPTX(t, "ops", d.Info().Arch()))>>10, time.Since(start))
 		e0, _ := c.NewEvent()
 		e1, _ := c.NewEvent()
 		defer c.DestroyEvent(e0)
@@ -138,4 +141,12 @@ func TestDevicePanicIsError(t *testing.T) {
 	if err := d.Do(func(c *Ctx) error { return c.Sync() }); err != nil {
 		t.Fatalf("device unusable after a panic: %v", err)
 	}
+}
+
+func mustPTX(t *testing.T, name string, arch int) []byte {
+	p, err := KernelPTX(name, arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

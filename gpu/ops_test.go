@@ -210,7 +210,7 @@ func TestMatMulAllTypes(t *testing.T) {
 		raw := randWeight(r, typ, rows, cols)
 		info := gguf.TensorInfo{Name: "w." + typ.String(), Dims: []uint64{cols, rows}, Type: typ}
 		gw, cw := p.weight(info, raw)
-		for _, n := range []int{1, 3, 8, 13, 77} {
+		for _, n := range []int{1, 3, 8, 13, 77, 150} {
 			x := randVec(r, n*cols, 1)
 			gx, cx := p.tensor(n, cols, x)
 			gy, cy := p.tensor(n, rows, nil)

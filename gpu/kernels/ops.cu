@@ -249,7 +249,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // warp reads its row once whatever the number of tokens. float32 accumulation.
 // Requires cols % 32 == 0 (units) and 16-byte aligned x rows.
 #define GEMV_MAX_TOK 8
-#define GEMV_WARPS 4
+#define GEMV_WARPS 8
 
 template <int T>
 __device__ __forceinline__ void gemv_row(const uint8_t* __restrict__ row, int cols, const float* __restrict__ x, int ldx,
@@ -280,20 +280,66 @@ __device__ __forceinline__ void gemv_row(const uint8_t* __restrict__ row, int co
     }
 }
 
+// Decode GEMV: each CTA of GEMV_WARPS warps owns GEMV_WARPS rows (a warp
+// per row). The columns go in chunks of 32 units (1024 elements): each lane
+// first issues the loads of its unit of the weight row (so they are in
+// flight while the CTA stages the chunk of x), then the CTA copies x's chunk
+// for all tokens into shared memory with coalesced loads, and each lane dots
+// its dequantized unit with it. Shared x is XOR-swizzled per unit so the 32
+// lanes' 16-byte reads (unit stride 128 bytes) spread over all banks.
 template <int T>
 __device__ void gemv_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                           const float* __restrict__ x, float* __restrict__ y, int ntok, int ldy) {
-    int r = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
+    __shared__ float4 xs[GEMV_MAX_TOK * 32 * 8];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = blockIdx.x * GEMV_WARPS + warp;
+    bool active = r < rows;
+    const uint8_t* row = W + (size_t)(active ? r : 0) * rowBytes;
     float acc[GEMV_MAX_TOK];
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) acc[t] = 0.f;
-    gemv_row<T>(W + (size_t)r * rowBytes, cols, x, cols, ntok, acc);
+    int units = cols >> 5;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    int cols4 = cols >> 2;
+    for (int u0 = 0; u0 < units; u0 += 32) {
+        int nu = min(32, units - u0);
+        int u = u0 + lane;
+        float w[32];
+        if (active && lane < nu) {
+            int c;
+            deq32<T>(unit_ptr<T>(row, u, c), c, w);
+        }
+        int n4 = ntok * nu * 8;
+        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+            int t = i / (nu * 8), rem = i - t * (nu * 8), uu = rem >> 3, f = rem & 7;
+            xs[t * 256 + uu * 8 + (f ^ (uu & 7))] = __ldg(x4 + (size_t)t * cols4 + (size_t)u0 * 8 + rem);
+        }
+        __syncthreads();
+        if (active && lane < nu) {
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_TOK; t++) {
+                if (t < ntok) {
+                    float s = 0.f;
+#pragma unroll
+                    for (int f = 0; f < 8; f++) {
+                        float4 v = xs[t * 256 + lane * 8 + (f ^ (lane & 7))];
+                        s = fmaf(w[4 * f], v.x, s);
+                        s = fmaf(w[4 * f + 1], v.y, s);
+                        s = fmaf(w[4 * f + 2], v.z, s);
+                        s = fmaf(w[4 * f + 3], v.w, s);
+                    }
+                    acc[t] += s;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (!active) return;
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t < ntok) {
             float s = warp_sum(acc[t]);
-            if ((threadIdx.x & 31) == 0) y[(size_t)t * ldy + r] = s;
+            if (lane == 0) y[(size_t)t * ldy + r] = s;
         }
     }
 }
@@ -468,6 +514,122 @@ GEMM_KERNEL(T_F32, f32) GEMM_KERNEL(T_F16, f16) GEMM_KERNEL(T_BF16, bf16)
 GEMM_KERNEL(T_Q4_0, q4_0) GEMM_KERNEL(T_Q4_1, q4_1) GEMM_KERNEL(T_Q5_0, q5_0) GEMM_KERNEL(T_Q5_1, q5_1)
 GEMM_KERNEL(T_Q8_0, q8_0) GEMM_KERNEL(T_Q8_1, q8_1) GEMM_KERNEL(T_Q2_K, q2_k) GEMM_KERNEL(T_Q3_K, q3_k)
 GEMM_KERNEL(T_Q4_K, q4_k) GEMM_KERNEL(T_Q5_K, q5_k) GEMM_KERNEL(T_Q6_K, q6_k)
+
+// Large-batch GEMM: CTA tile 128 tokens x 128 output rows x 64 k, 8 warps
+// in 2 (tokens) x 4 (rows), each 64x32 (4 x 4 mma tiles). Loads of the next
+// k step (one dequantized W unit and 32 floats of X per thread) are issued
+// into registers before the mma loop of the current step, so global
+// latency overlaps the tensor-core work. Requires cols % 32 == 0.
+#define LM 128
+#define LN 128
+
+template <int T>
+__device__ __forceinline__ void gemm_load(const uint8_t* __restrict__ W, long long rowBytes, int rows, int units,
+                                          const float* __restrict__ X, int cols, int ntok, int wr, int xt, int u,
+                                          float* w, float4* xv) {
+    if (wr < rows && u < units) {
+        int c;
+        deq32<T>(unit_ptr<T>(W + (size_t)wr * rowBytes, u, c), c, w);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) w[i] = 0.f;
+    }
+    if (xt < ntok && u < units) {
+        const float4* xp = reinterpret_cast<const float4*>(X + (size_t)xt * cols + 32 * u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) xv[i] = __ldg(xp + i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) xv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+template <int T>
+__device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                                const float* __restrict__ X, float* __restrict__ Y, int ntok) {
+    __shared__ __align__(16) __nv_bfloat16 As[LM][GK + GPAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[LN][GK + GPAD];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int m0 = blockIdx.y * LM, n0 = blockIdx.x * LN;
+    int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
+    int g = lane >> 2, tg = lane & 3;
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+    int lr = tid >> 1, lh = tid & 1;
+    int units = cols >> 5;
+    float w[32];
+    float4 xv[8];
+    gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, lh, w, xv);
+    for (int k0 = 0; k0 < cols; k0 += GK) {
+        {
+            uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                dst[i] = make_uint4(pack_bf16(w[8 * i], w[8 * i + 1]), pack_bf16(w[8 * i + 2], w[8 * i + 3]),
+                                    pack_bf16(w[8 * i + 4], w[8 * i + 5]), pack_bf16(w[8 * i + 6], w[8 * i + 7]));
+            uint4* dx = reinterpret_cast<uint4*>(&As[lr][32 * lh]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 a = xv[2 * i], b = xv[2 * i + 1];
+                dx[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+            }
+        }
+        __syncthreads();
+        if (k0 + GK < cols) gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, ((k0 + GK) >> 5) + lh, w, xv);
+#pragma unroll
+        for (int kk = 0; kk < GK; kk += 16) {
+            uint32_t a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = wm + 16 * i + g;
+                a[i][0] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg]);
+                a[i][1] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg]);
+                a[i][2] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg + 8]);
+                a[i][3] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int n = wn + 8 * j + g;
+                b[j][0] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg]);
+                b[j][1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg + 8]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) mma_bf16(acc[i][j], a[i], b[j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int t = m0 + wm + 16 * i + g, r = n0 + wn + 8 * j + 2 * tg;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int tt = t + 8 * h;
+                if (tt < ntok) {
+                    if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h];
+                    if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1];
+                }
+            }
+        }
+}
+
+#define GEMML_KERNEL(T_, NAME)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) gemml_##NAME(                                            \
+        const uint8_t* W, long long rowBytes, int rows, int cols, const float* x, float* y, int ntok) {        \
+        gemm_large_body<T_>(W, rowBytes, rows, cols, x, y, ntok);                                              \
+    }
+GEMML_KERNEL(T_F32, f32) GEMML_KERNEL(T_F16, f16) GEMML_KERNEL(T_BF16, bf16)
+GEMML_KERNEL(T_Q4_0, q4_0) GEMML_KERNEL(T_Q4_1, q4_1) GEMML_KERNEL(T_Q5_0, q5_0) GEMML_KERNEL(T_Q5_1, q5_1)
+GEMML_KERNEL(T_Q8_0, q8_0) GEMML_KERNEL(T_Q8_1, q8_1) GEMML_KERNEL(T_Q2_K, q2_k) GEMML_KERNEL(T_Q3_K, q3_k)
+GEMML_KERNEL(T_Q4_K, q4_k) GEMML_KERNEL(T_Q5_K, q5_k) GEMML_KERNEL(T_Q6_K, q6_k)
 
 // ---------------------------------------------------------------------------
 // MoE expert GEMV. Stacked expert weights hold rowsPerExpert rows per expert.
