@@ -1,0 +1,440 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/kvcache"
+)
+
+// script is an engine double: each Generate call plays the next list of
+// events and records the request it was given.
+type script struct {
+	mu    sync.Mutex
+	steps [][]engine.Event
+	reqs  []engine.Request
+}
+
+func (s *script) Generate(ctx context.Context, req engine.Request) <-chan engine.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Copy the messages: the agent appends to its slice later.
+	req.Messages = append([]engine.Message(nil), req.Messages...)
+	s.reqs = append(s.reqs, req)
+	i := len(s.reqs) - 1
+	ch := make(chan engine.Event, 64)
+	go func() {
+		defer close(ch)
+		if i >= len(s.steps) {
+			ch <- engine.Event{Kind: engine.EventError, Err: fmt.Errorf("script: no step %d", i+1)}
+			return
+		}
+		for _, ev := range s.steps[i] {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				ch <- engine.Event{Kind: engine.EventDone, Stop: engine.StopCancelled}
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func text(s string) engine.Event { return engine.Event{Kind: engine.EventText, Text: s} }
+
+func done(stop engine.StopReason) engine.Event {
+	return engine.Event{Kind: engine.EventDone, Stop: stop}
+}
+
+func call(name string, args map[string]any) engine.Event {
+	return engine.Event{Kind: engine.EventToolCall, ToolCall: &engine.ToolCall{ID: "call_1", Name: name, Arguments: args}}
+}
+
+// chunked splits s into random pieces, as a tokenizer's deltas would.
+func chunked(r *rand.Rand, s string) []engine.Event {
+	var evs []engine.Event
+	for len(s) > 0 {
+		n := min(len(s), 1+r.IntN(6))
+		evs = append(evs, text(s[:n]))
+		s = s[n:]
+	}
+	return evs
+}
+
+func answer(s string) []engine.Event { return []engine.Event{text(s), done(engine.StopEOS)} }
+
+// newTestWorkspace makes a workspace with hello.txt in it.
+func newTestWorkspace(t *testing.T) (*Workspace, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi there\nsecond line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := OpenWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws, dir
+}
+
+func newTestAgent(t *testing.T, s *script, mode ToolMode, ap Approver) (*Agent, *bytes.Buffer, string) {
+	t.Helper()
+	ws, dir := newTestWorkspace(t)
+	tools, err := NewTools(ws, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	a, err := New(Config{Gen: s, Tools: tools, Approver: ap, Sink: &TextSink{W: &out}, Mode: mode, System: "You are a test agent."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, &out, dir
+}
+
+func lastMsg(req engine.Request) engine.Message { return req.Messages[len(req.Messages)-1] }
+
+func TestCallResultAnswerNative(t *testing.T) {
+	s := &script{steps: [][]engine.Event{
+		{text("Let me look."), call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)},
+		answer("The file says hi there."),
+	}}
+	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	res, err := a.Run(context.Background(), "what is in hello.txt?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != StopAnswer || res.Steps != 2 || res.Answer != "The file says hi there." {
+		t.Fatalf("result %+v", res)
+	}
+	if len(s.reqs[0].Tools) != 7 {
+		t.Fatalf("native mode passes the tools to the engine: got %d", len(s.reqs[0].Tools))
+	}
+	msgs := s.reqs[1].Messages
+	asst, tool := msgs[len(msgs)-2], msgs[len(msgs)-1]
+	if asst.Role != "assistant" || len(asst.ToolCalls) != 1 || asst.ToolCalls[0].Name != "read_file" || asst.Content != "Let me look." {
+		t.Fatalf("assistant message %+v", asst)
+	}
+	if tool.Role != "tool" || tool.ToolCallID != asst.ToolCalls[0].ID || tool.Name != "read_file" || !strings.Contains(tool.Content, "hi there\nsecond line") {
+		t.Fatalf("tool message %+v", tool)
+	}
+	for _, want := range []string{"Let me look.", "→ read_file {\"path\":\"hello.txt\"}", "│ hello.txt (lines 1-2 of 2)", "The file says hi there."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCallResultAnswerPrompted(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	// The engine stops at the "</tool_call>" stop string, so the call
+	// arrives unterminated.
+	step1 := append(chunked(r, "Let me look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"hello.txt\", \"end_line\": 1}}\n"), done(engine.StopString))
+	s := &script{steps: [][]engine.Event{step1, answer("It says hi there.")}}
+	a, out, _ := newTestAgent(t, s, PromptedTools, nil)
+	res, err := a.Run(context.Background(), "what is in hello.txt?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != StopAnswer || res.Steps != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	r0 := s.reqs[0]
+	if r0.Tools != nil {
+		t.Fatal("prompted mode must not pass tools to a template that ignores them")
+	}
+	sys := r0.Messages[0]
+	if sys.Role != "system" || !strings.HasPrefix(sys.Content, "You are a test agent.") || !strings.Contains(sys.Content, `{"name":"edit","description":"Replace one exact piece of text`) || !strings.Contains(sys.Content, "<tool_call>") {
+		t.Fatalf("system prompt lacks the tool block:\n%s", sys.Content)
+	}
+	if !contains(r0.Sampling.Stop, "</tool_call>") {
+		t.Fatalf("stop strings %q", r0.Sampling.Stop)
+	}
+	msgs := s.reqs[1].Messages
+	asst, res1 := msgs[len(msgs)-2], msgs[len(msgs)-1]
+	if asst.Role != "assistant" || asst.Content != "Let me look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"end_line\":1,\"path\":\"hello.txt\"}}\n</tool_call>" {
+		t.Fatalf("assistant turn %q", asst.Content)
+	}
+	if res1.Role != "user" || res1.Content != "<tool_response>\nhello.txt (lines 1-1 of 2)\nhi there\n\n</tool_response>" {
+		t.Fatalf("tool response turn %q", res1.Content)
+	}
+	if strings.Contains(out.String(), "<tool_call>") {
+		t.Fatalf("the raw call leaked into the transcript:\n%s", out)
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestMalformedCallRecovery(t *testing.T) {
+	for _, mode := range []ToolMode{PromptedTools, NativeTools} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var bad []engine.Event
+			if mode == PromptedTools {
+				bad = []engine.Event{text(`<tool_call>{"name": "read_file", "arguments": {path: hello.txt}}`), done(engine.StopString)}
+			} else {
+				bad = []engine.Event{{Kind: engine.EventToolError, Text: "<tool_call>{oops</tool_call>", Err: errors.New("malformed tool call: bad JSON")}, done(engine.StopEOS)}
+			}
+			good := []engine.Event{call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)}
+			if mode == PromptedTools {
+				good = []engine.Event{text(`<tool_call>{"name": "read_file", "arguments": {"path": "hello.txt"}}`), done(engine.StopString)}
+			}
+			s := &script{steps: [][]engine.Event{bad, good, answer("hi there")}}
+			a, out, _ := newTestAgent(t, s, mode, nil)
+			res, err := a.Run(context.Background(), "read hello.txt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stop != StopAnswer || res.Steps != 3 {
+				t.Fatalf("result %+v", res)
+			}
+			fb := lastMsg(s.reqs[1])
+			if fb.Role != "user" || !strings.Contains(fb.Content, "Error: malformed tool call") || !strings.Contains(fb.Content, "The call was not run") {
+				t.Fatalf("feedback to the model: %+v", fb)
+			}
+			if got := lastMsg(s.reqs[2]).Content; !strings.Contains(got, "hi there\nsecond line") {
+				t.Fatalf("after recovery the model sees the result: %q", got)
+			}
+			if !strings.Contains(out.String(), "[agent] malformed tool call") {
+				t.Fatalf("transcript does not report the malformed call:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestStepLimit(t *testing.T) {
+	var steps [][]engine.Event
+	for range 10 {
+		steps = append(steps, []engine.Event{call("list", map[string]any{}), done(engine.StopToolCall)})
+	}
+	s := &script{steps: steps}
+	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	a.cfg.MaxSteps = 3
+	res, err := a.Run(context.Background(), "loop forever")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != StopStepLimit || res.Steps != 3 || len(s.reqs) != 3 {
+		t.Fatalf("result %+v after %d generations", res, len(s.reqs))
+	}
+	if !strings.Contains(out.String(), "step limit of 3") {
+		t.Fatalf("no step-limit note:\n%s", out)
+	}
+}
+
+func TestDenial(t *testing.T) {
+	s := &script{steps: [][]engine.Event{
+		{call("write_file", map[string]any{"path": "new.txt", "content": "x"}), done(engine.StopToolCall)},
+		{call("run_shell", map[string]any{"command": "touch pwned"}), done(engine.StopToolCall)},
+		answer("I could not write the file."),
+	}}
+	a, out, dir := newTestAgent(t, s, NativeTools, DenyAll{})
+	res, err := a.Run(context.Background(), "create new.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Denied) != 2 || !strings.Contains(res.Denied[0], "write_file new.txt") || !strings.Contains(res.Denied[1], "touch pwned") {
+		t.Fatalf("denied %q", res.Denied)
+	}
+	for _, f := range []string{"new.txt", "pwned"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exists after a denial", f)
+		}
+	}
+	if got := lastMsg(s.reqs[1]); got.Role != "tool" || !strings.Contains(got.Content, "The user denied this action") {
+		t.Fatalf("the model is told about the denial: %+v", got)
+	}
+	if !strings.Contains(out.String(), "[agent] denied: write_file new.txt") {
+		t.Fatalf("transcript:\n%s", out)
+	}
+}
+
+// countingApprover answers from a list and counts the questions.
+type countingApprover struct {
+	answers []Decision
+	asked   []string
+}
+
+func (c *countingApprover) Approve(_ context.Context, p *Plan) (Decision, error) {
+	c.asked = append(c.asked, p.Summary)
+	d := c.answers[0]
+	c.answers = c.answers[1:]
+	return d, nil
+}
+
+func TestApproveOnceAndSession(t *testing.T) {
+	w := func(name string) []engine.Event {
+		return []engine.Event{call("write_file", map[string]any{"path": name, "content": name}), done(engine.StopToolCall)}
+	}
+	s := &script{steps: [][]engine.Event{w("a.txt"), w("b.txt"), w("c.txt"), w("d.txt"), answer("done")}}
+	ap := &countingApprover{answers: []Decision{AllowOnce, Deny, AllowSession}}
+	a, _, dir := newTestAgent(t, s, NativeTools, ap)
+	if _, err := a.Run(context.Background(), "write four files"); err != nil {
+		t.Fatal(err)
+	}
+	if len(ap.asked) != 3 {
+		t.Fatalf("asked %d times (%q); after 'session' write_file is not asked again", len(ap.asked), ap.asked)
+	}
+	for name, want := range map[string]bool{"a.txt": true, "b.txt": false, "c.txt": true, "d.txt": true} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if (err == nil) != want {
+			t.Errorf("%s exists=%v, want %v", name, err == nil, want)
+		}
+	}
+}
+
+func TestLineApprover(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Decision
+	}{
+		{"o\n", AllowOnce}, {"s\n", AllowSession}, {"d\n", Deny}, {"what\nyes\n", AllowOnce}, {"", Deny}, {"maybe", Deny},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		ap := &LineApprover{In: strings.NewReader(c.in), Out: &out}
+		d, err := ap.Approve(context.Background(), &Plan{Tool: "edit", Summary: "edit a.go", Preview: "--- a/a.go\n+++ b/a.go\n"})
+		if err != nil || d != c.want {
+			t.Errorf("input %q: %v, %v; want %v", c.in, d, err, c.want)
+		}
+		if !strings.Contains(out.String(), "edit a.go") || !strings.Contains(out.String(), "+++ b/a.go") {
+			t.Errorf("the prompt shows the summary and the diff: %q", out.String())
+		}
+	}
+}
+
+func TestToolErrorsGoBackToTheModel(t *testing.T) {
+	s := &script{steps: [][]engine.Event{
+		{call("delete_everything", nil), done(engine.StopToolCall)},
+		{call("read_file", map[string]any{"file": "hello.txt"}), done(engine.StopToolCall)},
+		{call("read_file", map[string]any{"path": "nope.txt"}), done(engine.StopToolCall)},
+		answer("ok"),
+	}}
+	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	if _, err := a.Run(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{`there is no tool "delete_everything"`, `missing argument "path"`, "nope.txt does not exist"} {
+		if got := lastMsg(s.reqs[i+1]).Content; !strings.HasPrefix(got, "Error: ") || !strings.Contains(got, want) {
+			t.Errorf("step %d: %q lacks %q", i+1, got, want)
+		}
+	}
+}
+
+func TestCancel(t *testing.T) {
+	s := &script{steps: [][]engine.Event{{text("partial"), done(engine.StopCancelled)}}}
+	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.Run(ctx, "x"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+// budgetFitter is a pool of capacity tokens where a token is a byte.
+type budgetFitter struct{ capacity int }
+
+func (f budgetFitter) CountTokens(s string) int { return len(s) }
+
+func (f budgetFitter) FitCheck(req engine.Request) error {
+	n := 0
+	for _, m := range req.Messages {
+		n += len(m.Content) + 4
+	}
+	if n+1 > f.capacity {
+		return &kvcache.PoolFullError{Asked: n + 1, Fit: f.capacity, Capacity: f.capacity}
+	}
+	return nil
+}
+
+func TestContextPolicyDropsOldestTurns(t *testing.T) {
+	big := strings.Repeat("x", 300)
+	s := &script{steps: [][]engine.Event{answer(big), answer(big), answer(big), answer("fits")}}
+	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	a.cfg.Fit = budgetFitter{capacity: 900}
+	for i := range 4 {
+		if _, err := a.Run(context.Background(), fmt.Sprintf("request %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := s.reqs[3].Messages
+	if last[0].Role != "system" || lastMsg(s.reqs[3]).Content != "request 3" {
+		t.Fatalf("system prompt and current request must stay: %+v", last)
+	}
+	if len(last) != 6 || last[1].Content != "request 1" { // request 0 and its answer dropped
+		var roles []string
+		for _, m := range last {
+			roles = append(roles, m.Role+":"+clip(m.Content, 12))
+		}
+		t.Fatalf("messages after the drop: %q", roles)
+	}
+	if !strings.Contains(out.String(), "[agent] context: the conversation did not fit the KV cache") || !strings.Contains(out.String(), "dropped the 1 oldest request(s)") {
+		t.Fatalf("the drop must be reported:\n%s", out)
+	}
+}
+
+func TestContextPolicyDropsToolResultsThenFails(t *testing.T) {
+	s := &script{steps: [][]engine.Event{
+		{call("read_file", map[string]any{"path": "big.txt"}), done(engine.StopToolCall)},
+		answer("done"),
+	}}
+	a, out, dir := newTestAgent(t, s, NativeTools, nil)
+	if err := os.WriteFile(filepath.Join(dir, "big.txt"), []byte(strings.Repeat("line\n", 200)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.cfg.Fit = budgetFitter{capacity: 400}
+	if _, err := a.Run(context.Background(), "read big.txt"); err != nil {
+		t.Fatal(err)
+	}
+	got := lastMsg(s.reqs[1])
+	if got.Role != "tool" || !strings.HasPrefix(got.Content, droppedMark) {
+		t.Fatalf("the tool result should have been dropped: %q", clip(got.Content, 80))
+	}
+	if !strings.Contains(out.String(), "dropped the output of read_file") {
+		t.Fatalf("transcript:\n%s", out)
+	}
+
+	// A request that cannot fit at all is an error, not a silent cut.
+	a.cfg.Fit = budgetFitter{capacity: 10}
+	_, err := a.Run(context.Background(), strings.Repeat("y", 50))
+	if err == nil || !strings.Contains(err.Error(), "does not fit the KV cache") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestPromptedMessages(t *testing.T) {
+	in := []engine.Message{
+		{Role: "system", Content: "s"},
+		{Role: "user", Content: "u"},
+		{Role: "assistant", ToolCalls: []engine.ToolCall{{Name: "list", Arguments: map[string]any{}}, {Name: "glob", Arguments: map[string]any{"pattern": "*.go"}}}},
+		{Role: "tool", Name: "list", Content: "a"},
+		{Role: "tool", Name: "glob", Content: "b"},
+	}
+	got := promptedMessages(in)
+	want := []engine.Message{
+		{Role: "system", Content: "s"},
+		{Role: "user", Content: "u"},
+		{Role: "assistant", Content: "<tool_call>\n{\"name\": \"list\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"glob\", \"arguments\": {\"pattern\":\"*.go\"}}\n</tool_call>"},
+		{Role: "user", Content: "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
