@@ -155,6 +155,8 @@ func newModel(ctx context.Context, cfg Config) *model {
 		m.pipedTokens = m.eng.CountTokens(m.piped)
 	}
 	m.initialQueue = cfg.InitialPrompt
+	// Render at 80x24 until the terminal reports its size.
+	m.r = newRenderer(m.width, cfg.glamourStyle())
 	m.resize(cfg.Width, cfg.Height)
 	m.sessName = newSessionName(time.Now())
 	if cfg.Continue {

@@ -659,3 +659,13 @@ func TestInitialPrompt(t *testing.T) {
 		t.Fatalf("initial prompt not sent: %+v", sess.reqs)
 	}
 }
+
+// The first frame is drawn before the terminal reports its size; with
+// entries already present (piped input, --continue) it must render.
+func TestFirstFrameBeforeSize(t *testing.T) {
+	eng, sess := newFakeEngine(), &fakeSession{}
+	m := newModel(t.Context(), Config{Engine: eng, Session: sess, SessionDir: t.TempDir(), Piped: "some context"})
+	if f := stripFrame(m.View().Content); !strings.Contains(f, "stdin: 1 lines (2 tokens)") || strings.Count(f, "\n") != 23 {
+		t.Fatalf("first frame (80x24 by default):\n%s", f)
+	}
+}
