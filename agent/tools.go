@@ -102,8 +102,20 @@ func (t *Tools) Plan(call engine.ToolCall) (*Plan, error) {
 }
 
 func specs() []toolSpec {
-	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
-	integer := func(desc string) map[string]any { return map[string]any{"type": "integer", "description": desc} }
+	// Parameter descriptions only where the name is not enough: every
+	// token here is paid in each prompt of a small model.
+	str := func(desc string) map[string]any {
+		if desc == "" {
+			return map[string]any{"type": "string"}
+		}
+		return map[string]any{"type": "string", "description": desc}
+	}
+	integer := func(desc string) map[string]any {
+		if desc == "" {
+			return map[string]any{"type": "integer"}
+		}
+		return map[string]any{"type": "integer", "description": desc}
+	}
 	obj := func(props map[string]any, required ...string) map[string]any {
 		m := map[string]any{"type": "object", "properties": props}
 		if len(required) > 0 {
@@ -117,32 +129,32 @@ func specs() []toolSpec {
 	}
 	return []toolSpec{
 		{name: "read_file", plan: planRead, params: obj(map[string]any{
-			"path":       str("file path"),
-			"start_line": integer("first line to read, from 1"),
-			"end_line":   integer("last line to read"),
+			"path":       str(""),
+			"start_line": integer("from 1"),
+			"end_line":   integer(""),
 		}, "path")},
 		{name: "list", plan: planList, params: obj(map[string]any{
 			"path": str("directory, default ."),
 		})},
 		{name: "glob", plan: planGlob, params: obj(map[string]any{
-			"pattern": str("glob pattern, e.g. **/*.go"),
+			"pattern": str(""),
 		}, "pattern")},
 		{name: "grep", plan: planGrep, params: obj(map[string]any{
-			"pattern": str("regular expression"),
-			"path":    str("file or directory to search, default ."),
-			"glob":    str("only files whose path matches this glob"),
+			"pattern": str(""),
+			"path":    str("default ."),
+			"glob":    str("only files matching this glob"),
 		}, "pattern")},
 		{name: "write_file", plan: planWrite, approval: true, params: obj(map[string]any{
-			"path":    str("file path"),
-			"content": str("the complete new content"),
+			"path":    str(""),
+			"content": str(""),
 		}, "path", "content")},
 		{name: "edit", plan: planEdit, approval: true, params: obj(map[string]any{
-			"path":     str("file path"),
-			"old_text": str("exact text to replace, found once in the file"),
-			"new_text": str("replacement text"),
+			"path":     str(""),
+			"old_text": str(""),
+			"new_text": str(""),
 		}, "path", "old_text", "new_text")},
 		{name: "run_shell", plan: planShell, approval: true, params: obj(map[string]any{
-			"command": str("shell command"),
+			"command": str(""),
 			"timeout": integer("seconds, default 30"),
 		}, "command")},
 	}

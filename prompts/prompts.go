@@ -49,8 +49,12 @@ func Gather(ctx context.Context, dir string, now time.Time) Facts {
 		out, err := cmd.Output()
 		return strings.TrimRight(string(out), "\n"), err == nil
 	}
-	if b, ok := git("rev-parse", "--abbrev-ref", "HEAD"); ok {
-		f.GitBranch = strings.TrimSpace(b)
+	if _, ok := git("rev-parse", "--is-inside-work-tree"); ok {
+		if b, ok := git("symbolic-ref", "--short", "-q", "HEAD"); ok {
+			f.GitBranch = strings.TrimSpace(b)
+		} else if h, ok := git("rev-parse", "--short", "HEAD"); ok {
+			f.GitBranch = "(detached at " + strings.TrimSpace(h) + ")"
+		}
 		if st, ok := git("status", "--short"); ok {
 			f.GitStatus = capLines(st, MaxStatusLines)
 		}
