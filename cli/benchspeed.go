@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// benchSpeedCmd measures end-to-end prefill and decode speed at several
+// context depths, for the dtypes given (the same loaded model).
+func benchSpeedCmd(v *viper.Viper) *cobra.Command {
+	var depths, dtypes string
+	var prefillN, decodeN int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "speed [--depths 0,4096,32768] [--dtypes bf16,fp8_e4m3]",
+		Short: "Prefill and decode tokens/s at several context depths (random tokens)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ds, err := parseInts(depths)
+			if err != nil {
+				return fmt.Errorf("--depths: %w", err)
+			}
+			cfg := ConfigFrom(v)
+			if err := cfg.Err(); err != nil {
+				return err
+			}
+			kinds := strings.Split(dtypes, ",")
+			cfg.Engine.KVDType = kinds[0]
+			eng, err := loadEngine(cmd.Context(), cfg, true)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			var results []engine.SpeedResult
+			w := cmd.OutOrStdout()
+			if !asJSON {
+				fmt.Fprintf(w, "%-10s %8s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "device")
+			}
+			for i, dt := range kinds {
+				if i > 0 {
+					if err := eng.Reconfigure(cmd.Context(), dt, nil); err != nil {
+						return err
+					}
+				}
+				for _, d := range ds {
+					r, err := eng.BenchSpeed(cmd.Context(), d, prefillN, decodeN, uint64(d)+1)
+					if err != nil {
+						return fmt.Errorf("%s at depth %d: %w", dt, d, err)
+					}
+					results = append(results, r)
+					if !asJSON {
+						fmt.Fprintf(w, "%-10s %8d %12.1f %12.1f %s\n", r.KVDType, r.Depth, r.PrefillPerS, r.DecodePerS, r.Device)
+					}
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(results)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&depths, "depths", "0,4096", "context depths in tokens, comma-separated")
+	cmd.Flags().StringVar(&dtypes, "dtypes", "bf16,fp8_e4m3", "KV dtypes to measure, comma-separated")
+	cmd.Flags().IntVar(&prefillN, "prefill", 512, "tokens in the measured prefill chunk")
+	cmd.Flags().IntVar(&decodeN, "decode", 64, "decode steps measured")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	return cmd
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.ToLower(f), "k"))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a token count", f)
+		}
+		if strings.HasSuffix(strings.ToLower(f), "k") {
+			n *= 1024
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no depths given")
+	}
+	return out, nil
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ftchat/ftchat/engine/sample"
+)
+
+// SpeedResult is one end-to-end speed measurement at a context depth.
+type SpeedResult struct {
+	Depth          int     // tokens in the cache before the measured work
+	PrefillTokens  int     // tokens of the measured prefill chunk
+	PrefillPerS    float64 // tokens/s of that chunk (attending to Depth tokens)
+	DecodeTokens   int
+	DecodePerS     float64 // tokens/s of greedy decode after Depth+PrefillTokens tokens
+	FillSeconds    float64 // time to build the context (not part of the rates)
+	KVDType        string
+	Device         string
+	PoolTokensUsed int
+}
+
+// BenchSpeed measures prefill and decode at a context depth on random
+// token ids (never zeros): it fills depth tokens, times a prefill chunk
+// of prefillN tokens on top, then times decodeN greedy steps. The session
+// is freed afterwards.
+func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, seed uint64) (SpeedResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	res := SpeedResult{Depth: depth, PrefillTokens: prefillN, DecodeTokens: decodeN, KVDType: kvName(e.layout), Device: e.be.Name()}
+	if prefillN < 1 {
+		return res, fmt.Errorf("bench: prefill tokens must be at least 1")
+	}
+	seq := e.pool.NewSequence()
+	defer seq.Free()
+	vocab := e.mdl.Config.Vocab
+	r := rand.New(rand.NewPCG(seed, 99))
+	tokens := make([]int32, depth+prefillN)
+	for i := range tokens {
+		// Skip the first ids: special tokens sit there in most vocabularies.
+		tokens[i] = int32(256 + r.IntN(vocab-256))
+	}
+	if _, err := seq.Append(tokens...); err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	if err := e.prefill(ctx, seq, tokens[:depth], 0, nil, nil); err != nil {
+		return res, err
+	}
+	if err := e.sync(); err != nil {
+		return res, err
+	}
+	res.FillSeconds = time.Since(t0).Seconds()
+
+	var logits []float32
+	t1 := time.Now()
+	if err := e.prefillOnce(seq, tokens, depth, &logits); err != nil {
+		return res, err
+	}
+	res.PrefillPerS = float64(prefillN) / time.Since(t1).Seconds()
+
+	t2 := time.Now()
+	for i := 0; i < decodeN; i++ {
+		id := sample.Argmax(logits)
+		pos, err := seq.Append(id)
+		if err != nil {
+			return res, err
+		}
+		out, err := e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
+		if err == nil {
+			err = backendErr(e.be)
+		}
+		if err != nil {
+			return res, err
+		}
+		logits = out
+	}
+	if decodeN > 0 {
+		res.DecodePerS = float64(decodeN) / time.Since(t2).Seconds()
+	}
+	res.PoolTokensUsed = e.pool.Stats().TokensUsed
+	return res, ctx.Err()
+}
+
+// prefillOnce runs tokens[start:] as one batch (the measured chunk).
+func (e *Engine) prefillOnce(seq interface{ Pages() []int32 }, tokens []int32, start int, logits *[]float32) error {
+	b := batchFor(tokens[start:], start, seq.Pages())
+	out, err := e.mdl.Forward(b, []int{len(tokens) - start - 1})
+	if err == nil {
+		err = backendErr(e.be)
+	}
+	*logits = out
+	return err
+}
+
+// sync waits for queued device work (a no-op on the CPU).
+func (e *Engine) sync() error {
+	if s, ok := e.be.(interface{ Synchronize() error }); ok {
+		return s.Synchronize()
+	}
+	return nil
+}
