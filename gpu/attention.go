@@ -34,6 +34,8 @@ type KVCache struct {
 	Splits int
 	// MinSplitTokens is the smallest key chunk auto-splitting makes (0: 256).
 	MinSplitTokens int
+	// Waves sizes auto-splitting to this many waves of resident CTAs (0: 1).
+	Waves int
 
 	layers []kvLayer
 	static Buffer // static FP8 scales: K [Layers*KVHeads] then V
@@ -210,6 +212,9 @@ func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw int) (batchM
 			words[m.rowOff+r] = int32(i)
 		}
 	}
+	if len(words)%2 != 0 {
+		words = append(words, 0) // blocks are read as int2: 8-byte aligned
+	}
 	m.blkOff = len(words)
 	for i, s := range b.Seqs {
 		for t := 0; t < s.NewTokens; t += tpb {
@@ -377,15 +382,29 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.DType), dyn, inv, rope.Dim, neox)
 }
 
+// attnOccupancy is the number of attention CTAs resident per SM, from the
+// kernels' launch bounds and register counts (ptxas -v, sm_90): 1 at
+// head_dim 256 (255 registers), 2 at 128 (220-255), 3 below (<= 168).
+func attnOccupancy(d int) int {
+	switch {
+	case d == 256:
+		return 1
+	case d == 128:
+		return 2
+	}
+	return 3
+}
+
 // chooseSplits picks how many key chunks each (row block, kv head) is
-// split into: enough warps to fill the device (about 16 per SM), chunks of
-// at least minTok keys.
-func chooseSplits(sms, warps, maxK, minTok int) int {
+// split into. A CTA of 4 warps handles one chunk; with slots CTAs resident
+// on the device at once, fill one wave (fewer CTAs leave SMs idle, a
+// partial second wave leaves them idle at the end) with chunks of at least
+// minTok keys.
+func chooseSplits(slots, ctas, maxK, minTok int) int {
 	if minTok <= 0 {
 		minTok = 256
 	}
-	s := (16*sms + warps - 1) / warps
-	s = min(s, (maxK+minTok-1)/minTok, 1024)
+	s := min(slots/max(ctas, 1), (maxK+minTok-1)/minTok, 1024)
 	return max(s, 1)
 }
 
@@ -416,11 +435,12 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 		return nil
 	}
 	base := m.nblocks * l.KVHeads * hslices
+	d := l.HeadDim
+	occ := attnOccupancy(d)
 	splits := kv.Splits
 	if splits <= 0 {
-		splits = chooseSplits(c.d.info.SMs, base, m.maxK, kv.MinSplitTokens)
+		splits = chooseSplits(occ*c.d.info.SMs*max(kv.Waves, 1), base, m.maxK, kv.MinSplitTokens)
 	}
-	d := l.HeadDim
 	var part, partML DevicePtr
 	if splits > 1 {
 		accBytes := int64(splits) * int64(rows) * int64(heads) * int64(d) * 4
@@ -445,9 +465,8 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	}
 	seqs, pt, rowSeq, blocks := kv.metaPtrs(m)
 	ly := kv.layers[layer]
-	warps := base * splits
 	scaleLog2 := scale * float32(math.Log2E)
-	if err := c.Launch(f, Dim3{X: (warps + 3) / 4}, Dim3{X: 128}, 0, c.Stream(),
+	if err := c.Launch(f, Dim3{X: base * splits}, Dim3{X: 128}, 0, c.Stream(),
 		q, dst, part, partML, ly.k, ly.v, ly.ks, ly.vs, l.HasTokenScales(),
 		seqs, pt, blocks, m.nblocks, l.KVHeads, group, hpw, hslices, log2(l.PageSize), splits, rows, scaleLog2); err != nil {
 		return err
@@ -460,5 +479,5 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 		return err
 	}
 	rh := rows * heads
-	return c.Launch(mf, Dim3{X: (rh + 3) / 4}, Dim3{X: 128}, 0, c.Stream(), part, partML, dst, rowSeq, heads, rh, d, splits)
+	return c.Launch(mf, Dim3{X: rh}, Dim3{X: 256}, 0, c.Stream(), part, partML, dst, rowSeq, heads, rh, d, splits)
 }

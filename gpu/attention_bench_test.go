@@ -31,6 +31,7 @@ type attnShape struct {
 	pageSize         int
 	dtype            kvcache.DType
 	batch, ctx, newT int
+	waves            int // KVCache.Waves
 }
 
 type benchResult struct {
@@ -159,6 +160,7 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 		return res, err
 	}
 	defer kv.Free(c)
+	kv.Waves = s.waves
 	codes, scales := kv.LayerBytes()
 	for i := range l.Layers {
 		k, v, ks, vs := kv.LayerPtrs(i)
@@ -237,7 +239,7 @@ func BenchmarkAttention(b *testing.B) {
 	b.Logf("read bandwidth (stream_read, 4 GiB): %.0f GB/s", readBW)
 	var results []benchResult
 	run := func(s attnShape) {
-		name := fmt.Sprintf("%s/%v/p%d/b%d/ctx%d/new%d", s.name, s.dtype, s.pageSize, s.batch, s.ctx, s.newT)
+		name := fmt.Sprintf("%s/%v/p%d/b%d/ctx%d/new%d/w%d", s.name, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, s.waves)
 		b.Run(name, func(b *testing.B) {
 			var r benchResult
 			if err := d.Do(func(c *Ctx) (err error) { r, err = benchAttention(c, s); return }); err != nil {
@@ -272,6 +274,16 @@ func BenchmarkAttention(b *testing.B) {
 			}
 		}
 	}
+	if only == "variants" {
+		for _, waves := range []int{2, 4} {
+			for _, bc := range [][2]int{{1, 32768}, {16, 32768}} {
+				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
+					sh := benchShapes[0]
+					run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: bc[0], ctx: bc[1], newT: 1, waves: waves})
+				}
+			}
+		}
+	}
 	if only == "" || only == "prefill" {
 		for _, ctx := range []int{2048, 32768} {
 			for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
@@ -294,10 +306,10 @@ func BenchmarkAttention(b *testing.B) {
 func benchTable(rs []benchResult, readBW float64) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nread bandwidth (stream_read over 4 GiB): %.0f GB/s\n\n", readBW)
-	sb.WriteString("| shape | KV dtype | page | batch | context | new tokens | time (µs) | KV read (GB/s) | % of read BW | fp8/bf16 time | TFLOP/s |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| shape | KV dtype | page | batch | context | new tokens | variant | time (µs) | KV read (GB/s) | % of read BW | fp8/bf16 time | TFLOP/s |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	key := func(s attnShape) string {
-		return fmt.Sprintf("%s/%d/%d/%d/%d", s.name, s.pageSize, s.batch, s.ctx, s.newT)
+		return fmt.Sprintf("%s/%d/%d/%d/%d/%d", s.name, s.pageSize, s.batch, s.ctx, s.newT, s.waves)
 	}
 	bf := map[string]float64{}
 	for _, r := range rs {
@@ -313,8 +325,12 @@ func benchTable(rs []benchResult, readBW float64) string {
 			}
 		}
 		s := r.shape
-		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %d | %d | %.1f | %.0f | %.0f%% | %s | %.1f |\n",
-			s.name, s.heads, s.kvh, s.dim, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, r.us, r.gbs, 100*r.readShare, ratio, r.tflops)
+		variant := "default"
+		if s.waves != 0 {
+			variant = fmt.Sprintf("waves=%d", s.waves)
+		}
+		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %d | %d | %s | %.1f | %.0f | %.0f%% | %s | %.1f |\n",
+			s.name, s.heads, s.kvh, s.dim, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, variant, r.us, r.gbs, 100*r.readShare, ratio, r.tflops)
 	}
 	return sb.String()
 }

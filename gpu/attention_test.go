@@ -294,6 +294,8 @@ func attnCases() []attnCase {
 		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: dec, splits: 1},
 		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 64, seqs: dec, qmag: 3},
 		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 64, seqs: dec, splits: 7},
+		{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: dec, splits: 2},
+		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 5},
 		{dt: kvcache.FP8E5M2, kvh: 3, group: 3, d: 64, p: 8, seqs: dec},
 		{dt: kvcache.F16, kvh: 2, group: 2, d: 256, p: 32, seqs: dec},
 		{dt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 96, p: 128, seqs: dec},
@@ -486,15 +488,35 @@ func TestAttentionBatchErrors(t *testing.T) {
 	}
 }
 
+// TestBatchMetaAlignment: blocks are read as int2, so their offset in the
+// metadata must be even whatever the page-table and row counts are.
+func TestBatchMetaAlignment(t *testing.T) {
+	l := kvcache.Layout{Layers: 1, KVHeads: 1, HeadDim: 64, PageSize: 8, Pages: 64, DType: kvcache.BF16}
+	kv := &KVCache{Layout: l}
+	for rows := 1; rows <= 4; rows++ {
+		for np := 1; np <= 4; np++ {
+			b := model.Batch{Seqs: []model.SeqSpan{{Cached: 8*np - rows, NewTokens: rows, Pages: make([]int32, np)}}}
+			m, err := kv.buildMeta(nil, &b, rows, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.blkOff%2 != 0 || m.seqOff%4 != 0 {
+				t.Errorf("rows %d, pages %d: seqs at word %d, blocks at word %d; want multiples of 4 and 2", rows, np, m.seqOff, m.blkOff)
+			}
+		}
+	}
+}
+
 func TestChooseSplits(t *testing.T) {
-	for _, tc := range []struct{ sms, warps, maxK, want int }{
-		{132, 8, 32768, 128},  // batch 1, 8 kv heads, 32K: chunks of 256
-		{132, 128, 32768, 17}, // batch 16: 16 warps per SM
-		{132, 8, 100, 1},      // short context: one chunk
-		{132, 4096, 512, 1},   // prefill: enough warps already
+	for _, tc := range []struct{ slots, ctas, maxK, want int }{
+		{264, 8, 32768, 33},  // batch 1, 8 kv heads, 32K: one wave
+		{264, 128, 32768, 2}, // batch 16
+		{264, 8, 100, 1},     // short context: one chunk
+		{264, 4096, 512, 1},  // prefill: enough CTAs already
+		{396, 8, 1024, 4},    // chunks of at least 256 keys
 	} {
-		if got := chooseSplits(tc.sms, tc.warps, tc.maxK, 0); got != tc.want {
-			t.Errorf("chooseSplits(%d, %d, %d) = %d, want %d", tc.sms, tc.warps, tc.maxK, got, tc.want)
+		if got := chooseSplits(tc.slots, tc.ctas, tc.maxK, 0); got != tc.want {
+			t.Errorf("chooseSplits(%d, %d, %d) = %d, want %d", tc.slots, tc.ctas, tc.maxK, got, tc.want)
 		}
 	}
 }

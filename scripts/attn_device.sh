@@ -15,13 +15,13 @@ BIN=$(realpath .gpu/attn.test)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 cd gpu
 rc=0
-FTCHAT_REQUIRE_GPU=1 "$BIN" -test.run "${ATTN_TESTS:-KVWrite|Attention|ChooseSplits|PTX|DeviceRoundTrip}" -test.v -test.timeout 9m \
+FTCHAT_REQUIRE_GPU=1 "$BIN" -test.run "${ATTN_TESTS:-KVWrite|Attention|ChooseSplits|PTX|DeviceRoundTrip}" -test.v -test.timeout 150s \
   >"$OUT/tests.log" 2>&1 || rc=$?
 grep -E "^(--- FAIL|FAIL|ok|PASS)|max rel|differ|Error|panic" "$OUT/tests.log" | grep -v "^    --- PASS" | head -80
 grep -cE "^    --- PASS" "$OUT/tests.log" | sed 's/^/subtests passed: /'
 echo "tests rc=$rc"
 if [ "${ATTN_BENCH:-1}" != 0 ]; then
-  FTCHAT_BENCH_MD="$OUT/bench.md" "$BIN" -test.run '^$' -test.bench Attention -test.benchtime 1x -test.timeout 9m \
+  FTCHAT_BENCH_MD="$OUT/bench.md" "$BIN" -test.run '^$' -test.bench Attention -test.benchtime 1x -test.timeout 270s \
     >"$OUT/bench.log" 2>&1 || echo "bench rc=$?"
   grep -E "read bandwidth|FAIL|Error|panic" "$OUT/bench.log" | head
   cat "$OUT/bench.md" 2>/dev/null

@@ -173,12 +173,14 @@ __device__ __forceinline__ uint32_t vfrag(const uint32_t* wa, const uint32_t* wb
 // attn: paged attention for a batch. seqs[s] = {first row, cached, new
 // tokens, page-table offset}; blocks[b] = {seq, first new token} of the
 // row blocks (8/hpw tokens each); q, out: [rows][heads*D] float32.
-// Warp w handles block w%nblocks, kv head, head slice and split (in that
-// order of fastest change). splits == 1: normalized output into out;
-// otherwise unnormalized partials into part [splits][rows*heads][D] and
-// (max, sum) into partML [splits][rows*heads], merged by attn_merge.
-// ks/vs: dynamic scales of the layer (dyn != 0), or its static [kvh]
-// scales; unused for 16-bit pages. scaleLog2 = softmax scale * log2(e).
+// CTA c handles block c%nblocks, kv head, head slice and key split (in that
+// order of fastest change); its 4 warps take interleaved tiles of the
+// split's keys and are merged in shared memory. splits == 1: normalized
+// output into out; otherwise unnormalized partials into part
+// [splits][rows*heads][D] and (max, sum) into partML [splits][rows*heads],
+// combined by attn_merge. ks/vs: dynamic scales of the layer (dyn != 0) or
+// its static [kvh] scales; unused for 16-bit pages. scaleLog2 = softmax
+// scale * log2(e).
 template <int T, int D>
 __device__ __forceinline__ void attn_body(
     const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,
@@ -195,14 +197,26 @@ __device__ __forceinline__ void attn_body(
     constexpr int CK = D / 4 * E;  // K bytes per thread per token row
     constexpr int CV = D / 8 * E;  // V bytes per thread per token row
     constexpr int WK = (CK + 3) / 4, WV = (CV + 3) / 4;
+    // Tiles of 16 keys per stage (TL) and stages (ST = 2: the next stage
+    // loads while this one computes), for about 8 KiB of K+V per warp in
+    // flight. Measured on an H200 (docs/benchmarks.md): two stages help at
+    // D = 128 (5%); at D <= 96 one stage of up to 4 tiles with 3 CTAs per
+    // SM is faster; D = 256 has no registers for a second stage.
+    constexpr int TB = 32 * D * E;  // K+V bytes of one tile per warp
+    constexpr int ST = D == 128 ? 2 : 1;
+    constexpr int TL = ST == 2 ? ((4096 / TB) < 1 ? 1 : (4096 / TB))
+                               : ((8192 / TB) < 1 ? 1 : (8192 / TB) > 4 ? 4 : (8192 / TB));
+    // q fragments per warp; reused after the key loop as the merge buffer
+    // [warp][row][D] float32 (the same 128*D bytes).
     __shared__ uint4 qs[4][KT][32];
+    __shared__ float2 mls[4][8];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const long long wid = (long long)blockIdx.x * 4 + warp;
-    if (wid >= (long long)nblocks * kvh * hslices * splits) return;  // warp-uniform
-    const int blk = (int)(wid % nblocks);
-    long long rest = wid / nblocks;
+    const long long cta = blockIdx.x;
+    if (cta >= (long long)nblocks * kvh * hslices * splits) return;  // whole CTA
+    const int blk = (int)(cta % nblocks);
+    long long rest = cta / nblocks;
     const int kh = (int)(rest % kvh);
     rest /= kvh;
     const int hs = (int)(rest % hslices);
@@ -271,115 +285,171 @@ __device__ __forceinline__ void attn_body(
     float m = -INFINITY, l = 0.f;
     const size_t rowBytes = (size_t)D * E;
 
-    for (int k0 = kbeg; k0 < kend; k0 += 16) {
-        uint32_t kw[2][WK];
-        uint32_t vw[4][WV];
-        float ksv[4], vsv[4];
+    // One stage = TL tiles of 16 keys. With ST == 2 the loads of the next
+    // stage are issued before the current one is computed, so memory
+    // latency overlaps the tensor-core and softmax work.
+    struct Stage {
+        uint32_t kw[TL][2][WK];
+        uint32_t vw[TL][4][WV];
+        float ksv[TL][4], vsv[TL][4];
+    };
+    auto load = [&](Stage& st, int k00) {
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const int tok = k0 + n * 8 + g;
-            if (tok < kend) {
-                const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                ldchunk<CK>(kw[n], kc + idx * rowBytes + t * CK);
-            } else {
-                zchunk<CK>(kw[n]);
-            }
-        }
+        for (int u = 0; u < TL; u++) {
+            const int k0 = k00 + 16 * u;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int tok = k0 + (i >> 1) * 8 + 2 * t + (i & 1);
-            ksv[i] = vsv[i] = 0.f;
-            if (tok < kend) {
-                const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                ldchunk<CV>(vw[i], vc + idx * rowBytes + g * CV);
-                if (FP8) {
-                    ksv[i] = dyn ? __ldg(ks + idx) : __ldg(ks + kh);
-                    vsv[i] = dyn ? __ldg(vs + idx) : __ldg(vs + kh);
+            for (int n = 0; n < 2; n++) {
+                const int tok = k0 + n * 8 + g;
+                if (tok < kend) {
+                    const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                    ldchunk<CK>(st.kw[u][n], kc + idx * rowBytes + t * CK);
+                } else {
+                    zchunk<CK>(st.kw[u][n]);
                 }
-            } else {
-                zchunk<CV>(vw[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = k0 + (i >> 1) * 8 + 2 * t + (i & 1);
+                st.ksv[u][i] = st.vsv[u][i] = 0.f;
+                if (tok < kend) {
+                    const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                    ldchunk<CV>(st.vw[u][i], vc + idx * rowBytes + g * CV);
+                    if (FP8) {
+                        st.ksv[u][i] = dyn ? __ldg(ks + idx) : __ldg(ks + kh);
+                        st.vsv[u][i] = dyn ? __ldg(vs + idx) : __ldg(vs + kh);
+                    }
+                } else {
+                    zchunk<CV>(st.vw[u][i]);
+                }
             }
         }
-
-        // S^T rows g (hi) and g+8 (lo) for tokens 2t, 2t+1 of n-tiles 0, 1.
-        float sv[4];
+    };
+    auto compute = [&](const Stage& st, int k00) {
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int u = 0; u < TL; u++) {
+            const int k0 = k00 + 16 * u;
+            // S^T rows g (hi) and g+8 (lo) for tokens 2t, 2t+1 of n-tiles 0, 1.
+            float sv[4];
 #pragma unroll
-            for (int kk = 0; kk < KT; kk++) {
-                uint32_t b0, b1;
-                kfrag<T>(kw[n], kk, b0, b1);
-                mma<F16>(acc, qs[warp][kk][lane], b0, b1);
+            for (int n = 0; n < 2; n++) {
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int kk = 0; kk < KT; kk++) {
+                    uint32_t b0, b1;
+                    kfrag<T>(st.kw[u][n], kk, b0, b1);
+                    mma<F16>(acc, qs[warp][kk][lane], b0, b1);
+                }
+                sv[2 * n] = acc[0] + acc[2];
+                sv[2 * n + 1] = acc[1] + acc[3];
             }
-            sv[2 * n] = acc[0] + acc[2];
-            sv[2 * n + 1] = acc[1] + acc[3];
+            float mt = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = k0 + (i >> 1) * 8 + 2 * t + (i & 1);
+                float s = sv[i] * rowfac;
+                if (FP8) s *= st.ksv[u][i];
+                s = (rowValid && tok < kend && tok <= pos) ? s : -INFINITY;
+                sv[i] = s;
+                mt = fmaxf(mt, s);
+            }
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+            const float mn = fmaxf(m, mt);
+            const float ref = mn == -INFINITY ? 0.f : mn;
+            const float corr = exp2f(m - ref);
+            float p[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) p[i] = exp2f(sv[i] - ref);
+            l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
+            m = mn;
+            if (__any_sync(0xffffffffu, corr != 1.f)) {  // the running max rarely moves
+#pragma unroll
+                for (int j = 0; j < NTV; j++) o[j][0] *= corr, o[j][1] *= corr, o[j][2] *= corr, o[j][3] *= corr;
+            }
+            if (FP8) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) p[i] *= st.vsv[u][i];
+            }
+            uint4 a;
+            split16<F16>(p[0], p[1], a.x, a.y);
+            split16<F16>(p[2], p[3], a.z, a.w);
+#pragma unroll
+            for (int j = 0; j < NTV; j++) {
+                const uint32_t b0 = vfrag<T>(st.vw[u][0], st.vw[u][1], j);
+                const uint32_t b1 = vfrag<T>(st.vw[u][2], st.vw[u][3], j);
+                mma<F16>(o[j], a, b0, b1);
+            }
         }
-        float mt = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int tok = k0 + (i >> 1) * 8 + 2 * t + (i & 1);
-            float s = sv[i] * rowfac;
-            if (FP8) s *= ksv[i];
-            s = (rowValid && tok < kend && tok <= pos) ? s : -INFINITY;
-            sv[i] = s;
-            mt = fmaxf(mt, s);
+    };
+    constexpr int STEP = 4 * 16 * TL;  // keys per stage of the whole CTA
+    const int kfirst = kbeg + warp * 16 * TL;
+    if (ST == 2) {
+        Stage sa, sb;
+        if (kfirst < kend) load(sa, kfirst);
+        for (int k00 = kfirst; k00 < kend; k00 += 2 * STEP) {
+            if (k00 + STEP < kend) load(sb, k00 + STEP);
+            compute(sa, k00);
+            if (k00 + STEP >= kend) break;
+            if (k00 + 2 * STEP < kend) load(sa, k00 + 2 * STEP);
+            compute(sb, k00 + STEP);
         }
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-        const float mn = fmaxf(m, mt);
-        const float ref = mn == -INFINITY ? 0.f : mn;
-        const float corr = exp2f(m - ref);
-        float p[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) p[i] = exp2f(sv[i] - ref);
-        l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
-        m = mn;
-#pragma unroll
-        for (int j = 0; j < NTV; j++) o[j][0] *= corr, o[j][1] *= corr, o[j][2] *= corr, o[j][3] *= corr;
-        if (FP8) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) p[i] *= vsv[i];
-        }
-        uint4 a;
-        split16<F16>(p[0], p[1], a.x, a.y);
-        split16<F16>(p[2], p[3], a.z, a.w);
-#pragma unroll
-        for (int j = 0; j < NTV; j++) {
-            const uint32_t b0 = vfrag<T>(vw[0], vw[1], j);
-            const uint32_t b1 = vfrag<T>(vw[2], vw[3], j);
-            mma<F16>(o[j], a, b0, b1);
+    } else {
+        for (int k00 = kfirst; k00 < kend; k00 += STEP) {
+            Stage st;
+            load(st, k00);
+            compute(st, k00);
         }
     }
 
+    // Merge the 4 warps in shared memory, then write the rows of the CTA.
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (!rowValid) return;
-    float res[D / 4];
+    __syncthreads();  // every warp is done with qs
+    float* mb = (float*)&qs[0][0][0];
+    {
+        float* dst = mb + (warp * 8 + g) * D + t * (D / 4);
 #pragma unroll
-    for (int j = 0; j < NTV; j++) {
-        res[j] = o[j][0] + o[j][2];
-        res[NTV + j] = o[j][1] + o[j][3];
+        for (int j = 0; j < NTV; j++) {
+            dst[j] = o[j][0] + o[j][2];
+            dst[NTV + j] = o[j][1] + o[j][3];
+        }
+        if (t == 0) mls[warp][g] = make_float2(m, l);
     }
-    const size_t ri = (size_t)row * heads + head;
-    float* dst;
-    if (splits == 1) {
-        const float inv = 1.f / l;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 8 * (D / 4); idx += 128) {
+        const int gg = idx / (D / 4), c4 = idx % (D / 4);
+        const int rt = gg / hpw, rhh = gg % hpw;
+        if (!(rt < ntok && rhh < hcount)) continue;
+        float M = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < D / 4; i++) res[i] *= inv;
-        dst = out + ri * D + t * (D / 4);
-    } else {
-        const size_t pi = (size_t)split * rows * heads + ri;
-        dst = part + pi * D + t * (D / 4);
-        if (t == 0) partML[pi] = make_float2(m, l);
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mls[w][gg].x);
+        float L = 0.f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float wt = exp2f(mls[w][gg].x - M);
+                L += wt * mls[w][gg].y;
+                const float4 v4 = *(const float4*)(mb + (w * 8 + gg) * D + 4 * c4);
+                acc.x += wt * v4.x, acc.y += wt * v4.y, acc.z += wt * v4.z, acc.w += wt * v4.w;
+            }
+        }
+        const size_t ri = (size_t)(sq.x + tok0 + rt) * heads + (kh * group + hs * hpw + rhh);
+        if (splits == 1) {
+            const float inv = 1.f / L;
+            acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+            ((float4*)(out + ri * D))[c4] = acc;
+        } else {
+            const size_t pi = (size_t)split * rows * heads + ri;
+            ((float4*)(part + pi * D))[c4] = acc;
+            if (c4 == 0) partML[pi] = make_float2(M, L);
+        }
     }
-#pragma unroll
-    for (int i = 0; i < D / 16; i++)
-        ((float4*)dst)[i] = make_float4(res[4 * i], res[4 * i + 1], res[4 * i + 2], res[4 * i + 3]);
 }
 
-#define ATTN_KERNEL(NAME, T, D)                                                                        \
-    extern "C" __global__ void __launch_bounds__(128) NAME(                                            \
+// Occupancy: __launch_bounds__ minimum CTAs per SM (registers allowing).
+#define ATTN_KERNEL(NAME, T, D, MINB)                                                                  \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                      \
         const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,                \
         float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,   \
         const float* __restrict__ ks, const float* __restrict__ vs, int dyn,                           \
@@ -390,45 +460,72 @@ __device__ __forceinline__ void attn_body(
                         group, hpw, hslices, pageShift, splits, rows, scaleLog2);                      \
     }
 
-#define ATTN_ALL_D(PREFIX, T)              \
-    ATTN_KERNEL(PREFIX##_d64, T, 64)       \
-    ATTN_KERNEL(PREFIX##_d80, T, 80)       \
-    ATTN_KERNEL(PREFIX##_d96, T, 96)       \
-    ATTN_KERNEL(PREFIX##_d128, T, 128)     \
-    ATTN_KERNEL(PREFIX##_d256, T, 256)
+#define ATTN_ALL_D(PREFIX, T)                 \
+    ATTN_KERNEL(PREFIX##_d64, T, 64, 3)       \
+    ATTN_KERNEL(PREFIX##_d80, T, 80, 3)       \
+    ATTN_KERNEL(PREFIX##_d96, T, 96, 3)       \
+    ATTN_KERNEL(PREFIX##_d128, T, 128, 2)     \
+    ATTN_KERNEL(PREFIX##_d256, T, 256, 1)
 
 ATTN_ALL_D(attn_bf16, KV_BF16)
 ATTN_ALL_D(attn_f16, KV_F16)
 ATTN_ALL_D(attn_e4m3, KV_E4M3)
 ATTN_ALL_D(attn_e5m2, KV_E5M2)
 
-// attn_merge combines the partials of the splits of each (row, head): one
-// warp per (row, head) of a sequence, out = sum_i 2^(m_i-M) acc_i / sum_i 2^(m_i-M) l_i.
-extern "C" __global__ void __launch_bounds__(128) attn_merge(
+// attn_merge combines the split partials of each (row, head) of a
+// sequence: out = sum_i 2^(m_i-M) acc_i / sum_i 2^(m_i-M) l_i. One CTA of
+// 256 threads per (row, head): threads own a float4 column and a residue
+// class of splits; the groups are summed in shared memory.
+extern "C" __global__ void __launch_bounds__(256) attn_merge(
     const float* __restrict__ part, const float2* __restrict__ partML, float* __restrict__ out,
     const int* __restrict__ rowSeq, int heads, int rowsHeads, int D, int splits) {
-    const int lane = threadIdx.x & 31;
-    const long long idx = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
+    __shared__ float red[8];
+    __shared__ float4 accs[256];
+    const long long idx = blockIdx.x;
     if (idx >= rowsHeads || rowSeq[idx / heads] < 0) return;  // rows of no sequence stay untouched
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float M = -INFINITY;
-    for (int i = lane; i < splits; i += 32) M = fmaxf(M, partML[(size_t)i * rowsHeads + idx].x);
+    for (int i = tid; i < splits; i += 256) M = fmaxf(M, partML[(size_t)i * rowsHeads + idx].x);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[warp] = M;
+    __syncthreads();
+    M = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) M = fmaxf(M, red[w]);
+    __syncthreads();
     float L = 0.f;
-    for (int i = lane; i < splits; i += 32) {
+    for (int i = tid; i < splits; i += 256) {
         const float2 ml = partML[(size_t)i * rowsHeads + idx];
         L += ml.y * exp2f(ml.x - M);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-    const float inv = 1.f / L;
-    for (int d = lane; d < D; d += 32) {
-        float acc = 0.f;
-        for (int i = 0; i < splits; i++) {
-            const float2 ml = partML[(size_t)i * rowsHeads + idx];
-            acc += part[((size_t)i * rowsHeads + idx) * D + d] * exp2f(ml.x - M);
+    if (lane == 0) red[warp] = L;
+    __syncthreads();
+    L = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) L += red[w];
+    const int cols = D / 4, ngrp = 256 / cols;
+    const int c = tid % cols, grp = tid / cols;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (grp < ngrp) {
+        for (int i = grp; i < splits; i += ngrp) {
+            const float wt = exp2f(partML[(size_t)i * rowsHeads + idx].x - M);
+            const float4 v = ((const float4*)(part + ((size_t)i * rowsHeads + idx) * D))[c];
+            acc.x += wt * v.x, acc.y += wt * v.y, acc.z += wt * v.z, acc.w += wt * v.w;
         }
-        out[(size_t)idx * D + d] = acc * inv;
+    }
+    accs[tid] = acc;
+    __syncthreads();
+    if (tid < cols) {
+        for (int gi = 1; gi < ngrp; gi++) {
+            const float4 v = accs[gi * cols + tid];
+            acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+        }
+        const float inv = 1.f / L;
+        acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+        ((float4*)(out + (size_t)idx * D))[tid] = acc;
     }
 }
 
