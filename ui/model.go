@@ -163,8 +163,9 @@ func newModel(ctx context.Context, cfg Config) *model {
 		m.resumeLatest()
 	}
 	if m.piped != "" {
-		m.addInfo(fmt.Sprintf("stdin: %s lines (%s tokens) will be attached to your first message as context",
-			formatInt(int64(strings.Count(strings.TrimRight(m.piped, "\n"), "\n")+1)), formatInt(int64(m.pipedTokens))))
+		n := strings.Count(strings.TrimRight(m.piped, "\n"), "\n") + 1
+		m.addInfo(fmt.Sprintf("stdin: %s %s (%s tokens) will be attached to your first message as context",
+			formatInt(int64(n)), plural(n, "line", "lines"), formatInt(int64(m.pipedTokens))))
 	}
 	return m
 }
@@ -889,4 +890,11 @@ func (m *model) View() tea.View {
 	v.Cursor = cur
 	v.WindowTitle = "ftchat"
 	return v
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

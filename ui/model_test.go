@@ -665,7 +665,7 @@ func TestInitialPrompt(t *testing.T) {
 func TestFirstFrameBeforeSize(t *testing.T) {
 	eng, sess := newFakeEngine(), &fakeSession{}
 	m := newModel(t.Context(), Config{Engine: eng, Session: sess, SessionDir: t.TempDir(), Piped: "some context"})
-	if f := stripFrame(m.View().Content); !strings.Contains(f, "stdin: 1 lines (2 tokens)") || strings.Count(f, "\n") != 23 {
+	if f := stripFrame(m.View().Content); !strings.Contains(f, "stdin: 1 line (2 tokens)") || strings.Count(f, "\n") != 23 {
 		t.Fatalf("first frame (80x24 by default):\n%s", f)
 	}
 }

@@ -88,7 +88,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	m := newModel(ctx, cfg)
-	opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithOutput(cfg.Out)}
+	// The renderer wakes up at its frame rate even when idle; 30 frames/s
+	// matches the streaming batch rate and halves the idle wake-ups.
+	opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithOutput(cfg.Out), tea.WithFPS(30)}
 	if cfg.In != nil {
 		opts = append(opts, tea.WithInput(cfg.In))
 	} else if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice == 0 {
