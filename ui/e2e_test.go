@@ -142,13 +142,13 @@ func TestE2ETmux(t *testing.T) {
 	tm := startTmux(t, 120, 40, env, argv...)
 
 	// The status pane appears once the model is loaded.
-	s := tm.waitFor("the status pane", 3*time.Minute, func(s string) bool { return poolRe.MatchString(s) && strings.Contains(s, "decode ") })
+	tm.waitFor("the status pane", 3*time.Minute, func(s string) bool { return poolRe.MatchString(s) && strings.Contains(s, "decode ") })
 
 	prompt := "What is the capital of France?"
 	tm.typeText(prompt)
 	tm.keys("Enter")
 	tm.waitText(prompt, 30*time.Second)
-	s = tm.waitFor("the answer", 5*time.Minute, func(s string) bool {
+	s := tm.waitFor("the answer", 5*time.Minute, func(s string) bool {
 		return idle(s) && strings.Count(s, "▌ you") >= 1 && !strings.Contains(s, "(no answer)") && regexp.MustCompile(`decode [\d.,]+ tok/s`).MatchString(s)
 	})
 	used0, cap0 := poolTokens(t, s)
@@ -195,7 +195,7 @@ func TestE2ETmux(t *testing.T) {
 	// The session goes on in the new cache.
 	tm.typeText("And of Italy?")
 	tm.keys("Enter")
-	s = tm.waitFor("the second answer", 5*time.Minute, func(s string) bool {
+	tm.waitFor("the second answer", 5*time.Minute, func(s string) bool {
 		u, _ := poolTokens(t, s)
 		return idle(s) && strings.Contains(s, "And of Italy?") && u > used1
 	})
