@@ -165,13 +165,21 @@ func (r *renderer) thinkLines(e *entry, show bool) []string {
 	return append(out, "")
 }
 
-// streamLines renders a streaming answer: whole markdown blocks before the
-// last block boundary are rendered once, the tail on every call.
+// streamLines renders a streaming answer: each completed markdown block is
+// rendered once, when it completes, and appended; only the unfinished tail
+// is rendered on every call. The finished answer is rendered whole.
 func (r *renderer) streamLines(e *entry) []string {
 	cut := stableCut(e.text)
-	if cut != e.stableLen || e.cacheW != r.width {
+	if e.cacheW != r.width || cut < e.stableLen {
+		e.stableLen, e.stableLines = 0, nil
+	}
+	if cut > e.stableLen {
+		blocks := r.markdown(e.text[e.stableLen:cut])
+		if len(e.stableLines) > 0 && len(blocks) > 0 {
+			e.stableLines = append(e.stableLines, "")
+		}
+		e.stableLines = append(e.stableLines, blocks...)
 		e.stableLen = cut
-		e.stableLines = r.markdown(e.text[:cut])
 	}
 	tail := r.markdown(e.text[cut:])
 	out := make([]string, 0, len(e.stableLines)+len(tail)+1)
