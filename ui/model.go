@@ -69,6 +69,7 @@ type model struct {
 
 	width, height int
 	r             *renderer
+	style         string // glamour style in use
 	st            styles
 
 	entries   []*entry
@@ -156,7 +157,8 @@ func newModel(ctx context.Context, cfg Config) *model {
 	}
 	m.initialQueue = cfg.InitialPrompt
 	// Render at 80x24 until the terminal reports its size.
-	m.r = newRenderer(m.width, cfg.glamourStyle())
+	m.style = cfg.glamourStyle()
+	m.r = newRenderer(m.width, m.style)
 	m.resize(cfg.Width, cfg.Height)
 	m.sessName = newSessionName(time.Now())
 	if cfg.Continue {
@@ -200,10 +202,28 @@ func newInput() textarea.Model {
 }
 
 func (m *model) Init() tea.Cmd {
-	if m.initialQueue != "" {
-		return func() tea.Msg { return startMsg{} }
+	var cmds []tea.Cmd
+	if m.cfg.Style == "" {
+		// Pick the light markdown style on light terminals.
+		cmds = append(cmds, tea.RequestBackgroundColor)
 	}
-	return nil
+	if m.initialQueue != "" {
+		cmds = append(cmds, func() tea.Msg { return startMsg{} })
+	}
+	return tea.Batch(cmds...)
+}
+
+// setStyle switches the markdown style and invalidates every cached render.
+func (m *model) setStyle(style string) {
+	if style == m.style {
+		return
+	}
+	m.style = style
+	m.r = newRenderer(m.width, style)
+	for _, e := range m.entries {
+		e.valid = false
+		e.stableLen, e.stableLines = 0, nil
+	}
 }
 
 func (m *model) resize(w, h int) {
@@ -211,7 +231,7 @@ func (m *model) resize(w, h int) {
 		return
 	}
 	if m.r == nil || w != m.width || m.r.width != w {
-		m.r = newRenderer(w, m.cfg.glamourStyle())
+		m.r = newRenderer(w, m.style)
 	}
 	m.width, m.height = w, h
 	m.input.SetWidth(w)
@@ -222,6 +242,15 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.resize(msg.Width, msg.Height)
+		return m, nil
+	case tea.BackgroundColorMsg:
+		if m.cfg.Style == "" {
+			if msg.IsDark() {
+				m.setStyle("dark")
+			} else {
+				m.setStyle("light")
+			}
+		}
 		return m, nil
 	case startMsg:
 		p := m.initialQueue
@@ -781,8 +810,18 @@ func (m *model) inputHeight() int {
 	return min(max(m.input.LineCount(), 1), 8, max(m.height/3, 1))
 }
 
+// layout splits the height: chat, the notice line, the input, and the
+// status pane, which gives way first on a very small screen.
+func (m *model) layout() (chatH, inputH int, status []string) {
+	inputH = m.inputHeight()
+	status = m.statusView()
+	status = status[:min(len(status), max(m.height-1-inputH-1, 0))]
+	return max(m.height-1-inputH-len(status), 0), inputH, status
+}
+
 func (m *model) chatHeight() int {
-	return max(m.height-1-m.inputHeight()-len(m.statusView()), 0)
+	ch, _, _ := m.layout()
+	return ch
 }
 
 // noticeLine is the rule between the chat and the input, carrying the
@@ -844,10 +883,8 @@ func (m *model) noticeLine() string {
 
 // frame renders the whole screen as a string and the cursor position.
 func (m *model) frame() (string, *tea.Cursor) {
-	ih := m.inputHeight()
+	ch, ih, status := m.layout()
 	m.input.SetHeight(ih)
-	status := m.statusView()
-	ch := max(m.height-1-ih-len(status), 0)
 	lines := m.chatLines(ch)
 	iv, cur := m.inputView()
 	size := len(iv) + 4*m.width + ch
@@ -859,9 +896,14 @@ func (m *model) frame() (string, *tea.Cursor) {
 	}
 	var b strings.Builder
 	b.Grow(size)
+	narrow := m.width < 16 // below this, minimum wrap widths exceed the screen
 	for i := 0; i < ch; i++ {
 		if i < len(lines) {
-			b.WriteString(lines[i])
+			if narrow {
+				b.WriteString(ansi.Truncate(lines[i], m.width, ""))
+			} else {
+				b.WriteString(lines[i])
+			}
 		}
 		b.WriteByte('\n')
 	}

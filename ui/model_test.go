@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -667,5 +668,54 @@ func TestFirstFrameBeforeSize(t *testing.T) {
 	m := newModel(t.Context(), Config{Engine: eng, Session: sess, SessionDir: t.TempDir(), Piped: "some context"})
 	if f := stripFrame(m.View().Content); !strings.Contains(f, "stdin: 1 line (2 tokens)") || strings.Count(f, "\n") != 23 {
 		t.Fatalf("first frame (80x24 by default):\n%s", f)
+	}
+}
+
+func TestSmallAndLargeTerminals(t *testing.T) {
+	for _, sz := range [][2]int{{1, 1}, {5, 2}, {10, 3}, {15, 6}, {20, 8}, {300, 100}} {
+		d := goldenConversation(t, sz[0], sz[1])
+		d.key(keyCtrlT)
+		d.key(keyPgUp)
+		f := d.frame()
+		if n := strings.Count(f, "\n") + 1; n > max(sz[1], 2) {
+			t.Errorf("%dx%d: frame has %d lines", sz[0], sz[1], n)
+		}
+	}
+}
+
+// Random input never panics and leaves the model consistent.
+func TestRandomInput(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	d := newDriver(t, nil)
+	keys := []tea.KeyPressMsg{keyUp, keyDown, keyPgUp, keyPgDn, keyHome, keyEnd, keyTab, keyCtrlT, keyEsc,
+		{Code: tea.KeyBackspace}, {Code: 'j', Mod: tea.ModCtrl}, {Code: tea.KeyLeft}, {Code: 'x', Text: "x"}, {Code: '/', Text: "/"}}
+	lines := []string{"/kvdtype fp8_e4m3", "/kvdtype", "/clear", "/help", "/stats", "/load x", "/system s", "hello", "/copy", "/save n"}
+	for i := 0; i < 400; i++ {
+		switch r := rng.IntN(10); {
+		case r < 6:
+			d.key(keys[rng.IntN(len(keys))])
+		case r < 8:
+			d.m.input.Reset()
+			if rng.IntN(2) == 0 {
+				d.sess.push(think("t"), text("a\n\n```\nb"), text("\n```\n"), done(engine.StopEOS))
+			}
+			d.submit(lines[rng.IntN(len(lines))])
+		case r < 9:
+			d.send(tea.WindowSizeMsg{Width: 1 + rng.IntN(150), Height: 1 + rng.IntN(50)})
+		default:
+			d.send(tickMsg{})
+		}
+		d.frame()
+		if d.m.gen != nil && rng.IntN(3) == 0 {
+			d.key(keyEsc)
+			d.settle()
+		}
+	}
+	d.key(keyEsc)
+	d.settle()
+	for i, m := range d.m.msgs {
+		if want := []string{"user", "assistant"}[i%2]; m.Role != want {
+			t.Fatalf("conversation order broken at %d: %+v", i, d.m.msgs)
+		}
 	}
 }
