@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -70,7 +71,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.sess.Reset()
 		m.msgs = nil
 		m.entries = nil
-		m.sessName = newSessionName(time.Now())
+		m.sessName, m.created = newSessionName(time.Now()), time.Time{}
 		m.unsaved = false
 		m.stats = m.eng.Stats()
 		m.addInfo("conversation cleared; new session " + m.sessName)
@@ -181,8 +182,11 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 	m.reconf = &reconfState{dtype: dtype}
 	ch := make(chan tea.Msg, 4)
 	m.reconfCh = ch
-	ctx, eng := m.ctx, m.eng
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.reconfCancel = cancel
+	eng := m.eng
 	go func() {
+		defer cancel()
 		var last time.Time
 		err := eng.Reconfigure(ctx, dtype, func(done, total int) {
 			// Throttle: the engine may report every token.
@@ -216,8 +220,7 @@ func (m *model) listenReconf() tea.Cmd {
 }
 
 func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
-	m.reconf = nil
-	m.reconfCh = nil
+	m.reconf, m.reconfCh, m.reconfCancel = nil, nil, nil
 	prev := m.stats
 	m.stats = m.eng.Stats()
 	if msg.err != nil {
@@ -238,9 +241,12 @@ func (m *model) nextSeq() uint64 { m.saveSeq++; return m.saveSeq }
 
 func (m *model) sessionFile() *SessionFile {
 	now := time.Now().UTC()
+	if m.created.IsZero() {
+		m.created = now
+	}
 	return &SessionFile{
 		Name:     m.sessName,
-		Created:  now,
+		Created:  m.created,
 		Updated:  now,
 		Model:    m.stats.Model,
 		KVDType:  m.stats.KVDType,
@@ -278,7 +284,7 @@ func (m *model) applySession(f *SessionFile) {
 		}
 		m.msgs = append(m.msgs, msg)
 	}
-	m.sessName = f.Name
+	m.sessName, m.created = f.Name, f.Created
 	m.unsaved = false
 	m.scrollBottom()
 	m.addInfo(fmt.Sprintf("resumed session %q (%d messages); the next message re-prefills it", f.Name, len(m.msgs)))

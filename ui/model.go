@@ -97,16 +97,18 @@ type model struct {
 	gen    *generation
 	genSeq int
 
-	reconf     *reconfState
-	reconfCh   chan tea.Msg
-	ticking    bool
-	ticksSched int // how many ticks were scheduled (tests)
+	reconf       *reconfState
+	reconfCh     chan tea.Msg
+	reconfCancel context.CancelFunc
+	ticking      bool
+	ticksSched   int // how many ticks were scheduled (tests)
 
 	piped        string // attached to the first user message, then cleared
 	pipedTokens  int
 	initialQueue string
 
 	sessName string
+	created  time.Time
 	saveSeq  uint64
 	unsaved  bool
 
@@ -431,12 +433,30 @@ func (m *model) historyNext() bool {
 }
 
 func (m *model) quit() tea.Cmd {
-	if m.gen != nil {
-		m.cancelGen()
-		go drain(m.gen.ch) // let the engine finish its last send
-	}
+	m.abandon()
 	m.quitting = true
 	return tea.Quit
+}
+
+// abandon stops work in flight when the program ends. A turn cut short
+// keeps what was answered so far, so the saved conversation stays valid.
+func (m *model) abandon() {
+	if m.reconfCancel != nil {
+		m.reconfCancel()
+	}
+	g := m.gen
+	if g == nil {
+		return
+	}
+	g.stopped = true
+	g.cancel()
+	go drain(g.ch) // let the engine finish its last send
+	m.gen = nil
+	if answer := g.text.String(); strings.TrimSpace(answer) != "" {
+		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
+	} else {
+		m.msgs = m.msgs[:g.userMsg]
+	}
 }
 
 func drain(ch <-chan engine.Event) {

@@ -719,3 +719,29 @@ func TestRandomInput(t *testing.T) {
 		}
 	}
 }
+
+// Quitting during an answer keeps the conversation valid for --continue.
+func TestQuitDuringAnswer(t *testing.T) {
+	for _, partial := range []bool{true, false} {
+		d := newDriver(t, nil)
+		if partial {
+			d.sess.push(text("half an"), engine.Event{Kind: waitCancel})
+		} else {
+			d.sess.push(engine.Event{Kind: waitCancel})
+		}
+		d.submit("question")
+		d.send(tickMsg{})
+		d.key(keyCtrlD)
+		if !d.quit || d.m.gen != nil {
+			t.Fatal("ctrl+d during an answer did not quit and stop")
+		}
+		want := 0
+		if partial {
+			want = 2
+		}
+		if len(d.m.msgs) != want {
+			t.Errorf("partial=%v: conversation = %+v", partial, d.m.msgs)
+		}
+		d.settle()
+	}
+}

@@ -110,10 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	p := tea.NewProgram(m, opts...)
 	_, err := p.Run()
-	if m.gen != nil {
-		m.gen.cancel()
-		go drain(m.gen.ch)
-	}
+	m.abandon() // the context ended the program, or it was killed
 	if len(m.msgs) > 0 && !cfg.NoSave {
 		if m.unsaved {
 			if serr := m.store.Save(m.sessionFile(), m.nextSeq()); serr != nil {
