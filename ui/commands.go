@@ -224,7 +224,16 @@ func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
 	prev := m.stats
 	m.stats = m.eng.Stats()
 	if msg.err != nil {
-		m.addError(fmt.Sprintf("/kvdtype %s refused, nothing changed: %v", msg.dtype, msg.err))
+		// The engine's message names the numbers; say what command it
+		// answers and that nothing changed, without repeating either.
+		text := msg.err.Error()
+		if !strings.HasPrefix(text, "/kvdtype") {
+			text = "/kvdtype " + msg.dtype + " refused: " + text
+		}
+		if !strings.Contains(text, "nothing changed") {
+			text += "; nothing changed"
+		}
+		m.addError(text)
 		return nil
 	}
 	s := m.stats

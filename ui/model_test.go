@@ -467,11 +467,18 @@ func TestKVDTypeRefused(t *testing.T) {
 	d.submit("/kvdtype fp16")
 	d.settle()
 	e := d.lastEntry()
-	if e.kind != entryError || !strings.Contains(e.text, "refused, nothing changed") || !strings.Contains(e.text, "70,000 tokens") {
+	if e.kind != entryError || e.text != "/kvdtype fp16 refused: the conversation needs 70,000 tokens, a fp16 pool holds 65,536; nothing changed" {
 		t.Fatalf("entry = %+v", e)
 	}
 	if d.m.stats != before {
 		t.Error("stats changed after a refusal")
+	}
+	// The engine's own message already names the command and says so.
+	d.eng.reconfErr = errors.New("/kvdtype fp16: the conversation holds 9 tokens; nothing changed — /clear first")
+	d.submit("/kvdtype fp16")
+	d.settle()
+	if e := d.lastEntry(); e.text != "/kvdtype fp16: the conversation holds 9 tokens; nothing changed — /clear first" {
+		t.Errorf("entry = %q", e.text)
 	}
 }
 
