@@ -66,3 +66,14 @@ func backendErr(be model.Backend) error {
 	}
 	return nil
 }
+
+// closeBackend releases a backend and, for the GPU, its device context.
+func closeBackend(be model.Backend) {
+	switch b := be.(type) {
+	case *gpu.Backend:
+		b.Close()
+		b.Device().Close()
+	case interface{ Close() }:
+		b.Close()
+	}
+}

@@ -489,9 +489,7 @@ func (e *Engine) Close() error {
 	defer e.mu.Unlock()
 	if e.be != nil {
 		e.be.FreeKV()
-		if c, ok := e.be.(interface{ Close() }); ok {
-			c.Close()
-		}
+		closeBackend(e.be)
 		e.be = nil
 	}
 	if e.file != nil {
