@@ -42,7 +42,7 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 	info := eng.Info()
 	uc := ui.Config{
 		Engine: eng, Session: sess,
-		ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path),
+		ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
 		Piped:         piped,
 		InitialPrompt: prompt,
 		System:        cfg.System,

@@ -29,6 +29,7 @@ type Info struct {
 	Params     string // e.g. "30 layers, dim 576, 9 heads / 3 kv heads, head_dim 64"
 	ContextLen int    // tokens one conversation may hold
 	Template   string // chat template source: "gguf" or "chatml (fallback)"
+	Device     string // the backend, and with --device auto on the CPU, why no GPU
 }
 
 // Engine is one loaded model with its backend and KV pool. Its methods are
@@ -123,7 +124,7 @@ func (e *Engine) init(ctx context.Context, hw Hardware, progress func(LoadProgre
 	}
 	progress(LoadProgress{Stage: "loading weights", Done: cfg.WeightBytes, Total: cfg.WeightBytes})
 	e.info = Info{
-		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template,
+		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template, Device: e.info.Device,
 		Params: fmt.Sprintf("%d layers, dim %d, %d heads / %d kv heads, head_dim %d", cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.HeadDim),
 	}
 	e.info.ContextLen = cfg.ContextLen
@@ -166,14 +167,21 @@ func (e *Engine) openBackend(hw Hardware) (model.Backend, int64, error) {
 	if dev.Kind == "cuda" || (dev.Kind == "auto" && hw.CUDA) {
 		be, budget, err := openGPU(dev.Ordinal, e.opts)
 		if err == nil {
+			e.info.Device = be.Name()
 			return be, budget, nil
 		}
 		if dev.Kind == "cuda" {
 			return nil, 0, err
 		}
 		fmt.Fprintf(os.Stderr, "ftchat: GPU not used (%v); running on the CPU\n", err)
+		hw.CUDAReason = err.Error()
 	}
-	return cpu.New(cpu.Options{Threads: e.opts.Threads}), 0, nil
+	be := cpu.New(cpu.Options{Threads: e.opts.Threads})
+	e.info.Device = be.Name()
+	if dev.Kind == "auto" {
+		e.info.Device += " — no GPU used: " + hw.CUDAReason
+	}
+	return be, 0, nil
 }
 
 // resolveDType maps a --kv-cache-dtype value to a storage dtype; auto is the
