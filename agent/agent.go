@@ -124,8 +124,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Mode == PromptedTools {
 		// Stop at the end of a call: one call per step, and no made-up
-		// tool responses after it.
-		a.cfg.Sampling.Stop = append(append([]string(nil), cfg.Sampling.Stop...), "</tool_call>", "<tool_response>")
+		// tool response after it. (Not at "<tool_response>": small models
+		// start their answer by echoing the result block, and stopping
+		// there leaves an empty answer.)
+		a.cfg.Sampling.Stop = append(append([]string(nil), cfg.Sampling.Stop...), "</tool_call>")
 	}
 	return a, nil
 }
@@ -179,6 +181,9 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 				a.cfg.Sink.Note("stopped: the answer reached the token limit")
 			default:
 				res.Stop = StopAnswer
+				if out.text == "" {
+					a.cfg.Sink.Note("the model ended its turn without writing an answer")
+				}
 			}
 			return res, nil
 		}
