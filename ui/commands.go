@@ -71,6 +71,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.sess.Reset()
 		m.msgs = nil
 		m.entries = nil
+		m.piped = ""
 		m.sessName, m.created = newSessionName(time.Now()), time.Time{}
 		m.unsaved = false
 		m.stats = m.eng.Stats()

@@ -513,7 +513,7 @@ func (m *model) send(text string) tea.Cmd {
 		m.msgs = m.msgs[:len(m.msgs)-1]
 		msg := "not sent: " + err.Error()
 		if attached != "" {
-			msg = fmt.Sprintf("not sent: the piped input (%s tokens) does not fit: %v", formatInt(int64(m.pipedTokens)), err)
+			msg = fmt.Sprintf("not sent: the piped input (%s tokens) does not fit: %v (/clear drops the piped input)", formatInt(int64(m.pipedTokens)), err)
 		}
 		m.addError(msg)
 		m.input.SetValue(text)
@@ -633,8 +633,12 @@ func stopNote(r engine.StopReason, s engine.Stats) string {
 	case engine.StopMaxTokens:
 		return "stopped: token limit reached"
 	case engine.StopPoolFull:
-		return fmt.Sprintf("stopped: the KV pool is full (%s / %s tokens) · /clear, or /kvdtype fp8_e4m3 to fit more",
-			formatInt(int64(s.TokensUsed)), formatInt(int64(s.TokensCapacity)))
+		hint := "/clear, or /kvdtype fp8_e4m3 to fit more"
+		if strings.HasPrefix(s.KVDType, "fp8") {
+			hint = "/clear to start over"
+		}
+		return fmt.Sprintf("stopped: the KV pool is full (%s / %s tokens) · %s",
+			formatInt(int64(s.TokensUsed)), formatInt(int64(s.TokensCapacity)), hint)
 	}
 	return ""
 }

@@ -235,6 +235,15 @@ func TestPipedContextTooBig(t *testing.T) {
 	if d.m.input.Value() != "summarize" {
 		t.Errorf("the prompt should go back to the input, got %q", d.m.input.Value())
 	}
+	// /clear drops the piped input; the prompt then goes alone.
+	d.m.input.Reset()
+	d.submit("/clear")
+	d.sess.push(text("ok"), done(engine.StopEOS))
+	d.submit("summarize")
+	d.settle()
+	if len(d.sess.reqs) != 1 || d.sess.lastReq().Messages[0].Content != "summarize" {
+		t.Fatalf("after /clear: %+v", d.sess.reqs)
+	}
 }
 
 func TestHistory(t *testing.T) {
