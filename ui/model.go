@@ -309,8 +309,9 @@ func (m *model) setNotice(s string, isErr bool) { m.notice, m.noticeErr = s, isE
 
 func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	ks := k.Keystroke()
-	if ks != "ctrl+c" {
+	if ks != "ctrl+c" && m.quitArmed {
 		m.quitArmed = false
+		m.setNotice("", false)
 	}
 	switch ks {
 	case "ctrl+c":
@@ -339,9 +340,6 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	case "enter":
-		if m.completionOpen() {
-			return nil
-		}
 		v := m.input.Value()
 		if strings.TrimSpace(v) == "" {
 			return nil
@@ -393,9 +391,6 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	m.input, cmd = m.input.Update(k)
 	return cmd
 }
-
-// completionOpen is a hook for a future completion menu; Tab completes in place.
-func (m *model) completionOpen() bool { return false }
 
 func (m *model) pushHistory(v string) {
 	if n := len(m.history); n == 0 || m.history[n-1] != v {
