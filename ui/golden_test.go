@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -109,3 +110,35 @@ func TestGoldenFrames(t *testing.T) {
 		})
 	}
 }
+
+// Code blocks are highlighted (several colors on one line) and thinking is
+// dimmed; the goldens strip colors, so check them here.
+func TestHighlightAndDim(t *testing.T) {
+	r := newRenderer(80, "dark")
+	e := &entry{kind: entryAssistant, text: "```go\nfor i := 0; i < 3; i++ {}\n```", think: "pondering"}
+	lines := r.render(e, true)
+	var code, thinking string
+	for _, l := range lines {
+		switch s := ansi.Strip(l); {
+		case strings.Contains(s, "for i := 0"):
+			code = l
+		case strings.Contains(s, "pondering"):
+			thinking = l
+		}
+	}
+	colors := map[string]bool{}
+	for _, m := range sgrColor.FindAllString(code, -1) {
+		colors[m] = true
+	}
+	if len(colors) < 3 {
+		t.Errorf("code line has %d distinct colors, want syntax highlighting: %q", len(colors), code)
+	}
+	if !dimSGR.MatchString(thinking) {
+		t.Errorf("thinking is not dimmed: %q", thinking)
+	}
+}
+
+// dimSGR matches a bright-black (ANSI 8) foreground, the dim gray.
+var dimSGR = regexp.MustCompile(`\x1b\[(?:[0-9;]*;)?90(?:;[0-9;]*)?m`)
+
+var sgrColor = regexp.MustCompile(`\x1b\[[0-9;]*38;5;[0-9]+m|\x1b\[38;5;[0-9]+m`)

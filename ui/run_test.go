@@ -172,3 +172,50 @@ func TestFormat(t *testing.T) {
 		t.Error("formatRate")
 	}
 }
+
+// Run with plain pipes for input and output (no terminal): keys are read
+// from In, the session is saved, and the resume hint is printed.
+func TestRunWithPipes(t *testing.T) {
+	eng, sess := newFakeEngine(), &fakeSession{}
+	sess.push(text("pipe answer"), done(engine.StopEOS))
+	dir := t.TempDir()
+	pr, pw := io.Pipe()
+	var out bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(context.Background(), Config{Engine: eng, Session: sess, SessionDir: dir, In: pr, Out: &out, Width: 80, Height: 24, Style: "dark"})
+	}()
+	pw.Write([]byte("hello pipes\r"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if names, _ := (&Store{Dir: dir}).List(); len(names) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the turn was not saved")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pw.Write([]byte{0x04}) // ctrl+d
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctrl+d")
+	}
+	if r := sess.lastReq(); r.Messages[0].Content != "hello pipes" {
+		t.Errorf("sent %+v", r.Messages)
+	}
+	if !strings.Contains(out.String(), "resume with: ftchat --continue") {
+		t.Errorf("no resume hint in the output tail: %q", tail(out.String(), 200))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
