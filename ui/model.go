@@ -15,6 +15,9 @@ import (
 	"github.com/ftchat/ftchat/engine"
 )
 
+// maxInputLines is the bubbles textarea's fixed line limit.
+const maxInputLines = 10000
+
 // frameInterval batches streamed tokens into about 30 renders per second.
 const frameInterval = time.Second / 30
 
@@ -262,6 +265,12 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.key(msg)
 	case tea.PasteMsg:
 		m.quitArmed = false
+		if n := strings.Count(msg.Content, "\n") + m.input.LineCount(); n > maxInputLines {
+			// The textarea would drop the lines past its limit silently.
+			m.setNotice(fmt.Sprintf("paste not inserted: %s lines, the input holds %s; pipe large text instead: cat file | ftchat \"question\"",
+				formatInt(int64(n)), formatInt(maxInputLines)), true)
+			return m, nil
+		}
 		var cmd tea.Cmd
 		m.input, cmd = m.input.Update(msg)
 		return m, cmd
@@ -950,6 +959,16 @@ func (m *model) View() tea.View {
 	v.MouseMode = tea.MouseModeCellMotion
 	v.Cursor = cur
 	v.WindowTitle = "ftchat"
+	// The terminal's own progress indicator (where supported) mirrors the
+	// re-prefill of /kvdtype and long prefills.
+	switch {
+	case m.reconf != nil && m.reconf.total > 0:
+		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarDefault, m.reconf.done*100/m.reconf.total)
+	case m.reconf != nil:
+		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarIndeterminate, 0)
+	case m.gen != nil && m.gen.prefill[1] > 0 && m.gen.prefill[0] < m.gen.prefill[1]:
+		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarDefault, m.gen.prefill[0]*100/m.gen.prefill[1])
+	}
 	return v
 }
 

@@ -305,6 +305,15 @@ func TestLongInputAndPaste(t *testing.T) {
 	}
 }
 
+func TestHugePasteRefused(t *testing.T) {
+	d := newDriver(t, nil)
+	d.typeText("keep")
+	d.send(tea.PasteMsg{Content: strings.Repeat("l\n", 12000)})
+	if d.m.input.Value() != "keep" || !strings.Contains(d.m.notice, "12,001 lines") {
+		t.Fatalf("input %d chars, notice %q", len(d.m.input.Value()), d.m.notice)
+	}
+}
+
 func TestQuitKeys(t *testing.T) {
 	d := newDriver(t, nil)
 	d.typeText("some text")
@@ -497,6 +506,9 @@ func TestKVDTypeProgressShown(t *testing.T) {
 	d.send(reconfProgMsg{done: 500, total: 1000})
 	if f := d.frame(); !strings.Contains(f, "re-prefilling") || !strings.Contains(f, "500 / 1,000 tokens") {
 		t.Fatalf("progress not shown:\n%s", f)
+	}
+	if pb := d.m.View().ProgressBar; pb == nil || pb.Value != 50 {
+		t.Errorf("terminal progress bar = %+v, want 50%%", pb)
 	}
 	d.submit("hello")
 	if len(d.sess.reqs) != 0 {
