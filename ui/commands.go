@@ -288,12 +288,19 @@ func (m *model) applySession(f *SessionFile) {
 			m.system = msg.Content
 			continue
 		case "user":
-			m.addEntry(&entry{kind: entryUser, text: msg.Content})
+			e := &entry{kind: entryUser, text: msg.Content}
+			if prompt, n, ok := splitContext(msg.Content); ok {
+				e.text = prompt
+				e.attached = fmt.Sprintf("+ stdin context: %s %s", formatInt(int64(n)), plural(n, "line", "lines"))
+			}
+			m.addEntry(e)
+			m.pushHistory(e.text)
 		case "assistant":
 			m.addEntry(&entry{kind: entryAssistant, text: msg.Content})
 		}
 		m.msgs = append(m.msgs, msg)
 	}
+	m.histDraft = ""
 	m.sessName, m.created = f.Name, f.Created
 	m.unsaved = false
 	m.scrollBottom()

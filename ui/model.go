@@ -540,13 +540,26 @@ func (m *model) send(text string) tea.Cmd {
 	return tea.Batch(listen(g.id, g.ch), m.scheduleTick())
 }
 
+const contextHeader = "\n\nContext (piped from stdin):\n"
+
+// splitContext undoes attachContext for display: the prompt and the
+// number of lines of attached context.
+func splitContext(content string) (prompt string, lines int, ok bool) {
+	i := strings.Index(content, contextHeader+"```")
+	if i < 0 {
+		return content, 0, false
+	}
+	body := strings.Trim(content[i+len(contextHeader):], "`")
+	return content[:i], strings.Count(strings.Trim(body, "\n"), "\n") + 1, true
+}
+
 // attachContext puts piped text after the prompt in a clearly delimited block.
 func attachContext(prompt, ctx string) string {
 	fence := "```"
 	for strings.Contains(ctx, fence) {
 		fence += "`"
 	}
-	return prompt + "\n\nContext (piped from stdin):\n" + fence + "\n" + strings.TrimRight(ctx, "\n") + "\n" + fence
+	return prompt + contextHeader + fence + "\n" + strings.TrimRight(ctx, "\n") + "\n" + fence
 }
 
 // listen waits for the next engine events, taking all that are ready.

@@ -221,6 +221,19 @@ func TestPipedContext(t *testing.T) {
 	}
 }
 
+func TestSplitContext(t *testing.T) {
+	for _, ctx := range []string{"one line", "a\nb\nc\n", "has ``` fences\ninside"} {
+		p, n, ok := splitContext(attachContext("the prompt", ctx))
+		want := strings.Count(strings.TrimRight(ctx, "\n"), "\n") + 1
+		if !ok || p != "the prompt" || n != want {
+			t.Errorf("splitContext(attach(%q)) = %q, %d, %v; want %d lines", ctx, p, n, ok, want)
+		}
+	}
+	if p, _, ok := splitContext("plain"); ok || p != "plain" {
+		t.Error("plain message split")
+	}
+}
+
 func TestPipedContextTooBig(t *testing.T) {
 	piped := strings.Repeat("word ", 70000)
 	d := newDriver(t, func(c *Config) { c.Piped = piped })
@@ -632,6 +645,11 @@ func TestContinueAndCorruptSession(t *testing.T) {
 	if !strings.Contains(d.frame(), "earlier answer") {
 		t.Fatalf("--continue did not resume:\n%s", d.frame())
 	}
+	d.key(keyUp)
+	if d.m.input.Value() != "earlier question" {
+		t.Errorf("the resumed prompts are not in the input history: %q", d.m.input.Value())
+	}
+	d.m.input.Reset()
 	d.sess.push(text("later answer"), done(engine.StopEOS))
 	d.submit("later question")
 	d.settle()
