@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -18,6 +19,11 @@ type BackendOptions struct {
 	// GEMM (bf16 operands, float32 accumulation) instead of the float32 GEMV.
 	// 0 means 9 (the GEMV handles up to 8 tokens per weight pass).
 	GEMMMinTokens int
+	// WholeXGEMV selects the single-token decode GEMV that stages all of x
+	// in shared memory once per CTA (gemvx_*). Off by default: it is built
+	// and tested on the CPU side but was not yet run on a GPU (the device
+	// budget ran out); the default chunked GEMV is the measured one.
+	WholeXGEMV bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -32,13 +38,16 @@ type Backend struct {
 	err error
 
 	// Device-thread state: touched only inside posted functions.
-	fns   map[string]*Function
-	free  map[int64][]Buffer // cached activation buffers by size
-	ring  stageRing
-	ropes map[string]Buffer // float64 inverse frequencies per rope config
-	bad   Buffer            // int32 flag set by embed for out-of-range ids
+	fns     map[string]*Function
+	smemSet map[*Function]int  // dynamic shared memory limits raised so far
+	free    map[int64][]Buffer // cached activation buffers by size
+	ring    stageRing
+	ropes   map[string]Buffer // float64 inverse frequencies per rope config
+	bad     Buffer            // int32 flag set by embed for out-of-range ids
 
 	kv *KVCache // paged KV pool (attention.go), nil before AllocKV
+
+	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
 }
 
 var _ model.Backend = (*Backend)(nil)
@@ -49,7 +58,7 @@ func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 	if opts.GEMMMinTokens <= 0 {
 		opts.GEMMMinTokens = gemvMaxTok + 1
 	}
-	b := &Backend{dev: dev, opts: opts, fns: map[string]*Function{}, free: map[int64][]Buffer{}, ropes: map[string]Buffer{}}
+	b := &Backend{dev: dev, opts: opts, fns: map[string]*Function{}, smemSet: map[*Function]int{}, free: map[int64][]Buffer{}, ropes: map[string]Buffer{}}
 	err := dev.Do(func(c *Ctx) error {
 		if _, err := c.Module("ops"); err != nil {
 			return err
@@ -554,11 +563,47 @@ func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	}
 	for t := 0; t < n; t += gemvMaxTok {
 		nt := min(gemvMaxTok, n-t)
-		if err := b.launchGemv(c, "gemv_"+suf, w, x.Add(int64(t*w.cols*4)), y.Add(int64(t*w.rows*4)), nt); err != nil {
+		xt, yt := x.Add(int64(t*w.cols*4)), y.Add(int64(t*w.rows*4))
+		if shm := w.cols * 4; nt == 1 && shm <= b.gemvxSmem(c) && b.useWholeX() {
+			// One token whose x fits in shared memory: one barrier per CTA.
+			f, err := b.fn(c, "gemvx_"+suf)
+			if err != nil {
+				return err
+			}
+			if shm > 48<<10 && b.smemSet[f] < shm {
+				if err := c.SetMaxDynamicShared(f, b.gemvxSmem(c)); err != nil {
+					return err
+				}
+				b.smemSet[f] = b.gemvxSmem(c)
+			}
+			if err := c.Launch(f, Dim3{X: cdiv(w.rows, gemvWarps)}, Dim3{X: 32 * gemvWarps}, shm, c.Stream(),
+				w.raw, w.rowBytes, w.rows, w.cols, xt, yt); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.launchGemv(c, "gemv_"+suf, w, xt, yt, nt); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (b *Backend) useWholeX() bool {
+	switch b.gemvMode.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	return b.opts.WholeXGEMV
+}
+
+// gemvxSmem is the most dynamic shared memory the whole-x GEMV may use:
+// the device's opt-in limit, capped so two CTAs still fit per SM (rows up
+// to 28672 floats on Hopper).
+func (b *Backend) gemvxSmem(c *Ctx) int {
+	return min(c.Device().Info().SharedMemOptin, 112<<10)
 }
 
 func (b *Backend) launchGemv(c *Ctx, name string, w *Weight, x, y DevicePtr, nt int) error {

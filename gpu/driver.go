@@ -90,6 +90,11 @@ func loadDriver() (*driver, error) {
 			*s.p = p
 		}
 		if err := d.check("cuInit", ccall(d.cuInit, 0)); err != nil {
+			var ce *Error
+			if errors.As(err, &ce) && ce.Code == cudaErrorNoDevice {
+				drvErr = fmt.Errorf("%w: the driver (%s) sees no GPU: %v", ErrNoDevice, path, err)
+				return
+			}
 			drvErr = fmt.Errorf("%w: %v", ErrNoDriver, err)
 			return
 		}

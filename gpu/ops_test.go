@@ -170,6 +170,8 @@ func (p *pair) compare(name string, gt, ct model.Tensor, tol float64) float64 {
 	}
 	if e > tol {
 		p.t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
+	} else {
+		p.t.Logf("%s: relative error %.2g (tol %.0g)", name, e, tol)
 	}
 	return e
 }
@@ -227,6 +229,35 @@ func TestMatMulAllTypes(t *testing.T) {
 			if e, err := relErr(got, refMatMul(typ, raw, rows, cols, x, n)); err != nil || e > tol {
 				t.Errorf("%s vs float64 reference: error %.3g (tol %.3g) %v", name, e, tol, err)
 			}
+		}
+	}
+}
+
+// TestMatMulGemvPaths covers both decode GEMVs (x staged whole or in
+// chunks) and wide rows whose x needs more than 48 KiB of shared memory.
+func TestMatMulGemvPaths(t *testing.T) {
+	p := newPair(t)
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, sh := range []struct{ rows, cols int }{{70, 14336}, {300, 1024}} {
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q4_0, gguf.F16} {
+			raw := randWeight(r, typ, sh.rows, sh.cols)
+			gw, cw := p.weight(gguf.TensorInfo{Name: "wide", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: typ}, raw)
+			for _, chunked := range []bool{false, true} {
+				mode := int32(1)
+				if chunked {
+					mode = 2
+				}
+				p.g.gemvMode.Store(mode)
+				for _, n := range []int{1, 2, 3, 8} {
+					x := randVec(r, n*sh.cols, 1)
+					gx, cx := p.tensor(n, sh.cols, x)
+					gy, cy := p.tensor(n, sh.rows, nil)
+					p.g.MatMul(gy, gx, gw)
+					p.c.MatMul(cy, cx, cw)
+					p.compare(fmt.Sprintf("%s %dx%d n=%d chunked=%v", typ, sh.rows, sh.cols, n, chunked), gy, cy, tolF32)
+				}
+			}
+			p.g.gemvMode.Store(0)
 		}
 	}
 }

@@ -344,6 +344,54 @@ __device__ void gemv_body(const uint8_t* __restrict__ W, long long rowBytes, int
     }
 }
 
+// Decode GEMV for one token with all of x in shared memory: one copy of x
+// per CTA and a single barrier, then each warp streams its row with the unit
+// loop unrolled so several units' loads are in flight per lane. (Batches of
+// 2..8 tokens use the chunked kernel above.)
+template <int T>
+__device__ void gemvx_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                           const float* __restrict__ x, float* __restrict__ y) {
+    extern __shared__ float4 xsd[];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int cols4 = cols >> 2;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int i = threadIdx.x; i < cols4; i += blockDim.x) {
+        int uu = i >> 3, f = i & 7;
+        xsd[uu * 8 + (f ^ (uu & 7))] = __ldg(x4 + i);
+    }
+    __syncthreads();
+    int r = blockIdx.x * GEMV_WARPS + warp;
+    if (r >= rows) return;
+    const uint8_t* row = W + (size_t)r * rowBytes;
+    float acc = 0.f;
+    int units = cols >> 5;
+#pragma unroll 4
+    for (int u = lane; u < units; u += 32) {
+        float w[32];
+        int c;
+        deq32<T>(unit_ptr<T>(row, u, c), c, w);
+        const float4* xr = xsd + u * 8;
+        float s = 0.f;
+#pragma unroll
+        for (int f = 0; f < 8; f++) {
+            float4 v = xr[f ^ (u & 7)];
+            s = fmaf(w[4 * f], v.x, s);
+            s = fmaf(w[4 * f + 1], v.y, s);
+            s = fmaf(w[4 * f + 2], v.z, s);
+            s = fmaf(w[4 * f + 3], v.w, s);
+        }
+        acc += s;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[r] = acc;
+}
+
+#define GEMVX_KERNEL(T_, NAME)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemvx_##NAME(                                \
+        const uint8_t* W, long long rowBytes, int rows, int cols, const float* x, float* y) {                  \
+        gemvx_body<T_>(W, rowBytes, rows, cols, x, y);                                                         \
+    }
+
 // Float weights with any row length: lanes stride over elements (coalesced).
 template <int T>
 __device__ void gemv_float_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
@@ -378,6 +426,11 @@ GEMV_KERNEL(T_F32, f32) GEMV_KERNEL(T_F16, f16) GEMV_KERNEL(T_BF16, bf16)
 GEMV_KERNEL(T_Q4_0, q4_0) GEMV_KERNEL(T_Q4_1, q4_1) GEMV_KERNEL(T_Q5_0, q5_0) GEMV_KERNEL(T_Q5_1, q5_1)
 GEMV_KERNEL(T_Q8_0, q8_0) GEMV_KERNEL(T_Q8_1, q8_1) GEMV_KERNEL(T_Q2_K, q2_k) GEMV_KERNEL(T_Q3_K, q3_k)
 GEMV_KERNEL(T_Q4_K, q4_k) GEMV_KERNEL(T_Q5_K, q5_k) GEMV_KERNEL(T_Q6_K, q6_k)
+
+GEMVX_KERNEL(T_F32, f32) GEMVX_KERNEL(T_F16, f16) GEMVX_KERNEL(T_BF16, bf16)
+GEMVX_KERNEL(T_Q4_0, q4_0) GEMVX_KERNEL(T_Q4_1, q4_1) GEMVX_KERNEL(T_Q5_0, q5_0) GEMVX_KERNEL(T_Q5_1, q5_1)
+GEMVX_KERNEL(T_Q8_0, q8_0) GEMVX_KERNEL(T_Q8_1, q8_1) GEMVX_KERNEL(T_Q2_K, q2_k) GEMVX_KERNEL(T_Q3_K, q3_k)
+GEMVX_KERNEL(T_Q4_K, q4_k) GEMVX_KERNEL(T_Q5_K, q5_k) GEMVX_KERNEL(T_Q6_K, q6_k)
 
 #define GEMVF_KERNEL(T_, NAME)                                                                                 \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemvf_##NAME(                                \
