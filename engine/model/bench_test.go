@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -8,9 +9,22 @@ import (
 )
 
 // BenchmarkDecode measures single-sequence decode on SmolLM2-135M Q4_1
-// (CPU, all cores, fp16 KV) after a 32-token prompt; reports tokens/s.
+// (CPU, 1 thread and all cores, fp16 KV) after a 32-token prompt; reports tokens/s.
 func BenchmarkDecode(b *testing.B) {
-	m, _ := loadModel(b, smolPath(b), runtime.GOMAXPROCS(0), false)
+	for _, th := range benchThreads() {
+		b.Run(fmt.Sprintf("threads=%d", th), func(b *testing.B) { benchDecode(b, th) })
+	}
+}
+
+func benchThreads() []int {
+	if n := runtime.GOMAXPROCS(0); n > 1 {
+		return []int{1, n}
+	}
+	return []int{1}
+}
+
+func benchDecode(b *testing.B, threads int) {
+	m, _ := loadModel(b, smolPath(b), threads, false)
 	const ctx = 512
 	prompt := make([]int32, 32)
 	for i := range prompt {
@@ -36,7 +50,13 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkPrefill measures a 128-token prompt in one batch (logits for the
 // last row only); reports prompt tokens/s.
 func BenchmarkPrefill(b *testing.B) {
-	m, _ := loadModel(b, smolPath(b), runtime.GOMAXPROCS(0), false)
+	for _, th := range benchThreads() {
+		b.Run(fmt.Sprintf("threads=%d", th), func(b *testing.B) { benchPrefill(b, th) })
+	}
+}
+
+func benchPrefill(b *testing.B, threads int) {
+	m, _ := loadModel(b, smolPath(b), threads, false)
 	const n = 128
 	prompt := make([]int32, n)
 	for i := range prompt {
