@@ -193,3 +193,11 @@ func budgetString(b int64) string {
 	}
 	return formatBytes(b)
 }
+
+// plural picks the word for n: 1 line, 2 lines.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

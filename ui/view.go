@@ -283,10 +283,3 @@ func (m *model) View() tea.View {
 	}
 	return v
 }
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
