@@ -42,6 +42,7 @@ type KVCache struct {
 
 	meta     Buffer  // device copy of metaHost
 	metaHost []int32 // seqs | page table | rowSeq | blocks, as last uploaded
+	metaHpw  int     // heads per warp the uploaded blocks were built for
 	scratch  []int32
 	ws       Buffer // split partials: acc then (max, sum)
 
@@ -249,6 +250,7 @@ func (kv *KVCache) upload(c *Ctx, m batchMeta) error {
 		return err
 	}
 	kv.metaHost = append(kv.metaHost[:0], m.words...)
+	kv.metaHpw = m.hpw
 	return nil
 }
 
@@ -352,7 +354,9 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 	if err := kv.checkLayer(layer); err != nil {
 		return err
 	}
-	m, err := kv.buildMeta(kv.scratch, b, rows, 1)
+	// Write reads no blocks; building them as the last Attend did keeps the
+	// metadata identical, so a step uploads it once for all layers.
+	m, err := kv.buildMeta(kv.scratch, b, rows, max(kv.metaHpw, 1))
 	kv.scratch = m.words
 	if err != nil {
 		return err
