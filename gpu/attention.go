@@ -254,6 +254,23 @@ func (kv *KVCache) upload(c *Ctx, m batchMeta) error {
 	return nil
 }
 
+// Prepare uploads the metadata of batch b (rows rows, heads query heads)
+// now, so that the Write and Attend calls of a step that follow (or a
+// captured CUDA graph of them, whose kernels read the same device buffer)
+// need no upload. Keep Splits fixed while replaying a graph.
+func (kv *KVCache) Prepare(c *Ctx, b *model.Batch, rows, heads int) error {
+	l := kv.Layout
+	if heads <= 0 || heads%l.KVHeads != 0 {
+		return fmt.Errorf("gpu: %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads)
+	}
+	m, err := kv.buildMeta(kv.scratch, b, rows, min(heads/l.KVHeads, maxGroup))
+	kv.scratch = m.words
+	if err != nil {
+		return err
+	}
+	return kv.upload(c, m)
+}
+
 func (kv *KVCache) metaPtrs(m batchMeta) (seqs, pt, rowSeq, blocks DevicePtr) {
 	p := kv.meta.Ptr
 	return p.Add(int64(4 * m.seqOff)), p.Add(int64(4 * m.ptOff)), p.Add(int64(4 * m.rowOff)), p.Add(int64(4 * m.blkOff))

@@ -268,14 +268,14 @@ func cmpBytes(t *testing.T, what string, got, want []byte) {
 }
 
 type attnCase struct {
-	dt          kvcache.DType
-	sm          kvcache.ScaleMode
-	kvh, group  int
-	d, p        int
-	seqs        []seqShape
-	splits      int     // 0: auto
-	qmag        float64 // q magnitude (peakier softmax when larger)
-	short, long bool
+	dt         kvcache.DType
+	sm         kvcache.ScaleMode
+	kvh, group int
+	d, p       int
+	seqs       []seqShape
+	splits     int     // 0: auto
+	qmag       float64 // q magnitude (peakier softmax when larger)
+	long       bool
 }
 
 func (c attnCase) String() string {
