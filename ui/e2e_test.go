@@ -200,6 +200,19 @@ func TestE2ETmux(t *testing.T) {
 		return idle(s) && strings.Contains(s, "And of Italy?") && u > used1
 	})
 
+	// Esc stops an answer in progress; the conversation goes on after it.
+	tm.typeText("Write a long story about a dragon and a knight.")
+	tm.keys("Enter")
+	tm.waitText("answering ·", 2*time.Minute)
+	time.Sleep(time.Second)
+	tm.keys("Escape")
+	tm.waitFor("the answer to stop", 20*time.Second, func(s string) bool { return idle(s) && strings.Contains(s, "stopped") })
+	tm.typeText("Thanks!")
+	tm.keys("Enter")
+	tm.waitFor("an answer after the stop", 5*time.Minute, func(s string) bool {
+		return idle(s) && strings.Contains(s, "Thanks!") && !strings.Contains(s, "error:")
+	})
+
 	tm.typeText("/quit")
 	tm.keys("Enter")
 	tm.waitText("resume with: ftchat --continue", 30*time.Second)
