@@ -24,6 +24,12 @@ type BackendOptions struct {
 	// and tested on the CPU side but was not yet run on a GPU (the device
 	// budget ran out); the default chunked GEMV is the measured one.
 	WholeXGEMV bool
+	// CUBLAS uses cuBLAS, when it can be loaded, for batches of at least
+	// 128 rows: W is dequantized to float32 in row chunks (at most 64 MiB
+	// of scratch) and multiplied by cublasSgemm_v2 in TF32 tensor-core mode.
+	// If cuBLAS is missing the backend silently keeps its own GEMM; see
+	// Backend.CUBLAS. Not yet run on a GPU (opt-in).
+	CUBLAS bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -47,6 +53,9 @@ type Backend struct {
 
 	kv *KVCache // paged KV pool (attention.go), nil before AllocKV
 
+	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
+	blasErr error         // why cuBLAS is not used, when it was asked for
+
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
 }
 
@@ -69,6 +78,9 @@ func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 		var err error
 		if b.bad, err = c.Alloc(4, "embed flag"); err != nil {
 			return err
+		}
+		if opts.CUBLAS {
+			b.blas, b.blasErr = newCublasHandle(c)
 		}
 		return c.Memset32(b.bad.Ptr, 0, 1)
 	})
@@ -117,6 +129,10 @@ func (b *Backend) Close() error {
 			b.kv = nil
 		}
 		b.trim(c)
+		if b.blas != nil {
+			b.blas.close()
+			b.blas = nil
+		}
 		for _, r := range b.ropes {
 			c.Free(r)
 		}
@@ -553,6 +569,9 @@ func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		}
 		return nil
 	}
+	if n >= gemmLargeTokens && b.blas != nil {
+		return b.matmulCUBLAS(c, y, x, n, w)
+	}
 	if n >= gemmLargeTokens {
 		return b.launch(c, "gemml_"+suf, Dim3{X: cdiv(w.rows, 128), Y: cdiv(n, 128)}, Dim3{X: 256},
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
@@ -604,6 +623,43 @@ func (b *Backend) useWholeX() bool {
 // to 28672 floats on Hopper).
 func (b *Backend) gemvxSmem(c *Ctx) int {
 	return min(c.Device().Info().SharedMemOptin, 112<<10)
+}
+
+// CUBLAS reports the cuBLAS library in use, or why none is (empty and nil
+// when it was not asked for).
+func (b *Backend) CUBLAS() (string, error) {
+	if b.blas != nil {
+		return cublas.path, nil
+	}
+	return "", b.blasErr
+}
+
+// matmulCUBLAS dequantizes W in row chunks to float32 scratch and multiplies
+// with cublasSgemm_v2 (TF32 tensor cores, float32 accumulation).
+func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
+	if w.info.Type == gguf.F32 {
+		return b.blas.sgemmRowMajor(w.raw.Ptr, w.rows, w.cols, x, n, y, w.rows)
+	}
+	const scratchMax = 64 << 20
+	chunk := max(128, scratchMax/(w.cols*4)/128*128)
+	chunk = min(chunk, w.rows)
+	buf, err := b.scratch(c, int64(chunk)*int64(w.cols)*4, "cuBLAS dequantized weight chunk")
+	if err != nil {
+		return err
+	}
+	defer b.release(buf)
+	name := "dequant_rows_" + kernelSuffix[w.info.Type]
+	for r0 := 0; r0 < w.rows; r0 += chunk {
+		nr := min(chunk, w.rows-r0)
+		units := nr * (w.cols / 32)
+		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, buf); err != nil {
+			return err
+		}
+		if err := b.blas.sgemmRowMajor(buf.Ptr, nr, w.cols, x, n, y.Add(int64(r0)*4), w.rows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *Backend) launchGemv(c *Ctx, name string, w *Weight, x, y DevicePtr, nt int) error {

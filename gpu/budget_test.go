@@ -72,3 +72,15 @@ func TestPlanMemory(t *testing.T) {
 		t.Errorf("8 GiB plan holds %d fp8 tokens, want >= 131072", tokens)
 	}
 }
+
+func TestLoadCUBLASMessage(t *testing.T) {
+	path, err := LoadCUBLAS()
+	if err != nil {
+		if !strings.Contains(err.Error(), "cuBLAS") || path != "" {
+			t.Errorf("unclear error %q (path %q)", err, path)
+		}
+		t.Logf("cuBLAS: %v", err)
+		return
+	}
+	t.Logf("cuBLAS found at %s", path)
+}

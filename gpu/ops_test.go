@@ -431,3 +431,39 @@ func TestArgmax(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulCUBLAS checks the optional cuBLAS prefill path (TF32 tensor
+// cores: 10-bit mantissa operands, float32 accumulation; tolerance 5e-3).
+func TestMatMulCUBLAS(t *testing.T) {
+	d := openTestDevice(t)
+	g, err := NewBackend(d, BackendOptions{CUBLAS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	path, err := g.CUBLAS()
+	if path == "" {
+		t.Skipf("cuBLAS not available: %v", err)
+	}
+	t.Logf("cuBLAS: %s", path)
+	c := cpu.New(cpu.Options{Threads: 2})
+	defer c.Close()
+	p := &pair{t: t, g: g, c: c}
+	defer func() {
+		for _, x := range p.gts {
+			g.FreeTensor(x)
+		}
+	}()
+	r := rand.New(rand.NewPCG(17, 18))
+	const rows, cols = 300, 768
+	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q4_K, gguf.Q8_0, gguf.Q6_K} {
+		gw, cw := p.weight(gguf.TensorInfo{Name: "w", Dims: []uint64{cols, rows}, Type: typ}, randWeight(r, typ, rows, cols))
+		for _, n := range []int{128, 301} {
+			gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+			gy, cy := p.tensor(n, rows, nil)
+			p.g.MatMul(gy, gx, gw)
+			p.c.MatMul(cy, cx, cw)
+			p.compare(fmt.Sprintf("cuBLAS %s n=%d", typ, n), gy, cy, 5e-3)
+		}
+	}
+}

@@ -761,6 +761,31 @@ extern "C" __global__ void moe_combine(const float* yd, const float* wts, int nt
     out[i] = s;
 }
 
+// Dequantize rows [r0, r0+nrows) of W to float32 out[nrows][cols] (the
+// cuBLAS prefill path). One thread per 32-element unit; cols % 32 == 0.
+template <int T>
+__device__ void dequant_rows_body(const uint8_t* W, long long rowBytes, int r0, int nrows, int cols, float* out) {
+    int units = cols >> 5;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)nrows * units) return;
+    int rr = (int)(i / units), u = (int)(i % units);
+    float w[32];
+    int c;
+    deq32<T>(unit_ptr<T>(W + (size_t)(r0 + rr) * rowBytes, u, c), c, w);
+    float4* o = reinterpret_cast<float4*>(out + (size_t)rr * cols + 32 * u);
+#pragma unroll
+    for (int k = 0; k < 8; k++) o[k] = make_float4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+}
+#define DEQROWS_KERNEL(T_, NAME)                                                                               \
+    extern "C" __global__ void dequant_rows_##NAME(const uint8_t* W, long long rowBytes, int r0, int nrows,     \
+                                                   int cols, float* out) {                                     \
+        dequant_rows_body<T_>(W, rowBytes, r0, nrows, cols, out);                                              \
+    }
+DEQROWS_KERNEL(T_F16, f16) DEQROWS_KERNEL(T_BF16, bf16)
+DEQROWS_KERNEL(T_Q4_0, q4_0) DEQROWS_KERNEL(T_Q4_1, q4_1) DEQROWS_KERNEL(T_Q5_0, q5_0) DEQROWS_KERNEL(T_Q5_1, q5_1)
+DEQROWS_KERNEL(T_Q8_0, q8_0) DEQROWS_KERNEL(T_Q8_1, q8_1) DEQROWS_KERNEL(T_Q2_K, q2_k) DEQROWS_KERNEL(T_Q3_K, q3_k)
+DEQROWS_KERNEL(T_Q4_K, q4_k) DEQROWS_KERNEL(T_Q5_K, q5_k) DEQROWS_KERNEL(T_Q6_K, q6_k)
+
 // ---------------------------------------------------------------------------
 // Embedding: dst[i] = dequantized row tokens[i] of the table. One CTA per
 // token; threads take 32-element units (float types: cols % 32 == 0 here too,
