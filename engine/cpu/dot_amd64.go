@@ -217,3 +217,72 @@ func init() {
 		fastKernels[gguf.Q5_K] = dotQ5_KFast
 	}
 }
+
+//go:noescape
+func dotQ4Kx4BlocksAVX2(q *byte, x *float32, xstride int, sc *float32, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ6Kx4BlocksAVX2(b *byte, x *float32, xstride int, sc *float32, nb int, out *[4]float32)
+
+func dotQ4_Kx4(w []byte, x []float32, xstride int, xs []float32, xsstride int, out *[4]float32) {
+	nb := len(w) / 144
+	*out = [4]float32{}
+	if nb == 0 {
+		return
+	}
+	_, _ = x[3*xstride+nb*256-1], xs[3*xsstride+nb*8-1]
+	var sc [8 * kBatch]float32
+	for i0 := 0; i0 < nb; i0 += kBatch {
+		n := min(kBatch, nb-i0)
+		var mins [4]float32
+		for i := i0; i < i0+n; i++ {
+			b := w[i*144 : i*144+144 : i*144+144]
+			d, dmin := f16(b), f16(b[2:])
+			for j := 0; j < 8; j++ {
+				s1, m1 := scaleMin(j, b[4:16])
+				sc[(i-i0)*8+j] = d * s1
+				dm := dmin * m1
+				for r := range mins {
+					mins[r] += dm * xs[r*xsstride+i*8+j]
+				}
+			}
+		}
+		var o [4]float32
+		dotQ4Kx4BlocksAVX2(&w[i0*144+16], &x[i0*256], xstride, &sc[0], n, &o)
+		for r := range out {
+			out[r] += o[r] - mins[r]
+		}
+	}
+}
+
+func dotQ6_Kx4(w []byte, x []float32, xstride int, _ []float32, _ int, out *[4]float32) {
+	nb := len(w) / 210
+	*out = [4]float32{}
+	if nb == 0 {
+		return
+	}
+	_ = x[3*xstride+nb*256-1]
+	var sc [16 * kBatch]float32
+	for i0 := 0; i0 < nb; i0 += kBatch {
+		n := min(kBatch, nb-i0)
+		for i := i0; i < i0+n; i++ {
+			b := w[i*210 : i*210+210 : i*210+210]
+			d := f16(b[208:])
+			for j := 0; j < 16; j++ {
+				sc[(i-i0)*16+j] = d * float32(int8(b[192+j]))
+			}
+		}
+		var o [4]float32
+		dotQ6Kx4BlocksAVX2(&w[i0*210], &x[i0*256], xstride, &sc[0], n, &o)
+		for r := range out {
+			out[r] += o[r]
+		}
+	}
+}
+
+func init() {
+	if hasAVX2 {
+		fastKernels4[gguf.Q4_K] = dotQ4_Kx4
+		fastKernels4[gguf.Q6_K] = dotQ6_Kx4
+	}
+}

@@ -524,3 +524,43 @@ func TestKernelsAgree(t *testing.T) {
 		closeTo(t, fmt.Sprintf("dotF32Go/%d", n), dotF32Go(a, b), want, scale, 2e-6)
 	}
 }
+
+// TestFourRowKernels checks every four-row kernel against the float64
+// reference, with row strides larger than the row and more blocks than
+// one k-quant batch.
+func TestFourRowKernels(t *testing.T) {
+	if len(fastKernels4) == 0 {
+		t.Skip("no four-row kernels on this CPU/build")
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	for typ, k4 := range fastKernels4 {
+		for _, cols := range []int{256, 2816} {
+			wd := randVec(r, cols, 1)
+			raw, err := gguf.Quantize(typ, wd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deq := make([]float32, cols)
+			if err := gguf.Dequantize(typ, raw, deq); err != nil {
+				t.Fatal(err)
+			}
+			stride, xsStride := cols+64, cols/32+3
+			x := randVec(r, 4*stride, 1)
+			xs := make([]float32, 4*xsStride)
+			for row := 0; row < 4; row++ {
+				blockSums(xs[row*xsStride:row*xsStride+cols/32], x[row*stride:row*stride+cols])
+			}
+			var out [4]float32
+			k4(raw, x, stride, xs, xsStride, &out)
+			for row := 0; row < 4; row++ {
+				var want, scale float64
+				for i := 0; i < cols; i++ {
+					p := float64(deq[i]) * float64(x[row*stride+i])
+					want += p
+					scale += math.Abs(p)
+				}
+				closeTo(t, fmt.Sprintf("%s/%d row %d", typ, cols, row), out[row], want, scale, 2e-6)
+			}
+		}
+	}
+}
