@@ -286,3 +286,34 @@ func init() {
 		fastKernels4[gguf.Q6_K] = dotQ6_Kx4
 	}
 }
+
+//go:noescape
+func dotQ5_0AVX2(w *byte, x *float32, xs *float32, nb int) float32
+
+//go:noescape
+func dotQ5_1AVX2(w *byte, x *float32, xs *float32, nb int) float32
+
+func dotQ5_0Fast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 22
+	if nb == 0 {
+		return 0
+	}
+	_, _ = x[nb*32-1], xs[nb-1]
+	return dotQ5_0AVX2(&w[0], &x[0], &xs[0], nb)
+}
+
+func dotQ5_1Fast(w []byte, x, xs []float32) float32 {
+	nb := len(w) / 24
+	if nb == 0 {
+		return 0
+	}
+	_, _ = x[nb*32-1], xs[nb-1]
+	return dotQ5_1AVX2(&w[0], &x[0], &xs[0], nb)
+}
+
+func init() {
+	if hasAVX2 {
+		fastKernels[gguf.Q5_0] = dotQ5_0Fast
+		fastKernels[gguf.Q5_1] = dotQ5_1Fast
+	}
+}

@@ -5,6 +5,44 @@
 DATA negEight<>+0(SB)/4, $0xC1000000
 GLOBL negEight<>(SB), RODATA|NOPTR, $4
 
+// Q5 constants: -16.0, and the bit index of each element in qh.
+DATA negSixteen<>+0(SB)/4, $0xC1800000
+GLOBL negSixteen<>(SB), RODATA|NOPTR, $4
+
+DATA q5shifts<>+0(SB)/4, $0
+DATA q5shifts<>+4(SB)/4, $1
+DATA q5shifts<>+8(SB)/4, $2
+DATA q5shifts<>+12(SB)/4, $3
+DATA q5shifts<>+16(SB)/4, $4
+DATA q5shifts<>+20(SB)/4, $5
+DATA q5shifts<>+24(SB)/4, $6
+DATA q5shifts<>+28(SB)/4, $7
+DATA q5shifts<>+32(SB)/4, $8
+DATA q5shifts<>+36(SB)/4, $9
+DATA q5shifts<>+40(SB)/4, $10
+DATA q5shifts<>+44(SB)/4, $11
+DATA q5shifts<>+48(SB)/4, $12
+DATA q5shifts<>+52(SB)/4, $13
+DATA q5shifts<>+56(SB)/4, $14
+DATA q5shifts<>+60(SB)/4, $15
+DATA q5shifts<>+64(SB)/4, $16
+DATA q5shifts<>+68(SB)/4, $17
+DATA q5shifts<>+72(SB)/4, $18
+DATA q5shifts<>+76(SB)/4, $19
+DATA q5shifts<>+80(SB)/4, $20
+DATA q5shifts<>+84(SB)/4, $21
+DATA q5shifts<>+88(SB)/4, $22
+DATA q5shifts<>+92(SB)/4, $23
+DATA q5shifts<>+96(SB)/4, $24
+DATA q5shifts<>+100(SB)/4, $25
+DATA q5shifts<>+104(SB)/4, $26
+DATA q5shifts<>+108(SB)/4, $27
+DATA q5shifts<>+112(SB)/4, $28
+DATA q5shifts<>+116(SB)/4, $29
+DATA q5shifts<>+120(SB)/4, $30
+DATA q5shifts<>+124(SB)/4, $31
+GLOBL q5shifts<>(SB), RODATA|NOPTR, $128
+
 // Macros of the Q4 kernels (defined before any TEXT so vet's asmdecl does
 // not attribute their FP references to a function).
 
@@ -1329,4 +1367,141 @@ q6kx4done:
 	VHADDPS X3, X3, X3
 	MOVSS X3, 12(BX)
 	VZEROUPPER
+	RET
+
+// func dotQ5_0AVX2(w *byte, x *float32, xs *float32, nb int) float32
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xs+16(FP), DX
+	MOVQ nb+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y10, Y10, Y10
+	MOVL $0x0F0F0F0F, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $1, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ CX, CX
+	JEQ dotQ5_0AVX2done
+dotQ5_0AVX2loop:
+	VPMOVZXBD 6(SI), Y3
+	VPMOVZXBD 14(SI), Y4
+	VPSRLD $4, Y3, Y5
+	VPSRLD $4, Y4, Y6
+	VPAND Y15, Y3, Y3
+	VPAND Y15, Y4, Y4
+	VPBROADCASTD 2(SI), Y7
+	VPSRLVD q5shifts<>+0(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y3, Y3
+	VPSRLVD q5shifts<>+32(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y4, Y4
+	VPSRLVD q5shifts<>+64(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y5, Y5
+	VPSRLVD q5shifts<>+96(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y6, Y6
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VCVTDQ2PS Y5, Y5
+	VCVTDQ2PS Y6, Y6
+	VMULPS (DI), Y3, Y7
+	VFMADD231PS 32(DI), Y4, Y7
+	VFMADD231PS 64(DI), Y5, Y7
+	VFMADD231PS 96(DI), Y6, Y7
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
+	VFMADD231PS Y7, Y8, Y0
+	VMULSS negSixteen<>(SB), X8, X9
+	VFMADD231SS (DX), X9, X10
+	ADDQ $22, SI
+	ADDQ $128, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ dotQ5_0AVX2loop
+dotQ5_0AVX2done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X10, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+32(FP)
+	RET
+
+// func dotQ5_1AVX2(w *byte, x *float32, xs *float32, nb int) float32
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xs+16(FP), DX
+	MOVQ nb+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y10, Y10, Y10
+	MOVL $0x0F0F0F0F, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $1, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ CX, CX
+	JEQ dotQ5_1AVX2done
+dotQ5_1AVX2loop:
+	VPMOVZXBD 8(SI), Y3
+	VPMOVZXBD 16(SI), Y4
+	VPSRLD $4, Y3, Y5
+	VPSRLD $4, Y4, Y6
+	VPAND Y15, Y3, Y3
+	VPAND Y15, Y4, Y4
+	VPBROADCASTD 4(SI), Y7
+	VPSRLVD q5shifts<>+0(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y3, Y3
+	VPSRLVD q5shifts<>+32(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y4, Y4
+	VPSRLVD q5shifts<>+64(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y5, Y5
+	VPSRLVD q5shifts<>+96(SB), Y7, Y8
+	VPAND Y14, Y8, Y8
+	VPSLLD $4, Y8, Y8
+	VPOR Y8, Y6, Y6
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VCVTDQ2PS Y5, Y5
+	VCVTDQ2PS Y6, Y6
+	VMULPS (DI), Y3, Y7
+	VFMADD231PS 32(DI), Y4, Y7
+	VFMADD231PS 64(DI), Y5, Y7
+	VFMADD231PS 96(DI), Y6, Y7
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS X8, Y8
+	VFMADD231PS Y7, Y8, Y0
+	VPBROADCASTW 2(SI), X9
+	VCVTPH2PS X9, X9
+	VFMADD231SS (DX), X9, X10
+	ADDQ $24, SI
+	ADDQ $128, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ dotQ5_1AVX2loop
+dotQ5_1AVX2done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X10, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+32(FP)
 	RET
