@@ -61,8 +61,10 @@ type Backend struct {
 
 var _ model.Backend = (*Backend)(nil)
 
-// NewBackend prepares the backend on dev: loads the ops module (JIT on
-// first use per driver cache) and the staging buffers.
+// NewBackend prepares the backend on dev: loads the ops module (the
+// driver JIT-compiles PTX on first use and caches the result) and the
+// staging buffers. Each weight type's module (mm_<type>) loads with the
+// first weight of that type.
 func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 	if opts.GEMMMinTokens <= 0 {
 		opts.GEMMMinTokens = gemvMaxTok + 1
@@ -156,11 +158,30 @@ func (b *Backend) trim(c *Ctx) {
 	}
 }
 
+// typedKernels are the kernel families built once per weight type (mm.cuh),
+// named <prefix><type suffix> and living in module mm_<type suffix>.
+var typedKernels = []string{"gemv_", "gemvx_", "gemvf_", "gemm_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
+
+// kernelModule returns the module holding kernel name: mm_<type> for the
+// typed families, ops for the rest.
+func kernelModule(name string) string {
+	for _, p := range typedKernels {
+		if rest, ok := strings.CutPrefix(name, p); ok {
+			for _, suf := range kernelSuffix {
+				if rest == suf {
+					return "mm_" + suf
+				}
+			}
+		}
+	}
+	return "ops"
+}
+
 func (b *Backend) fn(c *Ctx, name string) (*Function, error) {
 	if f, ok := b.fns[name]; ok {
 		return f, nil
 	}
-	f, err := c.Function("ops", name)
+	f, err := c.Function(kernelModule(name), name)
 	if err != nil {
 		return nil, err
 	}
@@ -342,6 +363,11 @@ func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, er
 		}
 	}
 	err := b.dev.Do(func(c *Ctx) error {
+		// JIT the type's kernels now, while the caller shows load progress,
+		// not at the first token.
+		if _, err := c.Module("mm_" + kernelSuffix[t]); err != nil {
+			return err
+		}
 		var err error
 		if w.raw, err = c.Alloc(size, "weight "+info.Name); err != nil {
 			return err

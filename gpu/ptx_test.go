@@ -1,14 +1,13 @@
 package gpu
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
 
 // TestPTXUpToDate fails when a kernels/*.cu changed without regenerating its
@@ -19,12 +18,10 @@ func TestPTXUpToDate(t *testing.T) {
 		t.Fatalf("no kernel sources found: %v", err)
 	}
 	for _, src := range srcs {
-		code, err := os.ReadFile(src)
+		want, err := ptxhash.Source("kernels", filepath.Base(src))
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(code)
-		want := hex.EncodeToString(sum[:])
 		name := strings.TrimSuffix(filepath.Base(src), ".cu")
 		for _, suf := range []string{"sm80", "sm89"} {
 			ptx := filepath.Join("kernels", name+"_"+suf+".ptx")
@@ -33,7 +30,7 @@ func TestPTXUpToDate(t *testing.T) {
 				t.Errorf("%s has no generated %s: run go generate ./gpu/...", src, ptx)
 				continue
 			}
-			if got := headerHash(b); got != want {
+			if got := ptxhash.Recorded(b); got != want {
 				t.Errorf("%s is stale (records source hash %q, %s hashes to %s): run go generate ./gpu/...", ptx, got, src, want)
 			}
 			if !bytes.Contains(b, []byte(".target sm_"+suf[2:])) {
@@ -41,16 +38,6 @@ func TestPTXUpToDate(t *testing.T) {
 			}
 		}
 	}
-}
-
-func headerHash(ptx []byte) string {
-	sc := bufio.NewScanner(bytes.NewReader(ptx))
-	for i := 0; i < 5 && sc.Scan(); i++ {
-		if h, ok := strings.CutPrefix(sc.Text(), "// source-sha256: "); ok {
-			return strings.TrimSpace(h)
-		}
-	}
-	return ""
 }
 
 func TestKernelPTXTarget(t *testing.T) {
@@ -70,5 +57,33 @@ func TestKernelPTXTarget(t *testing.T) {
 	}
 	if p[len(p)-1] != 0 {
 		t.Error("PTX handed to the driver must end in a NUL byte")
+	}
+}
+
+// TestKernelModules checks, without a GPU, that every kernel the backend
+// launches is an entry of the embedded module kernelModule names, for
+// both PTX targets.
+func TestKernelModules(t *testing.T) {
+	names := []string{"rmsnorm", "head_rmsnorm", "rope", "swiglu", "add", "add_bias", "argmax_rows", "moe_route", "moe_combine", "fill_u32"}
+	for _, typ := range SupportedTypes() {
+		suf := kernelSuffix[typ]
+		for _, p := range typedKernels {
+			if (p == "gemvf_" || p == "embedf_") && !isFloatType(typ) {
+				continue
+			}
+			names = append(names, p+suf)
+		}
+	}
+	for _, arch := range []int{80, 90} {
+		for _, n := range names {
+			mod := kernelModule(n)
+			ptx, err := KernelPTX(mod, arch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(ptx, []byte(".visible .entry "+n+"(")) {
+				t.Errorf("kernel %s is not in module %s (sm_%d)", n, mod, arch)
+			}
+		}
 	}
 }

@@ -1,0 +1,67 @@
+// Package ptxhash computes the source hash recorded in generated PTX: the
+// SHA-256 of a .cu file together with every file it includes with
+// #include "..." (recursively), so editing a shared header makes every
+// PTX built from it stale.
+package ptxhash
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Prefix starts the header line that records the hash in a PTX file.
+const Prefix = "// source-sha256: "
+
+// Source hashes dir/name and its quoted includes (resolved in dir).
+func Source(dir, name string) (string, error) {
+	h := sha256.New()
+	seen := map[string]bool{}
+	var add func(n string) error
+	add = func(n string) error {
+		if seen[n] {
+			return nil
+		}
+		seen[n] = true
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return fmt.Errorf("ptxhash: %w", err)
+		}
+		if len(seen) > 1 { // the top file alone hashes as its plain bytes
+			fmt.Fprintf(h, "\x00%s\x00", n)
+		}
+		h.Write(b)
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if inc, ok := strings.CutPrefix(line, "#include \""); ok {
+				if i := strings.IndexByte(inc, '"'); i > 0 {
+					if err := add(inc[:i]); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	if err := add(name); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Recorded returns the hash recorded in the header of a generated PTX.
+func Recorded(ptx []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(ptx))
+	for i := 0; i < 5 && sc.Scan(); i++ {
+		if v, ok := strings.CutPrefix(sc.Text(), Prefix); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,4 @@
+// Kernels for Q4_K weights: see mm.cuh. Built without --use_fast_math.
+#define MM_T T_Q4_K
+#define MM_NAME q4_k
+#include "mm.cuh"
