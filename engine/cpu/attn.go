@@ -54,15 +54,15 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 	st := b.store()
 	kt, vt := ten(k), ten(v)
 	l := b.layout
+	for i := range bt.Seqs {
+		checkPages(&bt.Seqs[i], l)
+	}
 	b.RoPE(kt, bt.Pos, l.HeadDim, r)
 	for _, sq := range bt.Seqs {
 		b.pool.parallel(sq.NewTokens, 4, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := sq.Offset + i
 				p := int(bt.Pos[row])
-				if p/l.PageSize >= len(sq.Pages) {
-					panic(fmt.Sprintf("cpu: position %d beyond the sequence's %d pages of %d tokens", p, len(sq.Pages), l.PageSize))
-				}
 				st.WriteRow(layer, int(sq.Pages[p/l.PageSize]), p%l.PageSize, kt.row(row), vt.row(row))
 			}
 		})
@@ -74,6 +74,9 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, heads int, scale float32) {
 	st := b.store()
 	d, qt := ten(dst), ten(q)
+	for i := range bt.Seqs {
+		checkPages(&bt.Seqs[i], b.layout)
+	}
 	for _, sq := range bt.Seqs {
 		b.pool.parallel(sq.NewTokens, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
@@ -81,5 +84,19 @@ func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, hea
 				st.Attend(d.row(row), qt.row(row), layer, sq.Pages, int(bt.Pos[row])+1, heads, scale)
 			}
 		})
+	}
+}
+
+// checkPages panics (on the calling goroutine, where Model.Forward turns it
+// into an error) when a sequence's page table cannot hold its positions.
+func checkPages(sq *model.SeqSpan, l kvcache.Layout) {
+	end := sq.Cached + sq.NewTokens
+	if need := (end + l.PageSize - 1) / l.PageSize; need > len(sq.Pages) {
+		panic(fmt.Sprintf("cpu: sequence of %d tokens needs %d pages of %d tokens, its page table has %d", end, need, l.PageSize, len(sq.Pages)))
+	}
+	for _, p := range sq.Pages[:(end+l.PageSize-1)/l.PageSize] {
+		if p < 0 || int(p) >= l.Pages {
+			panic(fmt.Sprintf("cpu: page id %d outside the pool of %d pages", p, l.Pages))
+		}
 	}
 }

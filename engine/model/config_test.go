@@ -220,6 +220,8 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		{"positions", model.Batch{Tokens: []int32{1}, Pos: []int32{0, 1}}, nil, "positions"},
 		{"uncovered rows", model.Batch{Tokens: []int32{1, 2}, Pos: []int32{0, 1}, Seqs: []model.SeqSpan{{NewTokens: 1, Pages: s.pages}}}, nil, "cover"},
 		{"position gap", model.Batch{Tokens: []int32{1}, Pos: []int32{5}, Seqs: []model.SeqSpan{{Cached: 3, NewTokens: 1, Pages: s.pages}}}, nil, "position 5, want 3"},
+		{"page table too short", model.Batch{Tokens: []int32{1}, Pos: []int32{20}, Seqs: []model.SeqSpan{{Cached: 20, NewTokens: 1, Pages: s.pages[:1]}}}, nil, "needs 2 pages"},
+		{"page id outside pool", model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seqs: []model.SeqSpan{{NewTokens: 1, Pages: []int32{99}}}}, nil, "page id 99"},
 		{"logits row", model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seqs: []model.SeqSpan{{NewTokens: 1, Pages: s.pages}}}, []int{1}, "logits row 1"},
 	}
 	for _, tc := range tests {

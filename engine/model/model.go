@@ -187,10 +187,17 @@ type RowGatherer interface {
 // logitsRows, row after row, each Config.Vocab floats. Decode asks for the
 // last row only; perplexity evaluation can ask for every row. The KV pool
 // must have been allocated with be.AllocKV.
-func (m *Model) Forward(b *Batch, logitsRows []int) ([]float32, error) {
+func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error) {
 	if err := m.checkBatch(b, logitsRows); err != nil {
 		return nil, err
 	}
+	// Backends panic on states the batch check cannot see (a page table too
+	// short for the pool's page size, no KV pool): report them as errors.
+	defer func() {
+		if r := recover(); r != nil {
+			logits, err = nil, fmt.Errorf("model: forward: %v", r)
+		}
+	}()
 	c, be := m.Config, m.be
 	n := len(b.Tokens)
 	t := m.buffers(n)
