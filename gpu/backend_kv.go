@@ -20,6 +20,9 @@ func (b *Backend) AllocKV(layout kvcache.Layout) error {
 			}
 			b.kv = nil
 		}
+		// Cached activation buffers would otherwise hold budget the pool
+		// was planned to get; they are reallocated on the next step.
+		b.trim(c)
 		kv, err := c.AllocKV(layout)
 		if err != nil {
 			return fmt.Errorf("gpu: KV pool: %w", err)
