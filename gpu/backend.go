@@ -59,7 +59,10 @@ type Backend struct {
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
 }
 
-var _ model.Backend = (*Backend)(nil)
+var (
+	_ model.Backend     = (*Backend)(nil)
+	_ model.RowGatherer = (*Backend)(nil)
+)
 
 // NewBackend prepares the backend on dev: loads the ops module (the
 // driver JIT-compiles PTX on first use and caches the result) and the
@@ -925,6 +928,36 @@ func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDi
 	}
 	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, gemvWarps), Y: pairs}, Dim3{X: 32 * gemvWarps},
 		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
+}
+
+// GatherRows copies rows[i] of src into row i of dst on the device
+// (model.RowGatherer: the rows that need logits never cross to the host).
+func (b *Backend) GatherRows(dst, src model.Tensor, rows []int) {
+	d, ok1 := b.ten(dst, "GatherRows")
+	s, ok2 := b.ten(src, "GatherRows")
+	if !ok1 || !ok2 {
+		return
+	}
+	if d.cols != s.cols || d.rows < len(rows) {
+		b.fail(fmt.Errorf("gpu: GatherRows: %d rows of width %d into a %dx%d tensor", len(rows), s.cols, d.rows, d.cols))
+		return
+	}
+	for _, r := range rows {
+		if r < 0 || r >= s.rows {
+			b.fail(fmt.Errorf("gpu: GatherRows: row %d outside 0..%d", r, s.rows-1))
+			return
+		}
+	}
+	rs := append([]int(nil), rows...)
+	rowBytes := int64(s.cols) * 4
+	b.post(func(c *Ctx) error {
+		for i, r := range rs {
+			if err := c.CopyDevice(d.buf.Ptr.Add(int64(i)*rowBytes), s.buf.Ptr.Add(int64(r)*rowBytes), rowBytes); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Argmax returns the index of the largest value of each row of logits

@@ -467,3 +467,26 @@ func TestMatMulCUBLAS(t *testing.T) {
 		}
 	}
 }
+
+func TestGatherRows(t *testing.T) {
+	p := newPair(t)
+	r := rand.New(rand.NewPCG(19, 20))
+	const rows, cols = 9, 300
+	x := randVec(r, rows*cols, 1)
+	gx, _ := p.tensor(rows, cols, x)
+	sel := []int{8, 0, 3, 3}
+	gd, _ := p.tensor(len(sel), cols, nil)
+	p.g.GatherRows(gd, gx, sel)
+	got := make([]float32, len(sel)*cols)
+	p.g.ToHost(gd, got)
+	if err := p.g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sel {
+		for j := 0; j < cols; j++ {
+			if got[i*cols+j] != x[s*cols+j] {
+				t.Fatalf("row %d (source %d) col %d: %v, want %v", i, s, j, got[i*cols+j], x[s*cols+j])
+			}
+		}
+	}
+}
