@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/chat"
+)
+
+// TestNativeModeThroughRealTemplates checks that the conversation the loop
+// builds in native mode (assistant ToolCalls, role "tool" results) renders
+// through real tool-aware templates (Qwen3's from the chat package's fixtures,
+// and ftchat's ChatML fallback) with the tools, the call and its result in place, and
+// that the template's format is what the engine would pick.
+func TestNativeModeThroughRealTemplates(t *testing.T) {
+	cases := []struct {
+		file, arch string
+		format     chat.ToolFormat
+		want       []string
+	}{
+		{"tokenizer_config_qwen3.json", "qwen3", chat.ToolHermes, []string{
+			"<tools>\n" + `{"type": "function", "function": {"name": "read_file"`,
+			"<tool_call>\n" + `{"name": "read_file", "arguments": {"path": "hello.txt"}}` + "\n</tool_call>",
+			"<tool_response>\nhello.txt (lines 1-2 of 2)\nhi there\nsecond line\n\n</tool_response>",
+		}},
+		{"", "", chat.ToolHermes, []string{ // ftchat's ChatML fallback for models without a template
+			"<tools>\n" + `{"type": "function", "function": {"name": "read_file"`,
+			"<tool_call>\n" + `{"name": "read_file", "arguments": {"path": "hello.txt"}}` + "\n</tool_call>",
+			"<|im_start|>user\n<tool_response>\nhello.txt (lines 1-2 of 2)\nhi there\nsecond line\n\n</tool_response><|im_end|>",
+		}},
+	}
+	for _, c := range cases {
+		name := c.arch
+		if name == "" {
+			name = "chatml-fallback"
+		}
+		t.Run(name, func(t *testing.T) {
+			tmpl, src := chat.ChatML(), ""
+			if c.file != "" {
+				var err error
+				if tmpl, err = chat.LoadTokenizerConfig("../engine/chat/testdata/" + c.file); err != nil {
+					t.Fatal(err)
+				}
+				src = tmpl.Source
+			}
+			if f := chat.ToolFormatFor(c.arch, src); f != c.format {
+				t.Fatalf("format %v, want %v", f, c.format)
+			}
+			s := &script{steps: [][]engine.Event{
+				{call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)},
+				answer("It says hi there."),
+			}}
+			a, _, _ := newTestAgent(t, s, NativeTools, nil)
+			if _, err := a.Run(context.Background(), "what is in hello.txt?"); err != nil {
+				t.Fatal(err)
+			}
+			req := s.reqs[1]
+			var ms []chat.Message
+			for _, m := range req.Messages {
+				cm := chat.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+				for _, tc := range m.ToolCalls {
+					cm.ToolCalls = append(cm.ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+				}
+				ms = append(ms, cm)
+			}
+			var ts []chat.Tool
+			for _, tl := range req.Tools {
+				ts = append(ts, chat.Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+			}
+			out, err := tmpl.Render(ms, ts, chat.RenderOptions{AddGenerationPrompt: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("rendered prompt lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
