@@ -22,9 +22,32 @@ import (
 // listed at the end. On a terminal it is a line-based session that asks
 // before each write or command, showing the diff.
 func runAgent(ctx context.Context, cfg Config, prompt string) error {
-	printMode := cfg.Print || !isTerminal(os.Stdout)
-	if !isTerminal(os.Stdin) {
-		piped, err := ui.ReadPiped(os.Stdin, prompt != "", pipedIdle, 0)
+	cwd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	return agentMain(ctx, cfg, prompt, agentIO{
+		in: os.Stdin, inTTY: isTerminal(os.Stdin),
+		out: os.Stdout, outTTY: isTerminal(os.Stdout), errOut: os.Stderr,
+		dir: cwd, openTTY: terminalIn,
+	})
+}
+
+// agentIO is the process's side of the agent: its streams, whether they
+// are terminals, and the directory it works in (tests replace them).
+type agentIO struct {
+	in          io.Reader
+	inTTY       bool
+	out, errOut io.Writer
+	outTTY      bool
+	dir         string
+	openTTY     func() (io.ReadCloser, error)
+}
+
+func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) error {
+	printMode := cfg.Print || !pio.outTTY
+	if !pio.inTTY {
+		piped, err := ui.ReadPiped(pio.in, prompt != "", pipedIdle, 0)
 		if err != nil {
 			return fmt.Errorf("reading stdin: %w", err)
 		}
@@ -33,10 +56,7 @@ func runAgent(ctx context.Context, cfg Config, prompt string) error {
 	if printMode && strings.TrimSpace(prompt) == "" {
 		return errors.New("--agent -p: nothing to do: give the task as an argument or on stdin")
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return err
-	}
+	cwd := pio.dir
 	ws, err := agent.OpenWorkspace(cwd)
 	if err != nil {
 		return err
@@ -67,18 +87,18 @@ func runAgent(ctx context.Context, cfg Config, prompt string) error {
 	var approver agent.Approver = agent.DenyAll{}
 	var tty *bufio.Reader
 	if !printMode {
-		in, err := terminalIn()
+		in, err := pio.openTTY()
 		if err != nil {
 			return err
 		}
 		defer in.Close()
 		tty = bufio.NewReader(in)
-		approver = &agent.LineApprover{In: tty, Out: os.Stdout}
+		approver = &agent.LineApprover{In: tty, Out: pio.out}
 	}
 	if cfg.Yolo {
 		approver = agent.AllowAll{}
 	}
-	sink := &agent.TextSink{W: os.Stdout}
+	sink := &agent.TextSink{W: pio.out}
 	a, err := agent.New(agent.Config{
 		Gen: sess, Fit: eng, Tools: tools, Approver: approver, Sink: sink,
 		Mode: mode, System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
@@ -96,20 +116,20 @@ func runAgent(ctx context.Context, cfg Config, prompt string) error {
 	}
 	header := fmt.Sprintf("[agent] %s in %s · tools: %s, format %s · %s", info.Name, ws.Root(), mode, format, approval)
 	if printMode {
-		fmt.Fprintln(os.Stderr, header)
+		fmt.Fprintln(pio.errOut, header)
 		res, err := a.Run(ctx, prompt)
 		sink.Finish()
 		if err != nil {
 			return err
 		}
-		reportDenied(os.Stdout, res, printMode)
+		reportDenied(pio.out, res, printMode)
 		if res.Stop == agent.StopStepLimit {
 			return ExitError{Code: 2}
 		}
 		return sink.Err()
 	}
-	fmt.Println(header)
-	fmt.Println("[agent] type a task; an empty line or Ctrl+D ends the session")
+	fmt.Fprintln(pio.out, header)
+	fmt.Fprintln(pio.out, "[agent] type a task; an empty line or Ctrl+D ends the session")
 	for {
 		if strings.TrimSpace(prompt) != "" {
 			res, err := a.Run(ctx, prompt)
@@ -118,15 +138,15 @@ func runAgent(ctx context.Context, cfg Config, prompt string) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				fmt.Println("[agent] error:", err)
+				fmt.Fprintln(pio.out, "[agent] error:", err)
 			} else {
-				reportDenied(os.Stdout, res, false)
+				reportDenied(pio.out, res, false)
 			}
 		}
-		fmt.Print("\n> ")
+		fmt.Fprint(pio.out, "\n> ")
 		line, err := tty.ReadString('\n')
 		if strings.TrimSpace(line) == "" && (err != nil || line == "\n") {
-			fmt.Println()
+			fmt.Fprintln(pio.out)
 			return nil
 		}
 		prompt = line
