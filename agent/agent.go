@@ -270,6 +270,9 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 			case chat.SegToolCall:
 				out.calls = append(out.calls, a.newCall(s.Call.Name, s.Call.Arguments))
 			case chat.SegToolError:
+				// Kept in the turn, so the conversation shows what the
+				// model wrote before the error message about it.
+				text.WriteString(s.Text)
 				out.malformed = append(out.malformed, s.Err)
 				a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", s.Err, clip(s.Text, 200)))
 			}
@@ -296,6 +299,7 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 			if err == nil {
 				err = errors.New("malformed tool call")
 			}
+			text.WriteString(ev.Text)
 			out.malformed = append(out.malformed, err)
 			a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", err, clip(ev.Text, 200)))
 		case engine.EventDone:

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // sniffLen is how much of a file is checked for NUL bytes to call it binary.
@@ -19,7 +20,7 @@ func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), sniffLen)],
 
 // readText reads a resolved regular text file.
 func (t *Tools) readText(rel string) ([]byte, error) {
-	st, err := t.ws.fs.Stat(rel)
+	st, err := t.ws.fs.Stat(orDot(rel))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s does not exist; use list or glob to find files", display(rel))
@@ -93,7 +94,11 @@ func planRead(t *Tools, args map[string]any) (*Plan, error) {
 			last = i + 1
 		}
 		if last < start { // one line longer than the cap: show its head
-			body.WriteString(lines[start-1][:t.limits.ReadBytes])
+			cut := t.limits.ReadBytes
+			for cut > 0 && !utf8.RuneStart(lines[start-1][cut]) {
+				cut--
+			}
+			body.WriteString(lines[start-1][:cut])
 			body.WriteString("\n")
 			last = start
 		}

@@ -205,6 +205,10 @@ func TestMalformedCallRecovery(t *testing.T) {
 			if res.Stop != StopAnswer || res.Steps != 3 {
 				t.Fatalf("result %+v", res)
 			}
+			msgs := s.reqs[1].Messages
+			if bad := msgs[len(msgs)-2]; bad.Role != "assistant" || !strings.Contains(bad.Content, "<tool_call>{") {
+				t.Fatalf("the malformed call stays in the assistant turn: %+v", bad)
+			}
 			fb := lastMsg(s.reqs[1])
 			if fb.Role != "user" || !strings.Contains(fb.Content, "Error: malformed tool call") || !strings.Contains(fb.Content, "The call was not run") {
 				t.Fatalf("feedback to the model: %+v", fb)

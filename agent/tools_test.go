@@ -60,7 +60,7 @@ func TestReadFile(t *testing.T) {
 	lim.ReadBytes = 40
 	tools, _ := toolsIn(t, map[string]string{
 		"a.txt": numbered(10), "empty.txt": "", "bin.dat": "ab\x00cd", "long.txt": strings.Repeat("z", 100),
-		"nonl.txt": "no newline",
+		"nonl.txt": "no newline", "utf8.txt": "x" + strings.Repeat("é", 30),
 	}, lim)
 	cases := []struct {
 		args map[string]any
@@ -71,6 +71,7 @@ func TestReadFile(t *testing.T) {
 		{args: map[string]any{"path": "a.txt", "start_line": "9"}, want: "a.txt (lines 9-10 of 10)\nline 9\nline 10\n"},
 		{args: map[string]any{"path": "a.txt"}, want: "a.txt (lines 1-5 of 10)\nline 1\nline 2\nline 3\nline 4\nline 5\n[cut at 40 bytes; read on with start_line 6]\n"},
 		{args: map[string]any{"path": "long.txt"}, want: "long.txt (lines 1-1 of 1)\n" + strings.Repeat("z", 40) + "\n"},
+		{args: map[string]any{"path": "utf8.txt"}, want: "utf8.txt (lines 1-1 of 1)\nx" + strings.Repeat("é", 19) + "\n"}, // 40 bytes would split a rune,
 		{args: map[string]any{"path": "nonl.txt"}, want: "nonl.txt (lines 1-1 of 1)\nno newline\n"},
 		{args: map[string]any{"path": "empty.txt"}, want: "empty.txt is empty"},
 		{args: map[string]any{"path": "a.txt", "start_line": 11}, err: "a.txt has 10 lines; start_line 11 is past the end"},
