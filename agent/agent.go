@@ -148,6 +148,18 @@ func toolsBlock(defs []engine.Tool) (string, error) {
 // as ToolCalls, results as role "tool").
 func (a *Agent) Messages() []engine.Message { return a.msgs }
 
+// Reset forgets the conversation but the system prompt (/clear).
+// "Allow for this session" approvals are kept: they belong to the session,
+// not the conversation.
+func (a *Agent) Reset() {
+	if len(a.msgs) > 0 && a.msgs[0].Role == "system" {
+		a.msgs = a.msgs[:1]
+	} else {
+		a.msgs = nil
+	}
+	a.turns = nil
+}
+
 // Run handles one user request to the end: an answer, the step limit, a
 // full pool, or an error (cancellation included).
 func (a *Agent) Run(ctx context.Context, request string) (Result, error) {

@@ -442,3 +442,18 @@ func TestPromptedMessages(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 }
+
+func TestReset(t *testing.T) {
+	s := &script{steps: [][]engine.Event{answer("one"), answer("two")}}
+	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	if _, err := a.Run(context.Background(), "first"); err != nil {
+		t.Fatal(err)
+	}
+	a.Reset()
+	if _, err := a.Run(context.Background(), "second"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.reqs[1].Messages; len(got) != 2 || got[0].Role != "system" || got[1].Content != "second" {
+		t.Fatalf("after Reset: %+v", got)
+	}
+}
