@@ -160,6 +160,10 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 			break
 		}
 		emit(keep)
+		if parser.stopAtCall && parser.calls > 0 {
+			stop = StopToolCall
+			break
+		}
 		generated++
 		if maxTokens > 0 && generated >= maxTokens {
 			// The token is shown but not fed back: nothing follows it.

@@ -8,6 +8,7 @@ import (
 	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/tokenizer"
+	"github.com/ftchat/ftchat/prompts"
 )
 
 // renderer turns a conversation into the model's prompt text.
@@ -60,42 +61,42 @@ func (c *chatTemplate) Render(msgs []Message, tools []Tool, addGen bool) (string
 		ct = append(ct, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
 	if len(ct) > 0 && c.format == chat.ToolNone {
-		cm = inlineTools(cm, ct)
+		var err error
+		if cm, err = inlineTools(cm, ct); err != nil {
+			return "", err
+		}
 		ct = nil
 	}
 	return c.t.Render(cm, ct, chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos})
 }
 
-// toolsIntro and toolsHow explain Hermes-style calls to a model whose own
-// template has no tool support (SmolLM2, Llama 3.0): the tools go into the
-// system message and calls are parsed as <tool_call> JSON.
-const (
-	toolsIntro = "# Tools\n\nYou can call the functions whose JSON signatures are listed inside <tools></tools>:\n<tools>"
-	toolsHow   = "\n</tools>\n\nTo call a function, answer with a JSON object that names it and gives its arguments, inside <tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
-)
-
-// inlineTools rewrites a conversation for a template without tool support:
-// tool definitions are appended to the system message, earlier calls become
-// <tool_call> text in the assistant turn, and tool results become user turns
-// wrapped in <tool_response>.
-func inlineTools(msgs []chat.Message, tools []chat.Tool) []chat.Message {
-	var b strings.Builder
-	b.WriteString(toolsIntro)
-	for _, t := range tools {
-		sig, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
+// inlineTools rewrites a conversation for a template without tool support
+// (SmolLM2, Llama 3.0): the tool list (prompts/tools.md) is appended to the
+// system message, earlier calls become <tool_call> text in the assistant
+// turn, and tool results become user turns wrapped in <tool_response>.
+// Calls are then parsed in the Hermes format that text asks for.
+func inlineTools(msgs []chat.Message, tools []chat.Tool) ([]chat.Message, error) {
+	sigs := make([]string, len(tools))
+	for i, t := range tools {
+		sig, err := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
 			"name": t.Name, "description": t.Description, "parameters": t.Parameters}})
-		b.WriteString("\n")
-		b.Write(sig)
+		if err != nil {
+			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+		}
+		sigs[i] = string(sig)
 	}
-	b.WriteString(toolsHow)
+	block, err := prompts.ToolsBlock(sigs)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]chat.Message, 0, len(msgs)+1)
 	if len(msgs) > 0 && msgs[0].Role == "system" {
 		sys := msgs[0]
-		sys.Content = strings.TrimRight(sys.Content, "\n") + "\n\n" + b.String()
+		sys.Content = strings.TrimRight(sys.Content, "\n") + "\n\n" + block
 		out = append(out, sys)
 		msgs = msgs[1:]
 	} else {
-		out = append(out, chat.Message{Role: "system", Content: b.String()})
+		out = append(out, chat.Message{Role: "system", Content: block})
 	}
 	for _, m := range msgs {
 		switch {
@@ -111,12 +112,18 @@ func inlineTools(msgs []chat.Message, tools []chat.Tool) []chat.Message {
 			}
 			out = append(out, chat.Message{Role: "assistant", Content: c.String()})
 		case m.Role == "tool":
-			out = append(out, chat.Message{Role: "user", Content: "<tool_response>\n" + m.Content + "\n</tool_response>"})
+			// Consecutive results share one user turn.
+			block := "<tool_response>\n" + m.Content + "\n</tool_response>"
+			if n := len(out); n > 0 && out[n-1].Role == "user" && strings.HasPrefix(out[n-1].Content, "<tool_response>") {
+				out[n-1].Content += "\n" + block
+			} else {
+				out = append(out, chat.Message{Role: "user", Content: block})
+			}
 		default:
 			out = append(out, m)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // outputParser splits the generated text into answer text, thinking and
@@ -124,17 +131,21 @@ func inlineTools(msgs []chat.Message, tools []chat.Tool) []chat.Message {
 type outputParser struct {
 	p     *chat.StreamParser
 	calls int
+	// stopAtCall ends generation after the first complete call when the
+	// tools were inlined: such models were never trained to stop there and
+	// go on to invent the tool's answer.
+	stopAtCall bool
 }
 
 func newOutputParser(r renderer, prompt string, tools bool) *outputParser {
-	format := chat.ToolNone
+	format, inlined := chat.ToolNone, false
 	if ct, ok := r.(*chatTemplate); ok && tools {
 		format = ct.format
 		if format == chat.ToolNone {
-			format = chat.ToolHermes // tools were inlined in Hermes style
+			format, inlined = chat.ToolHermes, true
 		}
 	}
-	return &outputParser{p: chat.NewStreamParser(format, chat.PromptOpensThinking(prompt))}
+	return &outputParser{p: chat.NewStreamParser(format, chat.PromptOpensThinking(prompt)), stopAtCall: inlined}
 }
 
 func (p *outputParser) feed(s string) []Event {

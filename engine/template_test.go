@@ -42,7 +42,7 @@ func TestToolsInlinedForTemplatesWithoutToolSupport(t *testing.T) {
 	for _, want := range []string{
 		"<|im_start|>system\nYou are a coding agent.\n\n# Tools",
 		`"name":"read_file"`,
-		"<tool_call>\n{\"name\": <function-name>",
+		"To call a function, reply with only a <tool_call> block",
 		"<|im_start|>assistant\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\":\"main.go\"}}\n</tool_call><|im_end|>",
 		"<|im_start|>user\n<tool_response>\npackage main\n</tool_response><|im_end|>",
 		"<|im_start|>assistant\n",
@@ -79,7 +79,7 @@ func TestToolsUseTheTemplateWhenItSupportsThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out, "# Tools\n\nYou can call the functions whose JSON signatures") {
+	if strings.Contains(out, "reply with only a <tool_call> block") {
 		t.Fatal("ftchat's inlined tool text used although the template supports tools")
 	}
 	if !strings.Contains(out, "read_file") {
