@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // rewrite copies a GGUF, letting edit change its metadata and tensors.
@@ -121,5 +123,21 @@ func TestBadModelFilesGiveOneClearMessage(t *testing.T) {
 				t.Errorf("error spans several lines: %q", msg)
 			}
 		})
+	}
+}
+
+func TestFitCheckCoversTheModelContext(t *testing.T) {
+	e := load(t, Options{ContextLen: 64, KVTokens: 4096})
+	err := e.FitCheck(greedy(0, Message{Role: "user", Content: longText(100)}))
+	var ctxErr *ContextFullError
+	if !errors.As(err, &ctxErr) || ctxErr.ContextLen != 64 {
+		t.Fatalf("want ContextFullError, got %v", err)
+	}
+	var full *kvcache.PoolFullError
+	if !errors.As(err, &full) || full.Fit != 64 {
+		t.Fatalf("the error should unwrap to the numbers: %v", err)
+	}
+	if err := e.FitCheck(greedy(0, Message{Role: "user", Content: "hi"})); err != nil {
+		t.Fatalf("a short prompt fits: %v", err)
 	}
 }

@@ -329,8 +329,10 @@ func kvName(l kvcache.Layout) string {
 	return l.DType.String()
 }
 
-// FitCheck reports whether req's prompt fits the pool now (in the first
-// session's view: tokens free plus what the conversation already holds).
+// FitCheck reports whether req's prompt fits now: in the pool (tokens free
+// plus what the conversations already hold) and in the model's context.
+// Both failures unwrap to a *kvcache.PoolFullError carrying the numbers, so
+// callers with a drop-oldest policy handle them alike.
 func (e *Engine) FitCheck(req Request) error {
 	ids, err := e.encodePrompt(req)
 	if err != nil {
@@ -338,13 +340,33 @@ func (e *Engine) FitCheck(req Request) error {
 	}
 	e.poolMu.RLock()
 	ps := e.pool.Stats()
+	dt := e.layout.DType
 	e.poolMu.RUnlock()
-	if need := len(ids) + 1; need > ps.TokensFree+ps.SeqTokens {
-		return &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
-			DType: e.layout.DType, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
+	need := len(ids) + 1
+	full := &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
+		DType: dt, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
+	if need > e.info.ContextLen {
+		full.Fit = min(full.Fit, e.info.ContextLen)
+		return &ContextFullError{Need: need, ContextLen: e.info.ContextLen, pool: full}
+	}
+	if need > full.Fit {
+		return full
 	}
 	return nil
 }
+
+// ContextFullError says a conversation is longer than the model's context.
+type ContextFullError struct {
+	Need, ContextLen int
+	pool             *kvcache.PoolFullError
+}
+
+func (e *ContextFullError) Error() string {
+	return fmt.Sprintf("the conversation needs %d tokens but the model's context is %d tokens: /clear, or drop older turns", e.Need, e.ContextLen)
+}
+
+// Unwrap exposes the numbers as a PoolFullError (Fit is the context length).
+func (e *ContextFullError) Unwrap() error { return e.pool }
 
 // fp8Capacity is the pool capacity in tokens the same budget gives in fp8_e4m3.
 func (e *Engine) fp8Capacity() int {

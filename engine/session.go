@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -80,7 +79,8 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 		return err
 	}
 	if len(prompt) >= e.info.ContextLen {
-		return fmt.Errorf("the conversation is %d tokens; the model's context is %d tokens: /clear or start a shorter conversation", len(prompt), e.info.ContextLen)
+		return &ContextFullError{Need: len(prompt) + 1, ContextLen: e.info.ContextLen,
+			pool: &kvcache.PoolFullError{Asked: len(prompt) + 1, Fit: e.info.ContextLen, DType: e.layout.DType}}
 	}
 
 	e.mu.Lock()
