@@ -23,5 +23,5 @@ for part in $BUNDLE; do
   *) echo "gpu-bundle: unknown part $part (use gpu, engine, ftchat)" >&2; exit 2 ;;
   esac
 done
-cp scripts/gpu_run.sh .gpu/
+cp scripts/gpu_run.sh scripts/gpu_e2e.sh .gpu/
 du -sh .gpu/* | sed 's/^/gpu-bundle: /'
