@@ -5,30 +5,20 @@ package engine
 
 import (
 	"time"
+
+	"github.com/ftchat/ftchat/engine/chat"
 )
 
-// Message is one chat turn.
-type Message struct {
-	Role       string     `json:"role"` // system, user, assistant, tool
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
-}
-
-// ToolCall is a function call the model asked for.
-type ToolCall struct {
-	ID        string         `json:"id,omitempty"`
-	Name      string         `json:"name"`
-	Arguments map[string]any `json:"arguments"`
-}
-
-// Tool is a function definition passed to the model through its chat template.
-type Tool struct {
-	Name        string         `json:"name"`
-	Description string         `json:"description"`
-	Parameters  map[string]any `json:"parameters"` // JSON schema
-}
+// Message, ToolCall and Tool are the chat package's types: the engine
+// passes conversations to the chat template as they are.
+type (
+	// Message is one chat turn (role system, user, assistant or tool).
+	Message = chat.Message
+	// ToolCall is a function call the model asked for.
+	ToolCall = chat.ToolCall
+	// Tool is a function definition passed to the model through its chat template.
+	Tool = chat.Tool
+)
 
 // Request is one generation: the full conversation so far (the session
 // reuses whatever prefix it already has in the KV cache).

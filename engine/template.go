@@ -49,25 +49,14 @@ func newRenderer(f *gguf.File, tok *tokenizer.Tokenizer) (renderer, string, erro
 }
 
 func (c *chatTemplate) Render(msgs []Message, tools []Tool, addGen bool) (string, error) {
-	cm := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
-		cm[i] = chat.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
-		for _, tc := range m.ToolCalls {
-			cm[i].ToolCalls = append(cm[i].ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
-		}
-	}
-	var ct []chat.Tool
-	for _, t := range tools {
-		ct = append(ct, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
-	}
-	if len(ct) > 0 && c.format == chat.ToolNone {
+	if len(tools) > 0 && c.format == chat.ToolNone {
 		var err error
-		if cm, err = inlineTools(cm, ct); err != nil {
+		if msgs, err = inlineTools(msgs, tools); err != nil {
 			return "", err
 		}
-		ct = nil
+		tools = nil
 	}
-	return c.t.Render(cm, ct, chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos})
+	return c.t.Render(msgs, tools, chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos})
 }
 
 // inlineTools rewrites a conversation for a template without tool support
