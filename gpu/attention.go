@@ -303,26 +303,6 @@ func log2(n int) int {
 	return s
 }
 
-// RopeInvFreq returns the per-pair angle rates the KV write kernel uses:
-// theta_i(pos) = pos * invf[i], invf[i] = scale * base^(-2i/dim) /
-// freq_factor[i], computed in float64. Exported so tests state the RoPE
-// reference once.
-func RopeInvFreq(r model.Rope) []float64 {
-	scale := float64(r.Scale)
-	if scale == 0 {
-		scale = 1
-	}
-	inv := make([]float64, r.Dim/2)
-	for i := range inv {
-		f := scale * math.Pow(r.Base, -float64(2*i)/float64(r.Dim))
-		if r.FreqFactors != nil {
-			f /= float64(r.FreqFactors[i])
-		}
-		inv[i] = f
-	}
-	return inv
-}
-
 func (kv *KVCache) ropeTable(c *Ctx, r model.Rope) (DevicePtr, error) {
 	if r.Dim == 0 {
 		return 0, nil
@@ -344,7 +324,7 @@ func (kv *KVCache) ropeTable(c *Ctx, r model.Rope) (DevicePtr, error) {
 	if slices.Equal(key, kv.ropeKey) {
 		return kv.ropeBuf.Ptr, nil
 	}
-	inv := RopeInvFreq(r)
+	inv := r.InvFreqs()
 	if kv.ropeBuf.Size < int64(8*len(inv)) {
 		if err := c.Free(kv.ropeBuf); err != nil {
 			return 0, err

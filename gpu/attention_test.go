@@ -18,7 +18,7 @@ func ropeRef(row []float32, kvh, d, pos int, r model.Rope) {
 	if r.Dim == 0 {
 		return
 	}
-	inv := RopeInvFreq(r)
+	inv := r.InvFreqs()
 	half := r.Dim / 2
 	for h := range kvh {
 		x := row[h*d : (h+1)*d]

@@ -3,7 +3,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -757,31 +756,13 @@ func (b *Backend) rope(c *Ctx, x, pos DevicePtr, rows, cols, headDim int, r mode
 	return b.launch(c, "rope", Dim3{X: cdiv(n, 256)}, Dim3{X: 256}, x, pos, freqs, rows, cols, headDim, r.Dim, r.NeoX)
 }
 
-// RopeFreqs returns the rotary inverse frequencies of r as used by the CPU
-// reference: scale / (FreqFactors[i] * Base^(2i/Dim)), float64.
-func RopeFreqs(r model.Rope) []float64 {
-	half := r.Dim / 2
-	f := make([]float64, half)
-	scale := float64(r.Scale)
-	if scale == 0 {
-		scale = 1
-	}
-	for i := range f {
-		f[i] = scale / math.Pow(r.Base, float64(2*i)/float64(r.Dim))
-		if r.FreqFactors != nil {
-			f[i] /= float64(r.FreqFactors[i])
-		}
-	}
-	return f
-}
-
 // ropeFreqs uploads (once per configuration) the frequency table of r.
 func (b *Backend) ropeFreqs(c *Ctx, r model.Rope) (DevicePtr, error) {
 	key := fmt.Sprint(r.Dim, r.Base, r.Scale, r.FreqFactors)
 	if buf, ok := b.ropes[key]; ok {
 		return buf.Ptr, nil
 	}
-	f := RopeFreqs(r)
+	f := r.InvFreqs()
 	buf, err := c.Alloc(int64(len(f))*8, "rope frequencies")
 	if err != nil {
 		return 0, err

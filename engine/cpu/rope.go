@@ -6,28 +6,10 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 )
 
-// invFreqs returns the Dim/2 rotation frequencies of r:
-// scale / (FreqFactors[i] * Base^(2i/Dim)).
-func invFreqs(r model.Rope) []float64 {
-	half := r.Dim / 2
-	f := make([]float64, half)
-	scale := float64(r.Scale)
-	if scale == 0 {
-		scale = 1
-	}
-	for i := range f {
-		f[i] = scale / math.Pow(r.Base, float64(2*i)/float64(r.Dim))
-		if r.FreqFactors != nil {
-			f[i] /= float64(r.FreqFactors[i])
-		}
-	}
-	return f
-}
-
 // RoPE rotates every head of each row of x by the angles of pos[row].
 func (b *Backend) RoPE(x model.Tensor, pos []int32, headDim int, r model.Rope) {
 	s := ten(x)
-	freqs := invFreqs(r)
+	freqs := r.InvFreqs()
 	b.pool.parallel(s.rows, 8, func(lo, hi int) {
 		cs := make([]float32, 2*len(freqs))
 		for row := lo; row < hi; row++ {

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"math"
+
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
@@ -30,6 +32,24 @@ type Rope struct {
 	FreqFactors []float32
 	// Scale multiplies positions (linear rope scaling); 0 means 1.
 	Scale float32
+}
+
+// InvFreqs returns the Dim/2 rotation rates in float64:
+// Scale / (FreqFactors[i] * Base^(2i/Dim)). Every backend computes its
+// angles from these (pos * InvFreqs()[i]), so CPU and GPU rotate alike.
+func (r Rope) InvFreqs() []float64 {
+	f := make([]float64, r.Dim/2)
+	scale := float64(r.Scale)
+	if scale == 0 {
+		scale = 1
+	}
+	for i := range f {
+		f[i] = scale / math.Pow(r.Base, float64(2*i)/float64(r.Dim))
+		if r.FreqFactors != nil {
+			f[i] /= float64(r.FreqFactors[i])
+		}
+	}
+	return f
 }
 
 // SeqSpan is one sequence's slice of a batch. Its NewTokens rows are
