@@ -3,32 +3,18 @@ package engine
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // testModel returns the default model's path, or skips (CI fetches it
 // with `make model` before the tests).
-func testModel(t testing.TB) string {
-	t.Helper()
-	p := os.Getenv("FTCHAT_TEST_MODEL")
-	if p == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			t.Skip("no cache dir")
-		}
-		p = filepath.Join(base, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("default model not present (%s): run `make model`", p)
-	}
-	return p
-}
+func testModel(t testing.TB) string { return testmodel.Require(t) }
 
 func load(t testing.TB, o Options) *Engine {
 	t.Helper()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // tmux drives a program in a detached tmux session of a fixed size.
@@ -115,18 +117,7 @@ func TestE2ETmux(t *testing.T) {
 	if os.Getenv("FTCHAT_E2E") != "1" {
 		t.Skip("set FTCHAT_E2E=1 to run the end-to-end test (needs tmux, the model and the engine)")
 	}
-	model := os.Getenv("FTCHAT_TEST_MODEL")
-	if model == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-		model = filepath.Join(cache, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("default model not found at %s (set FTCHAT_TEST_MODEL)", model)
-	}
+	model := testmodel.Require(t)
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "ftchat")
 	build := exec.Command("go", "build", "-o", bin, ".")

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 type conversation struct {
@@ -200,18 +202,7 @@ func TestFromGGUF(t *testing.T) {
 // TestRealGGUFTemplate loads the default model's template through the gguf
 // reader and checks it is the one the fixtures were made from.
 func TestRealGGUFTemplate(t *testing.T) {
-	path := os.Getenv("FTCHAT_TEST_MODEL")
-	if path == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-		path = filepath.Join(cache, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("model not present at %s", path)
-	}
+	path := testmodel.Require(t)
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -1,32 +1,12 @@
 package gguf
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
-// testModelPath follows the repository rule: FTCHAT_TEST_MODEL, else the
-// default SmolLM2 file in the user cache.
-func testModelPath(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("FTCHAT_TEST_MODEL")
-	if p == "" {
-		dir := os.Getenv("XDG_CACHE_HOME")
-		if dir == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				t.Skip("no home directory to find the test model")
-			}
-			dir = filepath.Join(home, ".cache")
-		}
-		p = filepath.Join(dir, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test model not present: %v", err)
-	}
-	return p
-}
+func testModelPath(t testing.TB) string { return testmodel.Require(t) }
 
 func TestRealSmolLM2(t *testing.T) {
 	path := testModelPath(t)
@@ -94,14 +74,7 @@ func TestRealSmolLM2(t *testing.T) {
 }
 
 func BenchmarkOpenReal(b *testing.B) {
-	p := os.Getenv("FTCHAT_TEST_MODEL")
-	if p == "" {
-		home, _ := os.UserHomeDir()
-		p = filepath.Join(home, ".cache", "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(p); err != nil {
-		b.Skip("test model not present")
-	}
+	p := testModelPath(b)
 	for b.Loop() {
 		f, err := Open(p)
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // fixture is what scripts/model_fixtures.py writes next to each model.
@@ -197,21 +199,7 @@ func TestTinyModelsMatchTransformers(t *testing.T) {
 	}
 }
 
-func smolPath(t testing.TB) string {
-	p := os.Getenv("FTCHAT_TEST_MODEL")
-	if p == "" {
-		dir := os.Getenv("XDG_CACHE_HOME")
-		if dir == "" {
-			home, _ := os.UserHomeDir()
-			dir = filepath.Join(home, ".cache")
-		}
-		p = filepath.Join(dir, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test model not present (%v); set FTCHAT_TEST_MODEL", err)
-	}
-	return p
-}
+func smolPath(t testing.TB) string { return testmodel.Require(t) }
 
 func TestSmolLM2MatchesTransformers(t *testing.T) {
 	p := smolPath(t)

@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // The reference ids come from scripts/tokenizer_fixtures.py (HF tokenizers
@@ -44,17 +45,7 @@ func loadInputs(t testing.TB) []string {
 }
 
 // testModelPath is where CI puts the default model (see the project rules).
-func testModelPath() string {
-	if p := os.Getenv("FTCHAT_TEST_MODEL"); p != "" {
-		return p
-	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-}
+func testModelPath() string { return testmodel.Path() }
 
 var (
 	vocabMu    sync.Mutex

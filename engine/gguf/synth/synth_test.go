@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ftchat/ftchat/engine/gguf"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 func generate(t *testing.T, preset string, typ gguf.Type, seed uint64) (*gguf.File, string) {
@@ -223,18 +225,7 @@ func TestDeterministic(t *testing.T) {
 // TestSmolLM2MatchesReal compares the preset's tensor plan and key types
 // with the real SmolLM2 GGUF (skipped when it is absent).
 func TestSmolLM2MatchesReal(t *testing.T) {
-	path := os.Getenv("FTCHAT_TEST_MODEL")
-	if path == "" {
-		dir := os.Getenv("XDG_CACHE_HOME")
-		if dir == "" {
-			home, _ := os.UserHomeDir()
-			dir = filepath.Join(home, ".cache")
-		}
-		path = filepath.Join(dir, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Skip("test model not present")
-	}
+	path := testmodel.Require(t)
 	real, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
