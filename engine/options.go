@@ -101,7 +101,7 @@ func (o Options) Validate(hw Hardware) error {
 	}
 	if dev.Kind == "cuda" {
 		if !hw.CUDA {
-			return fmt.Errorf("--device %s: no usable CUDA device: %s (use --device cpu or auto)", o.Device, hw.CUDAReason)
+			return fmt.Errorf("--device %s: %s (use --device cpu or auto)", o.Device, hw.CUDAReason)
 		}
 		if dev.Ordinal >= hw.DeviceCount {
 			return fmt.Errorf("--device %s: only %d CUDA device(s) present (cuda:0..cuda:%d)", o.Device, hw.DeviceCount, hw.DeviceCount-1)
