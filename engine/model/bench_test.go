@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"fmt"
+	"time"
 	"runtime"
 	"testing"
 
@@ -34,6 +35,7 @@ func benchDecode(b *testing.B, threads int) {
 	s.feed(b, prompt, []int{len(prompt) - 1})
 	tok := int32(42)
 	b.ResetTimer()
+	c0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if s.cached >= ctx {
 			b.StopTimer()
@@ -44,6 +46,7 @@ func benchDecode(b *testing.B, threads int) {
 		lg := s.feed(b, []int32{tok}, []int{0})
 		tok = argmax(lg)
 	}
+	reportCPU(b, b.N, cpuTime()-c0)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 }
 
@@ -64,9 +67,20 @@ func benchPrefill(b *testing.B, threads int) {
 	}
 	s := newSession(b, m, n, kvcache.F16)
 	b.ResetTimer()
+	c0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		s.cached = 0
 		s.feed(b, prompt, []int{n - 1})
 	}
+	reportCPU(b, b.N*n, cpuTime()-c0)
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// reportCPU adds tokens per CPU-second (all threads' CPU time; includes
+// time spent while the timer was stopped, which the decode benchmark keeps
+// rare).
+func reportCPU(b *testing.B, tokens int, cpu time.Duration) {
+	if cpu > 0 {
+		b.ReportMetric(float64(tokens)/cpu.Seconds(), "tok/cpu-s")
+	}
 }
