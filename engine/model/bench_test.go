@@ -2,9 +2,9 @@ package model_test
 
 import (
 	"fmt"
-	"time"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
