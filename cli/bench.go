@@ -125,6 +125,7 @@ type QualityReport struct {
 	ScalesFile string `json:"scales_file,omitempty"`
 	Window     int    `json:"window"`
 	Stride     int    `json:"stride"`
+	SkipWindow int    `json:"skip_windows,omitempty"`
 	Device     string `json:"device"`
 	quality.Result
 	Seconds float64 `json:"seconds"`
@@ -132,7 +133,7 @@ type QualityReport struct {
 
 func benchQualityCmd(v *viper.Viper) *cobra.Command {
 	var text, refName, jsonFile string
-	var window, stride, limit int
+	var window, stride, limit, skip int
 	var asJSON, needle bool
 	var nf needleFlags
 	cmd := &cobra.Command{
@@ -188,11 +189,21 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 			fmt.Fprintf(stderr, "%s: %d tokens, window %d, stride %d, reference %s, comparing %s\n",
 				text, len(toks), window, stride, ref, specNames(tests))
 			t0 := time.Now()
-			res, err := e.EvalQuality(cmd.Context(), toks, window, stride, ref, tests, func(p engine.QualityProgress) {
+			ws, err := quality.Windows(len(toks), window, stride)
+			if err != nil {
+				return err
+			}
+			if skip < 0 || skip >= len(ws) {
+				return fmt.Errorf("--skip-windows %d: the text makes %d windows", skip, len(ws))
+			}
+			if skip > 0 {
+				fmt.Fprintf(stderr, "skipping the first %d windows (tokens 1..%d)\n", skip, ws[skip].First-1)
+			}
+			res, err := e.EvalQualityWindows(cmd.Context(), toks, ws[skip:], ref, tests, func(p engine.QualityProgress) {
 				rate := float64(p.Scored) / p.Elapsed.Seconds()
 				fmt.Fprintf(stderr, "window %d/%d: %d tokens scored, %.0fs, %.1f scored tokens/s;", p.Window, p.Windows, p.Scored, p.Elapsed.Seconds(), rate)
 				for i, r := range p.Partial {
-					fmt.Fprintf(stderr, " %s: ppl_ref %.4f ppl %.4f kld %.6f top1 %.4f;", tests[i], r.PPLRef, r.PPL, r.KLDMean, r.Top1Agreement)
+					fmt.Fprintf(stderr, " %s: ppl_ref %.6f ppl %.6f kld %.8f top1 %.6f;", tests[i], r.PPLRef, r.PPL, r.KLDMean, r.Top1Agreement)
 				}
 				fmt.Fprintln(stderr)
 			})
@@ -205,7 +216,7 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 				reps[i] = QualityReport{
 					Model: e.Info().Name, Text: text, TextTokens: len(toks), Reference: ref.String(),
 					DType: tests[i].DType.String(), ScaleMode: tests[i].ScaleMode(), ScalesFile: tests[i].ScalesSource,
-					Window: window, Stride: stride, Device: e.Stats().Device, Result: r, Seconds: secs,
+					Window: window, Stride: stride, SkipWindow: skip, Device: e.Stats().Device, Result: r, Seconds: secs,
 				}
 			}
 			if err := saveJSON(jsonFile, reps); err != nil {
@@ -223,6 +234,7 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 	f.IntVar(&window, "window", 512, "tokens per evaluation window")
 	f.IntVar(&stride, "stride", 256, "tokens each window advances (every scored token sees at least window-stride tokens of context)")
 	f.IntVar(&limit, "max-text-tokens", 0, "evaluate only the first N tokens of the text (0 = all)")
+	f.IntVar(&skip, "skip-windows", 0, "start at this window (resume a stopped run; combine results weighted by tokens scored)")
 	f.StringVar(&refName, "reference", "bf16", "16-bit reference cache dtype (bf16 or fp16)")
 	f.BoolVar(&asJSON, "json", false, "print JSON (an object for one dtype, an array for several)")
 	f.BoolVar(&needle, "needle", false, "run the needle-in-a-haystack test with --text as filler")

@@ -38,6 +38,18 @@ func (e *Engine) EvalQuality(ctx context.Context, tokens []int32, window, stride
 	if err != nil {
 		return nil, err
 	}
+	return e.EvalQualityWindows(ctx, tokens, ws, ref, tests, progress)
+}
+
+// EvalQualityWindows is EvalQuality over a given list of windows (from
+// quality.Windows; a suffix of that list resumes a stopped run, whose
+// partial results combine with these weighted by tokens scored).
+func (e *Engine) EvalQualityWindows(ctx context.Context, tokens []int32, ws []quality.Window, ref KVSpec, tests []KVSpec, progress func(QualityProgress)) ([]quality.Result, error) {
+	for _, w := range ws {
+		if w.Start < 0 || w.First <= w.Start || w.End < w.First || w.End > len(tokens) {
+			return nil, fmt.Errorf("EvalQuality: window %+v does not fit %d tokens", w, len(tokens))
+		}
+	}
 	if len(tests) == 0 {
 		return nil, fmt.Errorf("EvalQuality: no KV dtype to compare with the reference")
 	}
