@@ -17,9 +17,7 @@ import (
 	"strings"
 
 	"github.com/ftchat/ftchat/engine"
-	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/kvcache"
-	"github.com/ftchat/ftchat/prompts"
 )
 
 // Generator is what the loop needs from a model: *engine.Session.
@@ -34,28 +32,6 @@ type Fitter interface {
 	CountTokens(text string) int
 }
 
-// ToolMode says how tool definitions reach the model and how its calls
-// come back.
-type ToolMode int
-
-const (
-	// NativeTools: the chat template renders the tools and the engine
-	// parses calls in the model family's format (EventToolCall).
-	NativeTools ToolMode = iota
-	// PromptedTools: the template cannot show tools (SmolLM2's, for one),
-	// so the definitions go into the system prompt, calls are asked for in
-	// the Hermes <tool_call> format and the agent parses them from the
-	// text; calls and results are written into the turns as text.
-	PromptedTools
-)
-
-func (m ToolMode) String() string {
-	if m == PromptedTools {
-		return "prompted (tools in the system prompt, Hermes calls parsed by the agent)"
-	}
-	return "native (the chat template's own tool format)"
-}
-
 // DefaultMaxSteps bounds the generations of one request.
 const DefaultMaxSteps = 8
 
@@ -66,9 +42,10 @@ type Config struct {
 	Tools    *Tools
 	Approver Approver // nil denies everything that needs approval
 	Sink     Sink
-	Mode     ToolMode
-	// System is the system prompt (prompts.Agent); in PromptedTools mode
-	// the tool block is appended to it.
+	// System is the system prompt (prompts.Agent). The tools are not in
+	// it: they go in Request.Tools, and the engine renders them with the
+	// model's template, or appends ftchat's tool list (prompts.ToolsBlock)
+	// when the template has no tool format.
 	System    string
 	MaxSteps  int // 0: DefaultMaxSteps
 	MaxTokens int // per generation; 0: no limit
@@ -111,37 +88,10 @@ func New(cfg Config) (*Agent, error) {
 		cfg.MaxSteps = DefaultMaxSteps
 	}
 	a := &Agent{cfg: cfg, perms: permissions{approver: cfg.Approver}}
-	sys := cfg.System
-	if cfg.Mode == PromptedTools {
-		block, err := toolsBlock(cfg.Tools.Defs())
-		if err != nil {
-			return nil, err
-		}
-		sys = strings.TrimSpace(sys + "\n\n" + block)
-	}
-	if sys != "" {
-		a.msgs = append(a.msgs, engine.Message{Role: "system", Content: sys})
-	}
-	if cfg.Mode == PromptedTools {
-		// Stop at the end of a call: one call per step, and no made-up
-		// tool response after it. (Not at "<tool_response>": small models
-		// start their answer by echoing the result block, and stopping
-		// there leaves an empty answer.)
-		a.cfg.Sampling.Stop = append(append([]string(nil), cfg.Sampling.Stop...), "</tool_call>")
+	if cfg.System != "" {
+		a.msgs = append(a.msgs, engine.Message{Role: "system", Content: cfg.System})
 	}
 	return a, nil
-}
-
-func toolsBlock(defs []engine.Tool) (string, error) {
-	sigs := make([]string, len(defs))
-	for i, d := range defs {
-		b, err := json.Marshal(d)
-		if err != nil {
-			return "", err
-		}
-		sigs[i] = string(b)
-	}
-	return prompts.ToolsBlock(sigs)
 }
 
 // Messages is the conversation so far, in the agent's own form (tool calls
@@ -263,43 +213,17 @@ type stepOutput struct {
 }
 
 // generate runs one generation, streaming text to the sink and collecting
-// tool calls (from the engine, or parsed here in PromptedTools mode).
+// the tool calls the engine parsed (EventToolCall) and the malformed ones
+// it reported (EventToolError).
 func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, error) {
 	var out stepOutput
 	var text strings.Builder
-	var parser *chat.StreamParser
-	if a.cfg.Mode == PromptedTools {
-		parser = chat.NewStreamParser(chat.ToolHermes, false)
-	}
-	segments := func(segs []chat.Segment) {
-		for _, s := range segs {
-			switch s.Kind {
-			case chat.SegText:
-				text.WriteString(s.Text)
-				a.cfg.Sink.Text(s.Text)
-			case chat.SegThinking:
-				a.cfg.Sink.Thinking(s.Text)
-			case chat.SegToolCall:
-				out.calls = append(out.calls, a.newCall(s.Call.Name, s.Call.Arguments))
-			case chat.SegToolError:
-				// Kept in the turn, so the conversation shows what the
-				// model wrote before the error message about it.
-				text.WriteString(s.Text)
-				out.malformed = append(out.malformed, s.Err)
-				a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", s.Err, clip(s.Text, 200)))
-			}
-		}
-	}
 	var genErr error
 	for ev := range a.cfg.Gen.Generate(ctx, req) {
 		switch ev.Kind {
 		case engine.EventText:
-			if parser != nil {
-				segments(parser.Feed(ev.Text))
-			} else {
-				text.WriteString(ev.Text)
-				a.cfg.Sink.Text(ev.Text)
-			}
+			text.WriteString(ev.Text)
+			a.cfg.Sink.Text(ev.Text)
 		case engine.EventThinking:
 			a.cfg.Sink.Thinking(ev.Text)
 		case engine.EventToolCall:
@@ -311,6 +235,8 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 			if err == nil {
 				err = errors.New("malformed tool call")
 			}
+			// Kept in the turn, so the conversation shows what the model
+			// wrote before the error message about it.
 			text.WriteString(ev.Text)
 			out.malformed = append(out.malformed, err)
 			a.cfg.Sink.Note(fmt.Sprintf("malformed tool call (%v): %s", err, clip(ev.Text, 200)))
@@ -319,9 +245,6 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 		case engine.EventError:
 			genErr = ev.Err
 		}
-	}
-	if parser != nil {
-		segments(parser.Flush())
 	}
 	out.text = strings.TrimSpace(text.String())
 	if genErr != nil {
@@ -354,46 +277,7 @@ func clip(s string, n int) string {
 
 // request builds the engine request for the conversation.
 func (a *Agent) request() engine.Request {
-	req := engine.Request{MaxTokens: a.cfg.MaxTokens, Sampling: a.cfg.Sampling}
-	if a.cfg.Mode == NativeTools {
-		req.Messages = a.msgs
-		req.Tools = a.cfg.Tools.Defs()
-		return req
-	}
-	req.Messages = promptedMessages(a.msgs)
-	return req
-}
-
-// promptedMessages writes tool calls and results as text, for templates
-// that drop ToolCalls and have no tool role: calls as <tool_call> blocks in
-// the assistant turn, results as <tool_response> blocks in a user turn.
-func promptedMessages(msgs []engine.Message) []engine.Message {
-	out := make([]engine.Message, 0, len(msgs))
-	for _, m := range msgs {
-		switch {
-		case m.Role == "assistant" && len(m.ToolCalls) > 0:
-			var b strings.Builder
-			b.WriteString(m.Content)
-			for _, c := range m.ToolCalls {
-				if b.Len() > 0 {
-					b.WriteString("\n")
-				}
-				args, _ := json.Marshal(c.Arguments)
-				fmt.Fprintf(&b, "<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, args)
-			}
-			out = append(out, engine.Message{Role: "assistant", Content: b.String()})
-		case m.Role == "tool":
-			block := "<tool_response>\n" + m.Content + "\n</tool_response>"
-			if n := len(out); n > 0 && out[n-1].Role == "user" && strings.HasPrefix(out[n-1].Content, "<tool_response>") {
-				out[n-1].Content += "\n" + block
-			} else {
-				out = append(out, engine.Message{Role: "user", Content: block})
-			}
-		default:
-			out = append(out, engine.Message{Role: m.Role, Content: m.Content})
-		}
-	}
-	return out
+	return engine.Request{Messages: a.msgs, Tools: a.cfg.Tools.Defs(), MaxTokens: a.cfg.MaxTokens, Sampling: a.cfg.Sampling}
 }
 
 // fit returns the request for the next step, first making the

@@ -3,6 +3,9 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +14,7 @@ import (
 	"time"
 
 	"github.com/ftchat/ftchat/engine"
-	"github.com/ftchat/ftchat/engine/chat"
-	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/prompts"
 )
 
@@ -77,11 +79,94 @@ func (r *recorder) Generate(ctx context.Context, req engine.Request) <-chan engi
 	return out
 }
 
+// inlinedLikeTheEngine is the conversation as the engine documents it
+// renders it for a template without a tool format (engine/template.go,
+// inlineTools): the tool list (prompts.ToolsBlock, one JSON signature a
+// line) appended to the system prompt, calls as <tool_call> text in the
+// assistant turn, results as <tool_response> blocks in one user turn. It is
+// the test's own reference; TestRealEngine checks the engine's prompt
+// against it token for token.
+func inlinedLikeTheEngine(t *testing.T, msgs []engine.Message, tools []engine.Tool) []engine.Message {
+	t.Helper()
+	sigs := make([]string, len(tools))
+	for i, tl := range tools {
+		b, err := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
+			"name": tl.Name, "description": tl.Description, "parameters": tl.Parameters}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sigs[i] = string(b)
+	}
+	block, err := prompts.ToolsBlock(sigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []engine.Message
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		out = append(out, engine.Message{Role: "system", Content: strings.TrimRight(msgs[0].Content, "\n") + "\n\n" + block})
+		msgs = msgs[1:]
+	} else {
+		out = append(out, engine.Message{Role: "system", Content: block})
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Role == "assistant" && len(m.ToolCalls) > 0:
+			parts := []string{}
+			if m.Content != "" {
+				parts = append(parts, m.Content)
+			}
+			for _, c := range m.ToolCalls {
+				args, _ := json.Marshal(c.Arguments)
+				parts = append(parts, fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, args))
+			}
+			out = append(out, engine.Message{Role: "assistant", Content: strings.Join(parts, "\n")})
+		case m.Role == "tool":
+			block := "<tool_response>\n" + m.Content + "\n</tool_response>"
+			if n := len(out); n > 0 && out[n-1].Role == "user" && strings.HasPrefix(out[n-1].Content, "<tool_response>") {
+				out[n-1].Content += "\n" + block
+			} else {
+				out = append(out, engine.Message{Role: "user", Content: block})
+			}
+		default:
+			out = append(out, engine.Message{Role: m.Role, Content: m.Content})
+		}
+	}
+	return out
+}
+
+// enginePromptTokens is the length in tokens of the prompt the engine
+// renders for req (tools included), read from FitCheck: the request is
+// padded past the pool so that the error carries the exact count.
+// pad is added to the first user message of both this request and the
+// reference it is compared with.
+func enginePromptTokens(t *testing.T, eng *engine.Engine, req engine.Request) int {
+	t.Helper()
+	err := eng.FitCheck(req)
+	var full *kvcache.PoolFullError
+	if !errors.As(err, &full) {
+		t.Fatalf("FitCheck of a padded request: want a pool-full error carrying the size, got %v", err)
+	}
+	return full.Asked - 1
+}
+
+func padFirstUser(msgs []engine.Message, pad string) []engine.Message {
+	out := append([]engine.Message(nil), msgs...)
+	for i := range out {
+		if out[i].Role == "user" {
+			out[i].Content += pad
+			break
+		}
+	}
+	return out
+}
+
 // TestRealEngine drives the loop with SmolLM2-135M-Instruct through the
-// engine and the model's own chat template. What the model writes is not
-// fixed (a 135M model rarely writes a correct call): the test checks that
-// the tools reach the rendered prompt, that a scripted call's result is
-// rendered back, and that the loop ends cleanly on whatever comes out.
+// engine and the model's own chat template, which has no tool format. What
+// the model writes is not fixed (a 135M model rarely writes a correct
+// call): the test checks that the prompt the engine renders holds the tool
+// list (and, after a call, the call and its result as text), exactly as
+// inlinedLikeTheEngine writes it, and that the loop ends cleanly on
+// whatever comes out.
 func TestRealEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -89,41 +174,42 @@ func TestRealEngine(t *testing.T) {
 	path := testModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	eng, err := engine.Load(ctx, engine.Options{Model: path, Device: "cpu", KVTokens: 4096}, nil)
+	const poolTokens = 4096
+	eng, err := engine.Load(ctx, engine.Options{Model: path, Device: "cpu", KVTokens: poolTokens}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	mode, format, err := DetectToolMode(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mode != PromptedTools || format != chat.ToolHermes {
-		t.Fatalf("SmolLM2's template has no tool support: want prompted/hermes, got %v/%v", mode, format)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tmpl, err := chat.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	render := func(req engine.Request) string {
-		var ms []chat.Message
-		for _, m := range req.Messages {
-			ms = append(ms, chat.Message{Role: m.Role, Content: m.Content})
-		}
-		var ts []chat.Tool
-		for _, tl := range req.Tools {
-			ts = append(ts, chat.Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
-		}
-		s, err := tmpl.Render(ms, ts, chat.RenderOptions{AddGenerationPrompt: true})
+	// About 4200 tokens: past the pool, well inside the 8K context.
+	pad := "\n" + strings.Repeat("pad ", poolTokens+100)
+
+	// checkRendered compares the engine's prompt for req with the
+	// reference rendered through the same template and tokenizer
+	// (EncodeChat, which renders without tools), and returns the
+	// reference's prompt text (unpadded) for the content checks.
+	checkRendered := func(t *testing.T, req engine.Request) string {
+		t.Helper()
+		padded := req
+		padded.Messages = padFirstUser(req.Messages, pad)
+		got := enginePromptTokens(t, eng, padded)
+		ref := inlinedLikeTheEngine(t, padded.Messages, padded.Tools)
+		ids, err := eng.EncodeChat(ref)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		if got != len(ids) {
+			t.Errorf("the engine's prompt is %d tokens; the conversation with the tools inlined is %d", got, len(ids))
+		}
+		bare := padded
+		bare.Tools = nil
+		if without := enginePromptTokens(t, eng, bare); got-without < 400 {
+			t.Errorf("the tools add %d tokens to the engine's prompt (%d with, %d without): the tool list is missing", got-without, got, without)
+		}
+		ids, err = eng.EncodeChat(inlinedLikeTheEngine(t, req.Messages, req.Tools))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng.Tokenizer().Decode(ids)
 	}
 
 	for _, forced := range []bool{false, true} {
@@ -145,10 +231,11 @@ func TestRealEngine(t *testing.T) {
 			defer sess.Close()
 			rec := &recorder{sess: sess}
 			if forced {
-				rec.forced = [][]engine.Event{{text(`<tool_call>{"name": "read_file", "arguments": {"path": "hello.txt"}}`), done(engine.StopString)}}
+				// What the engine sends when the model writes a correct call.
+				rec.forced = [][]engine.Event{{call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)}}
 			}
 			var out bytes.Buffer
-			a, err := New(Config{Gen: rec, Fit: eng, Tools: tools, Sink: &TextSink{W: &out}, Mode: mode, System: sys,
+			a, err := New(Config{Gen: rec, Fit: eng, Tools: tools, Sink: &TextSink{W: &out}, System: sys,
 				MaxSteps: 3, MaxTokens: 48, Sampling: engine.Sampling{Temperature: 0}})
 			if err != nil {
 				t.Fatal(err)
@@ -166,8 +253,11 @@ func TestRealEngine(t *testing.T) {
 			default:
 				t.Fatalf("stop %q", res.Stop)
 			}
-			first := render(rec.reqs[0])
-			for _, want := range []string{"<|im_start|>system\nYou are ftchat", `{"name":"read_file","description":"Read a text file.`, `"required":["path","old_text","new_text"]`, "<tool_call>", "<|im_start|>user\nWhat is in hello.txt?"} {
+			if len(rec.reqs[0].Tools) != 7 {
+				t.Fatalf("the request carries %d tools, want 7", len(rec.reqs[0].Tools))
+			}
+			first := checkRendered(t, rec.reqs[0])
+			for _, want := range []string{"<|im_start|>system\nYou are ftchat", `"name":"read_file"`, `"description":"Read a text file.`, `"required":["path","old_text","new_text"]`, "<tool_call>", "<|im_start|>user\nWhat is in hello.txt?"} {
 				if !strings.Contains(first, want) {
 					t.Errorf("the rendered prompt lacks %q", want)
 				}
@@ -176,10 +266,10 @@ func TestRealEngine(t *testing.T) {
 				t.Errorf("FitCheck: %v", err)
 			}
 			if forced {
-				second := render(rec.reqs[1])
+				second := checkRendered(t, rec.reqs[1])
 				for _, want := range []string{
 					"<|im_start|>assistant\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\":\"hello.txt\"}}\n</tool_call><|im_end|>",
-					"<|im_start|>user\n<tool_response>\nhello.txt (lines 1-2 of 2)\nhi there\nsecond line\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+					"<|im_start|>user\n<tool_response>\nhello.txt (lines 1-2 of 2)\nhi there\nsecond line\n\n</tool_response><|im_end|>\n",
 				} {
 					if !strings.Contains(second, want) {
 						t.Errorf("the rendered second prompt lacks %q:\n%s", want, second[len(second)-min(len(second), 600):])

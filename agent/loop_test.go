@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
@@ -88,7 +89,7 @@ func newTestWorkspace(t *testing.T) (*Workspace, string) {
 	return ws, dir
 }
 
-func newTestAgent(t *testing.T, s *script, mode ToolMode, ap Approver) (*Agent, *bytes.Buffer, string) {
+func newTestAgent(t *testing.T, s *script, ap Approver) (*Agent, *bytes.Buffer, string) {
 	t.Helper()
 	ws, dir := newTestWorkspace(t)
 	tools, err := NewTools(ws, DefaultLimits)
@@ -96,7 +97,7 @@ func newTestAgent(t *testing.T, s *script, mode ToolMode, ap Approver) (*Agent, 
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	a, err := New(Config{Gen: s, Tools: tools, Approver: ap, Sink: &TextSink{W: &out}, Mode: mode, System: "You are a test agent."})
+	a, err := New(Config{Gen: s, Tools: tools, Approver: ap, Sink: &TextSink{W: &out}, System: "You are a test agent."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +106,12 @@ func newTestAgent(t *testing.T, s *script, mode ToolMode, ap Approver) (*Agent, 
 
 func lastMsg(req engine.Request) engine.Message { return req.Messages[len(req.Messages)-1] }
 
-func TestCallResultAnswerNative(t *testing.T) {
+func TestCallResultAnswer(t *testing.T) {
 	s := &script{steps: [][]engine.Event{
 		{text("Let me look."), call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)},
 		answer("The file says hi there."),
 	}}
-	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	a, out, _ := newTestAgent(t, s, nil)
 	res, err := a.Run(context.Background(), "what is in hello.txt?")
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestCallResultAnswerNative(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	if len(s.reqs[0].Tools) != 7 {
-		t.Fatalf("native mode passes the tools to the engine: got %d", len(s.reqs[0].Tools))
+		t.Fatalf("the tools go to the engine in the request: got %d", len(s.reqs[0].Tools))
 	}
 	msgs := s.reqs[1].Messages
 	asst, tool := msgs[len(msgs)-2], msgs[len(msgs)-1]
@@ -136,68 +137,82 @@ func TestCallResultAnswerNative(t *testing.T) {
 	}
 }
 
-func TestCallResultAnswerPrompted(t *testing.T) {
+// TestCallResultAnswerInlinedTools plays what the engine sends for a model
+// whose template has no tool format (SmolLM2's): the engine put the tool
+// list into the system prompt itself, streamed the text before the call,
+// parsed the Hermes call, and stopped after it with StopToolCall. The agent
+// must not add a tool list or a stop string of its own, and keeps the call
+// and its result in the conversation as ToolCalls and a "tool" message (the
+// engine writes them back as <tool_call>/<tool_response> text).
+func TestCallResultAnswerInlinedTools(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	// The engine stops at the "</tool_call>" stop string, so the call
-	// arrives unterminated.
-	step1 := append(chunked(r, "Let me look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"hello.txt\", \"end_line\": 1}}\n"), done(engine.StopString))
+	step1 := append(chunked(r, "Let me look.\n"),
+		call("read_file", map[string]any{"path": "hello.txt", "end_line": float64(1)}), done(engine.StopToolCall))
 	s := &script{steps: [][]engine.Event{step1, answer("It says hi there.")}}
-	a, out, _ := newTestAgent(t, s, PromptedTools, nil)
+	a, out, _ := newTestAgent(t, s, nil)
 	res, err := a.Run(context.Background(), "what is in hello.txt?")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Stop != StopAnswer || res.Steps != 2 {
+	if res.Stop != StopAnswer || res.Steps != 2 || res.Answer != "It says hi there." {
 		t.Fatalf("result %+v", res)
 	}
 	r0 := s.reqs[0]
-	if r0.Tools != nil {
-		t.Fatal("prompted mode must not pass tools to a template that ignores them")
+	if len(r0.Tools) != 7 {
+		t.Fatalf("the tools go to the engine, which inlines them: got %d", len(r0.Tools))
 	}
-	sys := r0.Messages[0]
-	if sys.Role != "system" || !strings.HasPrefix(sys.Content, "You are a test agent.") || !strings.Contains(sys.Content, `{"name":"edit","description":"Replace one exact piece of text`) || !strings.Contains(sys.Content, "<tool_call>") {
-		t.Fatalf("system prompt lacks the tool block:\n%s", sys.Content)
+	if sys := r0.Messages[0]; sys.Role != "system" || sys.Content != "You are a test agent." {
+		t.Fatalf("the agent must not append a tool list itself (the engine does):\n%s", sys.Content)
 	}
-	if !contains(r0.Sampling.Stop, "</tool_call>") {
-		t.Fatalf("stop strings %q", r0.Sampling.Stop)
+	if len(r0.Sampling.Stop) != 0 {
+		t.Fatalf("the engine stops after a call; the agent adds no stop strings: %q", r0.Sampling.Stop)
 	}
 	msgs := s.reqs[1].Messages
 	asst, res1 := msgs[len(msgs)-2], msgs[len(msgs)-1]
-	if asst.Role != "assistant" || asst.Content != "Let me look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"end_line\":1,\"path\":\"hello.txt\"}}\n</tool_call>" {
-		t.Fatalf("assistant turn %q", asst.Content)
+	if asst.Role != "assistant" || asst.Content != "Let me look." || len(asst.ToolCalls) != 1 ||
+		asst.ToolCalls[0].Name != "read_file" || fmt.Sprint(asst.ToolCalls[0].Arguments) != "map[end_line:1 path:hello.txt]" {
+		t.Fatalf("assistant turn %+v", asst)
 	}
-	if res1.Role != "user" || res1.Content != "<tool_response>\nhello.txt (lines 1-1 of 2)\nhi there\n\n</tool_response>" {
-		t.Fatalf("tool response turn %q", res1.Content)
+	if res1.Role != "tool" || res1.ToolCallID != asst.ToolCalls[0].ID || res1.Name != "read_file" || res1.Content != "hello.txt (lines 1-1 of 2)\nhi there\n" {
+		t.Fatalf("tool result turn %+v", res1)
+	}
+	for _, want := range []string{"Let me look.", "→ read_file {\"end_line\":1,\"path\":\"hello.txt\"}", "│ hi there", "It says hi there."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out)
+		}
 	}
 	if strings.Contains(out.String(), "<tool_call>") {
 		t.Fatalf("the raw call leaked into the transcript:\n%s", out)
 	}
 }
 
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
+// TestMalformedCallRecovery: the engine reports a call it could not parse
+// as EventToolError (its raw text and a *chat.MalformedCallError); the
+// agent runs nothing, tells the model what was wrong, and recovers when the
+// next call is good.
 func TestMalformedCallRecovery(t *testing.T) {
-	for _, mode := range []ToolMode{PromptedTools, NativeTools} {
-		t.Run(mode.String(), func(t *testing.T) {
-			var bad []engine.Event
-			if mode == PromptedTools {
-				bad = []engine.Event{text(`<tool_call>{"name": "read_file", "arguments": {path: hello.txt}}`), done(engine.StopString)}
-			} else {
-				bad = []engine.Event{{Kind: engine.EventToolError, Text: "<tool_call>{oops</tool_call>", Err: errors.New("malformed tool call: bad JSON")}, done(engine.StopEOS)}
-			}
+	malformed := func(raw, reason string) engine.Event {
+		return engine.Event{Kind: engine.EventToolError, Text: raw, Err: &chat.MalformedCallError{Raw: raw, Reason: reason}}
+	}
+	cases := []struct {
+		name string
+		bad  []engine.Event
+	}{
+		// Unquoted keys: the engine stopped at the end of the block.
+		{"bad-json", []engine.Event{malformed(`<tool_call>{"name": "read_file", "arguments": {path: hello.txt}}</tool_call>`,
+			"invalid JSON: invalid character 'p' looking for beginning of object key string"), done(engine.StopToolCall)}},
+		// The model stopped inside the block: the engine flushes it as malformed.
+		{"unterminated", []engine.Event{text("I will read it.\n"), malformed(`<tool_call>{"name": "read_file", "arguments": {"path": "hel`,
+			"invalid JSON: unexpected EOF"), done(engine.StopEOS)}},
+		// A call without a name.
+		{"no-name", []engine.Event{malformed(`<tool_call>{"arguments": {"path": "hello.txt"}}</tool_call>`,
+			`no "name" string in the call`), done(engine.StopToolCall)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
 			good := []engine.Event{call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)}
-			if mode == PromptedTools {
-				good = []engine.Event{text(`<tool_call>{"name": "read_file", "arguments": {"path": "hello.txt"}}`), done(engine.StopString)}
-			}
-			s := &script{steps: [][]engine.Event{bad, good, answer("hi there")}}
-			a, out, _ := newTestAgent(t, s, mode, nil)
+			s := &script{steps: [][]engine.Event{c.bad, good, answer("hi there")}}
+			a, out, _ := newTestAgent(t, s, nil)
 			res, err := a.Run(context.Background(), "read hello.txt")
 			if err != nil {
 				t.Fatal(err)
@@ -206,8 +221,8 @@ func TestMalformedCallRecovery(t *testing.T) {
 				t.Fatalf("result %+v", res)
 			}
 			msgs := s.reqs[1].Messages
-			if bad := msgs[len(msgs)-2]; bad.Role != "assistant" || !strings.Contains(bad.Content, "<tool_call>{") {
-				t.Fatalf("the malformed call stays in the assistant turn: %+v", bad)
+			if bad := msgs[len(msgs)-2]; bad.Role != "assistant" || len(bad.ToolCalls) != 0 || !strings.Contains(bad.Content, "<tool_call>{") {
+				t.Fatalf("the malformed call stays in the assistant turn as text, not run: %+v", bad)
 			}
 			fb := lastMsg(s.reqs[1])
 			if fb.Role != "user" || !strings.Contains(fb.Content, "Error: malformed tool call") || !strings.Contains(fb.Content, "The call was not run") {
@@ -229,7 +244,7 @@ func TestStepLimit(t *testing.T) {
 		steps = append(steps, []engine.Event{call("list", map[string]any{}), done(engine.StopToolCall)})
 	}
 	s := &script{steps: steps}
-	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	a, out, _ := newTestAgent(t, s, nil)
 	a.cfg.MaxSteps = 3
 	res, err := a.Run(context.Background(), "loop forever")
 	if err != nil {
@@ -249,7 +264,7 @@ func TestDenial(t *testing.T) {
 		{call("run_shell", map[string]any{"command": "touch pwned"}), done(engine.StopToolCall)},
 		answer("I could not write the file."),
 	}}
-	a, out, dir := newTestAgent(t, s, NativeTools, DenyAll{})
+	a, out, dir := newTestAgent(t, s, DenyAll{})
 	res, err := a.Run(context.Background(), "create new.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +304,7 @@ func TestApproveOnceAndSession(t *testing.T) {
 	}
 	s := &script{steps: [][]engine.Event{w("a.txt"), w("b.txt"), w("c.txt"), w("d.txt"), answer("done")}}
 	ap := &countingApprover{answers: []Decision{AllowOnce, Deny, AllowSession}}
-	a, _, dir := newTestAgent(t, s, NativeTools, ap)
+	a, _, dir := newTestAgent(t, s, ap)
 	if _, err := a.Run(context.Background(), "write four files"); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +346,7 @@ func TestToolErrorsGoBackToTheModel(t *testing.T) {
 		{call("read_file", map[string]any{"path": "nope.txt"}), done(engine.StopToolCall)},
 		answer("ok"),
 	}}
-	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	a, _, _ := newTestAgent(t, s, nil)
 	if _, err := a.Run(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +359,7 @@ func TestToolErrorsGoBackToTheModel(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	s := &script{steps: [][]engine.Event{{text("partial"), done(engine.StopCancelled)}}}
-	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	a, _, _ := newTestAgent(t, s, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := a.Run(ctx, "x"); !errors.Is(err, context.Canceled) {
@@ -371,7 +386,7 @@ func (f budgetFitter) FitCheck(req engine.Request) error {
 func TestContextPolicyDropsOldestTurns(t *testing.T) {
 	big := strings.Repeat("x", 300)
 	s := &script{steps: [][]engine.Event{answer(big), answer(big), answer(big), answer("fits")}}
-	a, out, _ := newTestAgent(t, s, NativeTools, nil)
+	a, out, _ := newTestAgent(t, s, nil)
 	a.cfg.Fit = budgetFitter{capacity: 900}
 	for i := range 4 {
 		if _, err := a.Run(context.Background(), fmt.Sprintf("request %d", i)); err != nil {
@@ -399,7 +414,7 @@ func TestContextPolicyDropsToolResultsThenFails(t *testing.T) {
 		{call("read_file", map[string]any{"path": "big.txt"}), done(engine.StopToolCall)},
 		answer("done"),
 	}}
-	a, out, dir := newTestAgent(t, s, NativeTools, nil)
+	a, out, dir := newTestAgent(t, s, nil)
 	if err := os.WriteFile(filepath.Join(dir, "big.txt"), []byte(strings.Repeat("line\n", 200)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -423,29 +438,9 @@ func TestContextPolicyDropsToolResultsThenFails(t *testing.T) {
 	}
 }
 
-func TestPromptedMessages(t *testing.T) {
-	in := []engine.Message{
-		{Role: "system", Content: "s"},
-		{Role: "user", Content: "u"},
-		{Role: "assistant", ToolCalls: []engine.ToolCall{{Name: "list", Arguments: map[string]any{}}, {Name: "glob", Arguments: map[string]any{"pattern": "*.go"}}}},
-		{Role: "tool", Name: "list", Content: "a"},
-		{Role: "tool", Name: "glob", Content: "b"},
-	}
-	got := promptedMessages(in)
-	want := []engine.Message{
-		{Role: "system", Content: "s"},
-		{Role: "user", Content: "u"},
-		{Role: "assistant", Content: "<tool_call>\n{\"name\": \"list\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"glob\", \"arguments\": {\"pattern\":\"*.go\"}}\n</tool_call>"},
-		{Role: "user", Content: "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"},
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("got  %q\nwant %q", got, want)
-	}
-}
-
 func TestReset(t *testing.T) {
 	s := &script{steps: [][]engine.Event{answer("one"), answer("two")}}
-	a, _, _ := newTestAgent(t, s, NativeTools, nil)
+	a, _, _ := newTestAgent(t, s, nil)
 	if _, err := a.Run(context.Background(), "first"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/ftchat/ftchat/engine/chat"
 )
 
-// TestNativeModeThroughRealTemplates checks that the conversation the loop
-// builds in native mode (assistant ToolCalls, role "tool" results) renders
-// through real tool-aware templates (Qwen3's from the chat package's fixtures,
-// and ftchat's ChatML fallback) with the tools, the call and its result in place, and
-// that the template's format is what the engine would pick.
-func TestNativeModeThroughRealTemplates(t *testing.T) {
+// TestConversationThroughRealTemplates checks that the conversation the
+// loop builds (assistant ToolCalls, role "tool" results, tools in
+// Request.Tools) renders through real tool-aware templates (Qwen3's from the
+// chat package's fixtures, and ftchat's ChatML fallback) with the tools, the
+// call and its result in place. Templates without a tool format are the
+// engine's to handle (it inlines the tools); TestRealEngine covers SmolLM2's.
+func TestConversationThroughRealTemplates(t *testing.T) {
 	cases := []struct {
 		file, arch string
 		format     chat.ToolFormat
@@ -52,7 +53,7 @@ func TestNativeModeThroughRealTemplates(t *testing.T) {
 				{call("read_file", map[string]any{"path": "hello.txt"}), done(engine.StopToolCall)},
 				answer("It says hi there."),
 			}}
-			a, _, _ := newTestAgent(t, s, NativeTools, nil)
+			a, _, _ := newTestAgent(t, s, nil)
 			if _, err := a.Run(context.Background(), "what is in hello.txt?"); err != nil {
 				t.Fatal(err)
 			}

@@ -71,10 +71,6 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 		return err
 	}
 	defer eng.Close()
-	mode, format, err := agent.DetectToolMode(eng.Info().Path)
-	if err != nil {
-		return err
-	}
 	system := cfg.System
 	if system == "" {
 		if system, err = prompts.Agent(prompts.Gather(ctx, ws.Root(), time.Now())); err != nil {
@@ -101,7 +97,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	sink := &agent.TextSink{W: pio.out}
 	a, err := agent.New(agent.Config{
 		Gen: sess, Fit: eng, Tools: tools, Approver: approver, Sink: sink,
-		Mode: mode, System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
+		System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
 	})
 	if err != nil {
 		return err
@@ -114,7 +110,9 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	case printMode:
 		approval = "non-interactive: writes and commands are denied (--yolo allows them)"
 	}
-	header := fmt.Sprintf("[agent] %s in %s · tools: %s, format %s · %s", info.Name, ws.Root(), mode, format, approval)
+	// The engine offers the tools in the template's own format, or inlines
+	// them into the system prompt when the template has none.
+	header := fmt.Sprintf("[agent] %s in %s · %d tools · %s", info.Name, ws.Root(), len(tools.Defs()), approval)
 	if printMode {
 		fmt.Fprintln(pio.errOut, header)
 		res, err := a.Run(ctx, prompt)

@@ -50,7 +50,7 @@ func TestWithPiped(t *testing.T) {
 
 // TestAgentEndToEnd runs `ftchat -p --agent` and the interactive session
 // with the real default model in a scratch project: the wiring (engine,
-// tool mode, prompts, loop, transcript) works and nothing is written.
+// tools, prompts, loop, transcript) works and nothing is written.
 func TestAgentEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -79,7 +79,7 @@ func TestAgentEndToEnd(t *testing.T) {
 		if interactive {
 			header = out.String()
 		}
-		for _, want := range []string{"[agent] ", " in " + dir, "tools: prompted", "format hermes"} {
+		for _, want := range []string{"[agent] ", " in " + dir, " · 7 tools · "} {
 			if !strings.Contains(header, want) {
 				t.Errorf("interactive=%v: header lacks %q: %q", interactive, want, header)
 			}

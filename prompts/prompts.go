@@ -79,10 +79,10 @@ func Agent(f Facts) (string, error) { return render("agent.md", f) }
 // Chat is the plain chat system prompt.
 func Chat(f Facts) (string, error) { return render("chat.md", f) }
 
-// ToolsBlock is the tool section appended to the system prompt for models
-// whose chat template cannot show tools: each signature is one JSON line,
-// and calls are asked for in the Hermes <tool_call> format, which the
-// agent parses.
+// ToolsBlock is the tool section the engine appends to the system prompt
+// for models whose chat template cannot show tools: each signature is one
+// JSON line, and calls are asked for in the Hermes <tool_call> format,
+// which the engine then parses.
 func ToolsBlock(signatures []string) (string, error) { return render("tools.md", signatures) }
 
 // Tool is the description of the named tool (tools/<name>.md).
