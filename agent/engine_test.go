@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,26 +13,11 @@ import (
 
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/internal/testmodel"
 	"github.com/ftchat/ftchat/prompts"
 )
 
-// testModel is the default model's path, or the test is skipped (CI
-// fetches it with `make model`).
-func testModel(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("FTCHAT_TEST_MODEL")
-	if p == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			t.Skip("no cache dir")
-		}
-		p = filepath.Join(base, "ftchat", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("default model not present (%s): run `make model`", p)
-	}
-	return p
-}
+func testModel(t *testing.T) string { return testmodel.Require(t) }
 
 // recorder passes requests to a real session and keeps them and what came
 // back; the first `forced` generations are scripted instead, to put a tool
