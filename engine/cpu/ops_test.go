@@ -564,3 +564,52 @@ func TestFourRowKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulGenericTypes covers the types without a fused kernel (decoded
+// row by row through gguf.Dequantize) using random block bits with finite
+// f16 scales, since gguf has no quantizer for them.
+func TestMatMulGenericTypes(t *testing.T) {
+	b := New(Options{Threads: 2})
+	defer b.Close()
+	r := rand.New(rand.NewPCG(21, 22))
+	scaleAt := map[gguf.Type][]int{gguf.Q8_1: {0, 2}, gguf.Q2_K: {80, 82}, gguf.Q3_K: {108}}
+	const cols, rows, n = 512, 19, 5
+	for typ, offs := range scaleAt {
+		if kernelFor(typ) != nil {
+			t.Fatalf("%s has a fused kernel; this test expects the generic path", typ)
+		}
+		bb := typ.BlockBytes()
+		raw := make([]byte, rows*cols/typ.BlockElems()*bb)
+		for i := range raw {
+			raw[i] = byte(r.Uint32())
+		}
+		for blk := 0; blk < len(raw)/bb; blk++ {
+			for _, o := range offs {
+				h := gguf.F32ToF16(float32(0.01 + 0.1*r.Float64()))
+				raw[blk*bb+o], raw[blk*bb+o+1] = byte(h), byte(h>>8)
+			}
+		}
+		w, err := b.LoadWeight(gguf.TensorInfo{Name: "w", Dims: []uint64{cols, rows}, Type: typ}, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deq := make([]float32, rows*cols)
+		if err := gguf.Dequantize(typ, raw, deq); err != nil {
+			t.Fatal(err)
+		}
+		xd := randVec(r, n*cols, 1)
+		dst := poisoned(b, n, rows)
+		b.MatMul(dst, tensorOf(b, n, cols, xd), w)
+		for i := 0; i < n; i++ {
+			for o := 0; o < rows; o++ {
+				var want, scale float64
+				for c := 0; c < cols; c++ {
+					p := float64(deq[o*cols+c]) * float64(xd[i*cols+c])
+					want += p
+					scale += math.Abs(p)
+				}
+				closeTo(t, fmt.Sprintf("%s dst[%d][%d]", typ, i, o), dst.Data[i*rows+o], want, scale, 2e-6)
+			}
+		}
+	}
+}
