@@ -11,8 +11,9 @@ Writes into engine/model/testdata/:
       qwen2 (qkv bias, tied embeddings), qwen3 (q/k norm,
       head_dim != dim/heads, untied output), qwen3moe (router, top-k, norm_topk_prob):
       random weights with shapes shrunk from the real configs, written as GGUF with
-      llama.cpp tensor and key names; the reference is the transformers model class
-      built from the same weights. Logits: every position of prompt 0, last position
+      llama.cpp tensor and key names (matrices F16, except llama3's F32 matrices;
+      norms F32); the reference is the transformers model class built from the
+      same (F16-rounded) weights. Logits: every position of prompt 0, last position
       of prompts 1 and 2; greedy 64-token continuation of prompt 0.
 
 The .bin.gz files are little-endian float32 arrays, concatenated in the order the
