@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -133,10 +134,16 @@ func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, er
 		return nil, fmt.Errorf("cpu: tensor %q: %d bytes of data, want %d", info.Name, len(raw), rows*rowBytes)
 	}
 	w := &Weight{info: info, raw: raw[:rows*rowBytes], rows: rows, cols: cols, rowBytes: rowBytes}
-	if t == gguf.F32 {
-		w.f32 = make([]float32, rows*cols)
-		for i := range w.f32 {
-			w.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	if t == gguf.F32 && rows*cols > 0 {
+		// View the file's bytes as floats when the host is little-endian
+		// and the data aligned (GGUF aligns tensors to 32 bytes); copy otherwise.
+		if littleEndian && uintptr(unsafe.Pointer(&raw[0]))%4 == 0 {
+			w.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), rows*cols)
+		} else {
+			w.f32 = make([]float32, rows*cols)
+			for i := range w.f32 {
+				w.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
 		}
 	}
 	w.kern = kernelFor(t)
@@ -155,6 +162,8 @@ func (w *Weight) floats() []float32 {
 	}
 	return w.f32
 }
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 func supportedTypes() string {
 	s := ""
