@@ -32,6 +32,8 @@ func (b *Backend) FreeKV() { b.kv = nil }
 type kvStore interface {
 	WriteRow(layer, page, slot int, k, v []float32)
 	Attend(out, q []float32, layer int, pages []int32, n, heads int, scale float32)
+	// AttendRows: rows consecutive query rows at positions first, first+1, ...
+	AttendRows(out, q []float32, rows, layer int, pages []int32, first, heads int, scale float32)
 }
 
 // KVStore returns the host KV pool, or nil when there is none or it is the
@@ -77,12 +79,18 @@ func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, hea
 	for i := range bt.Seqs {
 		checkPages(&bt.Seqs[i], b.layout)
 	}
+	w := qt.cols
 	for _, sq := range bt.Seqs {
-		b.pool.parallel(sq.NewTokens, 1, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				row := sq.Offset + i
-				st.Attend(d.row(row), qt.row(row), layer, sq.Pages, int(bt.Pos[row])+1, heads, scale)
-			}
+		if sq.NewTokens == 1 {
+			row := sq.Offset
+			st.Attend(d.row(row), qt.row(row), layer, sq.Pages, int(bt.Pos[row])+1, heads, scale)
+			continue
+		}
+		// Prefill: contiguous row ranges per thread; AttendRows decodes each
+		// K/V row once per tile of query rows.
+		b.pool.parallel(sq.NewTokens, 16, func(lo, hi int) {
+			r0, r1 := sq.Offset+lo, sq.Offset+hi
+			st.AttendRows(d.Data[r0*w:r1*w], qt.Data[r0*w:r1*w], hi-lo, layer, sq.Pages, int(bt.Pos[r0]), heads, scale)
 		})
 	}
 }

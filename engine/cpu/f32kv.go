@@ -70,3 +70,11 @@ func (s *f32Store) Attend(out, q []float32, layer int, pages []int32, n, heads i
 		}
 	}
 }
+
+// AttendRows is Attend for consecutive causal query rows.
+func (s *f32Store) AttendRows(out, q []float32, rows, layer int, pages []int32, first, heads int, scale float32) {
+	w := heads * s.l.HeadDim
+	for r := 0; r < rows; r++ {
+		s.Attend(out[r*w:(r+1)*w], q[r*w:(r+1)*w], layer, pages, first+r+1, heads, scale)
+	}
+}
