@@ -16,6 +16,8 @@ const (
 	entryAssistant
 	entryInfo  // command output, notices
 	entryError // one-line errors
+	entryTool  // agent mode: a tool call and its clipped result (note)
+	entryNote  // agent mode: the agent's notes (denials, dropped context)
 )
 
 // entry is one block of the chat view. Finished entries keep their rendered
@@ -27,6 +29,7 @@ type entry struct {
 	think    string // thinking deltas (assistant)
 	note     string // e.g. "stopped", shown dimmed after the answer
 	attached string // user: one-line description of attached context
+	failed   bool   // tool: the call returned an error
 
 	// cache
 	lines     []string
@@ -146,6 +149,10 @@ func (r *renderer) render(e *entry, showThink bool) []string {
 		out = r.plain(e.text, "  ", r.st.info)
 	case entryError:
 		out = r.plain(e.text, "  ", r.st.err)
+	case entryTool:
+		out = r.toolLines(e)
+	case entryNote:
+		out = r.plain(e.text, "  ", r.st.note)
 	}
 	e.lines, e.cacheW, e.cacheShow, e.valid = out, r.width, showThink, true
 	return out

@@ -55,6 +55,10 @@ func (m *model) command(line string) tea.Cmd {
 		return true
 	}
 	defer m.scrollBottom()
+	if why, ok := agentDisabled[name]; ok && m.ag != nil {
+		m.addError(fmt.Sprintf("%s is not available in agent mode: %s", name, why))
+		return nil
+	}
 	switch name {
 	case "/help":
 		m.addInfo(helpText())
@@ -69,6 +73,9 @@ func (m *model) command(line string) tea.Cmd {
 			return nil
 		}
 		m.sess.Reset()
+		if m.ag != nil {
+			m.ag.runner.Reset()
+		}
 		m.msgs = nil
 		m.entries = nil
 		m.piped = ""

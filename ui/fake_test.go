@@ -10,6 +10,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/ftchat/ftchat/agent/tui"
 	"github.com/ftchat/ftchat/engine"
 )
 
@@ -194,7 +195,7 @@ func (d *driver) handle(msg tea.Msg) {
 		}
 	case tea.QuitMsg:
 		d.quit = true
-	case eventsMsg, tickMsg, reconfProgMsg, reconfDoneMsg, savedMsg, copiedMsg, startMsg:
+	case eventsMsg, tickMsg, reconfProgMsg, reconfDoneMsg, savedMsg, copiedMsg, startMsg, agentDoneMsg, tui.DecidedMsg:
 		d.send(msg)
 	default:
 		d.other = append(d.other, msg)

@@ -96,7 +96,8 @@ type model struct {
 	quitting  bool
 
 	stats  engine.Stats
-	gen    *generation
+	gen    *generation // a chat generation, or an agent run (ch nil)
+	ag     *agentMode  // agent mode (Config.Agent); nil: chat
 	genSeq int
 
 	reconf       *reconfState
@@ -243,6 +244,11 @@ func (m *model) resize(w, h int) {
 
 // Update implements tea.Model.
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	if m.ag != nil {
+		if cmd, ok := m.agentUpdate(msg); ok {
+			return m, cmd
+		}
+	}
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.resize(msg.Width, msg.Height)
@@ -453,7 +459,9 @@ func (m *model) abandon() {
 	}
 	g.stopped = true
 	g.cancel()
-	go drain(g.ch) // let the engine finish its last send
+	if g.ch != nil {
+		go drain(g.ch) // let the engine finish its last send
+	}
 	m.gen = nil
 	if answer := g.text.String(); strings.TrimSpace(answer) != "" {
 		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
@@ -471,6 +479,9 @@ func drain(ch <-chan engine.Event) {
 func (m *model) submit(v string) tea.Cmd {
 	if t := strings.TrimSpace(v); strings.HasPrefix(t, "/") {
 		return m.command(t)
+	}
+	if m.ag != nil {
+		return m.sendAgent(v)
 	}
 	return m.send(v)
 }

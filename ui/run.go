@@ -41,6 +41,13 @@ type Config struct {
 	// ShowThinking starts with thinking blocks expanded.
 	ShowThinking bool
 
+	// Agent, when set, makes the UI the coding agent's front end: Enter
+	// runs the agent (tool calls, approvals in a dialog) instead of a chat
+	// turn, and sessions are not saved. See NewAgentFunc.
+	Agent NewAgentFunc
+	// AgentInfo is shown as the first line of an agent session.
+	AgentInfo string
+
 	Sampling  engine.Sampling
 	MaxTokens int
 
@@ -109,6 +116,11 @@ func Run(ctx context.Context, cfg Config) error {
 		opts = append(opts, tea.WithColorProfile(cfg.ColorProfile))
 	}
 	p := tea.NewProgram(m, opts...)
+	if cfg.Agent != nil {
+		if err := m.startAgent(p.Send); err != nil {
+			return err
+		}
+	}
 	_, err := p.Run()
 	m.abandon() // the context ended the program, or it was killed
 	if len(m.msgs) > 0 && !cfg.NoSave {

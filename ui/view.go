@@ -120,6 +120,9 @@ func (m *model) statusView() []string {
 	if m.statusCache.lines == nil || m.statusCache.stats != m.stats || m.statusCache.width != m.width {
 		m.statusCache.stats, m.statusCache.width = m.stats, m.width
 		m.statusCache.lines = statusLines(m.stats, m.width, m.st)
+		if w := contextWarning(m.stats.TokensUsed, m.stats.TokensCapacity); w != "" && m.ag != nil {
+			m.statusCache.lines = append([]string{m.st.err.Render(ansi.Truncate(w, m.width-1, "…"))}, m.statusCache.lines...)
+		}
 	}
 	return m.statusCache.lines
 }
@@ -180,6 +183,8 @@ func (m *model) noticeLine() string {
 		style = m.st.note
 	case m.gen != nil && m.gen.stopped:
 		left = "stopping…"
+	case m.ag != nil && m.ag.dialog != nil:
+		left, style = m.dialogNotice(), m.st.note
 	case m.gen != nil && m.gen.entry.text == "" && m.gen.entry.think == "" && m.gen.prefill[1] > 0:
 		left = fmt.Sprintf("prefill %s / %s tokens · esc to stop", formatInt(int64(m.gen.prefill[0])), formatInt(int64(m.gen.prefill[1])))
 	case m.gen != nil:
@@ -225,8 +230,11 @@ func (m *model) noticeLine() string {
 func (m *model) frame() (string, *tea.Cursor) {
 	ch, ih, status := m.layout()
 	m.input.SetHeight(ih)
-	lines := m.chatLines(ch)
+	lines := m.chatView(ch)
 	iv, cur := m.inputView()
+	if m.ag != nil && m.ag.dialog != nil {
+		cur = nil // keys go to the dialog
+	}
 	size := len(iv) + 4*m.width + ch
 	for _, l := range lines {
 		size += len(l)
