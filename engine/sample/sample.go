@@ -71,8 +71,11 @@ func New(p Params) (*Sampler, error) {
 //
 // Order: repetition penalty, then greedy argmax if Temperature is 0;
 // otherwise logits/temperature, top-k, softmax, top-p, min-p, renormalise
-// and draw.
+// and draw. Empty logits give -1.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	if len(logits) == 0 {
+		return -1
+	}
 	p := s.p
 	lg := logits
 	if p.RepeatPenalty > 0 && p.RepeatPenalty != 1 && len(history) > 0 {

@@ -147,6 +147,19 @@ func TestSeedDeterminism(t *testing.T) {
 	}
 }
 
+func TestEmptyAndNaNLogits(t *testing.T) {
+	for _, p := range []Params{{}, {Temperature: 1, TopP: 0.9, MinP: 0.1, TopK: 5}} {
+		s, _ := New(p)
+		if got := s.Sample(nil, nil); got != -1 {
+			t.Errorf("%+v: empty logits gave %d", p, got)
+		}
+		nan := float32(math.NaN())
+		if got := s.Sample([]float32{nan, nan, nan}, nil); got < 0 || got > 2 {
+			t.Errorf("%+v: NaN logits gave %d", p, got)
+		}
+	}
+}
+
 func TestLargeVocabTopP(t *testing.T) {
 	// One dominant token in a big flat vocabulary: top-p 0.5 must return it.
 	lg := make([]float32, 150000)
