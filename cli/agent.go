@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	tea "charm.land/bubbletea/v2"
+
 	"github.com/ftchat/ftchat/agent"
+	"github.com/ftchat/ftchat/agent/tui"
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/prompts"
 	"github.com/ftchat/ftchat/ui"
@@ -19,8 +21,8 @@ import (
 // runAgent runs the coding agent in the current directory. With -p (or
 // when stdout is not a terminal) it answers the prompt once and prints the
 // transcript; without --yolo every write and command is then denied and
-// listed at the end. On a terminal it is a line-based session that asks
-// before each write or command, showing the diff.
+// listed at the end. On a terminal it runs in the TUI (ui.Run in agent
+// mode), which asks before each write or command in a dialog with the diff.
 func runAgent(ctx context.Context, cfg Config, prompt string) error {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -29,7 +31,7 @@ func runAgent(ctx context.Context, cfg Config, prompt string) error {
 	return agentMain(ctx, cfg, prompt, agentIO{
 		in: os.Stdin, inTTY: isTerminal(os.Stdin),
 		out: os.Stdout, outTTY: isTerminal(os.Stdout), errOut: os.Stderr,
-		dir: cwd, openTTY: terminalIn,
+		dir: cwd, runTUI: ui.Run,
 	})
 }
 
@@ -41,16 +43,19 @@ type agentIO struct {
 	out, errOut io.Writer
 	outTTY      bool
 	dir         string
-	openTTY     func() (io.ReadCloser, error)
+	runTUI      func(context.Context, ui.Config) error
 }
 
 func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) error {
 	printMode := cfg.Print || !pio.outTTY
+	piped := ""
 	if !pio.inTTY {
-		piped, err := ui.ReadPiped(pio.in, prompt != "", pipedIdle, 0)
-		if err != nil {
+		var err error
+		if piped, err = ui.ReadPiped(pio.in, prompt != "", pipedIdle, 0); err != nil {
 			return fmt.Errorf("reading stdin: %w", err)
 		}
+	}
+	if printMode {
 		prompt = withPiped(prompt, piped)
 	}
 	if printMode && strings.TrimSpace(prompt) == "" {
@@ -80,28 +85,6 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	sess := eng.NewSession()
 	defer sess.Close()
 
-	var approver agent.Approver = agent.DenyAll{}
-	var tty *bufio.Reader
-	if !printMode {
-		in, err := pio.openTTY()
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		tty = bufio.NewReader(in)
-		approver = &agent.LineApprover{In: tty, Out: pio.out}
-	}
-	if cfg.Yolo {
-		approver = agent.AllowAll{}
-	}
-	sink := &agent.TextSink{W: pio.out}
-	a, err := agent.New(agent.Config{
-		Gen: sess, Fit: eng, Tools: tools, Approver: approver, Sink: sink,
-		System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
-	})
-	if err != nil {
-		return err
-	}
 	info := eng.Info()
 	approval := "writes and commands ask first"
 	switch {
@@ -113,42 +96,61 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	// The engine offers the tools in the template's own format, or inlines
 	// them into the system prompt when the template has none.
 	header := fmt.Sprintf("[agent] %s in %s · %d tools · %s", info.Name, ws.Root(), len(tools.Defs()), approval)
-	if printMode {
-		fmt.Fprintln(pio.errOut, header)
-		res, err := a.Run(ctx, prompt)
-		sink.Finish()
-		if err != nil {
-			return err
-		}
-		reportDenied(pio.out, res, printMode)
-		if res.Stop == agent.StopStepLimit {
-			return ExitError{Code: 2}
-		}
-		return sink.Err()
+	newAgent := func(sink agent.Sink, approver agent.Approver) (*agent.Agent, error) {
+		return agent.New(agent.Config{
+			Gen: sess, Fit: eng, Tools: tools, Approver: approver, Sink: sink,
+			System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
+		})
 	}
-	fmt.Fprintln(pio.out, header)
-	fmt.Fprintln(pio.out, "[agent] type a task; an empty line or Ctrl+D ends the session")
-	for {
-		if strings.TrimSpace(prompt) != "" {
-			res, err := a.Run(ctx, prompt)
-			sink.Finish()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
+	if !printMode {
+		return pio.runTUI(ctx, ui.Config{
+			Engine: eng, Session: sess,
+			ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
+			Piped:         piped,
+			InitialPrompt: prompt,
+			Sampling:      cfg.Sampling,
+			MaxTokens:     cfg.MaxTokens,
+			NoSave:        true,
+			AgentInfo:     header,
+			Agent: func(send func(tea.Msg)) (ui.AgentRunner, error) {
+				a, err := newAgent(tui.Sink{Send: send}, tuiApprover(cfg.Yolo, send))
+				if err != nil {
+					return nil, err
 				}
-				fmt.Fprintln(pio.out, "[agent] error:", err)
-			} else {
-				reportDenied(pio.out, res, false)
-			}
-		}
-		fmt.Fprint(pio.out, "\n> ")
-		line, err := tty.ReadString('\n')
-		if strings.TrimSpace(line) == "" && (err != nil || line == "\n") {
-			fmt.Fprintln(pio.out)
-			return nil
-		}
-		prompt = line
+				return a, nil
+			},
+		})
 	}
+
+	approver := agent.Approver(agent.DenyAll{})
+	if cfg.Yolo {
+		approver = agent.AllowAll{}
+	}
+	sink := &agent.TextSink{W: pio.out}
+	a, err := newAgent(sink, approver)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(pio.errOut, header)
+	res, err := a.Run(ctx, prompt)
+	sink.Finish()
+	if err != nil {
+		return err
+	}
+	reportDenied(pio.out, res, printMode)
+	if res.Stop == agent.StopStepLimit {
+		return ExitError{Code: 2}
+	}
+	return sink.Err()
+}
+
+// tuiApprover is the interactive agent's approver: the TUI's dialog, or
+// everything allowed with --yolo.
+func tuiApprover(yolo bool, send func(tea.Msg)) agent.Approver {
+	if yolo {
+		return agent.AllowAll{}
+	}
+	return tui.Approver{Send: send}
 }
 
 // withPiped attaches piped text to the task as a delimited context block.
@@ -164,19 +166,6 @@ func withPiped(prompt, piped string) string {
 		fence += "`"
 	}
 	return prompt + "\n\nContext (piped from stdin):\n" + fence + "\n" + strings.TrimRight(piped, "\n") + "\n" + fence
-}
-
-// terminalIn is where the interactive agent reads tasks and approvals: the
-// terminal even when stdin carried piped context.
-func terminalIn() (io.ReadCloser, error) {
-	if isTerminal(os.Stdin) {
-		return io.NopCloser(os.Stdin), nil
-	}
-	tty, err := os.Open("/dev/tty")
-	if err != nil {
-		return nil, fmt.Errorf("--agent: stdin is a pipe and the terminal (/dev/tty) cannot be opened to ask for approvals: %w; use -p (writes and commands denied) or -p --yolo", err)
-	}
-	return tty, nil
 }
 
 func reportDenied(w io.Writer, res agent.Result, printMode bool) {

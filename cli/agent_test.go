@@ -3,13 +3,18 @@ package cli
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/ftchat/ftchat/agent"
+	"github.com/ftchat/ftchat/agent/tui"
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/ui"
 )
 
 func agentTestModel(t *testing.T) string {
@@ -48,9 +53,40 @@ func TestWithPiped(t *testing.T) {
 	}
 }
 
-// TestAgentEndToEnd runs `ftchat -p --agent` and the interactive session
+func TestTUIApprover(t *testing.T) {
+	var sent []tea.Msg
+	send := func(m tea.Msg) { sent = append(sent, m) }
+	tests := []struct {
+		yolo bool
+		want agent.Approver
+	}{
+		{true, agent.AllowAll{}},
+		{false, tui.Approver{}},
+	}
+	for _, tc := range tests {
+		got := tuiApprover(tc.yolo, send)
+		if reflect.TypeOf(got) != reflect.TypeOf(tc.want) {
+			t.Errorf("yolo=%v: approver %T, want %T", tc.yolo, got, tc.want)
+		}
+	}
+	// The TUI approver asks through send; a cancelled context denies.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, err := tuiApprover(false, send).Approve(ctx, &agent.Plan{Tool: "write_file", NeedsApproval: true})
+	if d != agent.Deny || err == nil || len(sent) != 1 {
+		t.Errorf("cancelled approval: %v, %v, %d messages sent", d, err, len(sent))
+	}
+	if _, ok := sent[0].(tui.ApprovalMsg); !ok {
+		t.Errorf("sent %T, want tui.ApprovalMsg", sent[0])
+	}
+}
+
+// TestAgentEndToEnd runs `ftchat -p --agent` and the interactive agent
 // with the real default model in a scratch project: the wiring (engine,
-// tools, prompts, loop, transcript) works and nothing is written.
+// tools, prompts, loop, transcript or TUI hook) works and nothing is
+// written without approval. The interactive run replaces ui.Run with a
+// driver that builds the agent through Config.Agent, denies every
+// approval request and collects what the TUI would show.
 func TestAgentEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -66,31 +102,58 @@ func TestAgentEndToEnd(t *testing.T) {
 		var out, errOut bytes.Buffer
 		pio := agentIO{in: strings.NewReader(""), out: &out, errOut: &errOut, dir: dir}
 		c := cfg
+		var header string
+		var shown []tea.Msg
 		if interactive {
 			pio.inTTY, pio.outTTY = true, true
-			pio.openTTY = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("")), nil }
+			pio.runTUI = func(ctx context.Context, uc ui.Config) error {
+				header = uc.AgentInfo
+				if uc.Engine == nil || uc.Session == nil || uc.Agent == nil || !uc.NoSave {
+					t.Errorf("ui.Config not set up for agent mode: %+v", uc)
+				}
+				r, err := uc.Agent(func(m tea.Msg) {
+					if a, ok := m.(tui.ApprovalMsg); ok {
+						a.Answer(agent.Deny)
+					}
+					shown = append(shown, m)
+				})
+				if err != nil {
+					return err
+				}
+				_, err = r.Run(ctx, uc.InitialPrompt)
+				return err
+			}
 		} else {
 			c.Print = true
 		}
 		if err := agentMain(context.Background(), c, "Write hello to NOTES.md", pio); err != nil {
 			t.Fatalf("interactive=%v: %v\n%s", interactive, err, out.String())
 		}
-		header := errOut.String()
-		if interactive {
-			header = out.String()
+		if !interactive {
+			header = errOut.String()
 		}
 		for _, want := range []string{"[agent] ", " in " + dir, " · 7 tools · "} {
 			if !strings.Contains(header, want) {
 				t.Errorf("interactive=%v: header lacks %q: %q", interactive, want, header)
 			}
 		}
-		if interactive && !strings.Contains(out.String(), "writes and commands ask first") {
-			t.Errorf("interactive header: %q", out.String())
+		if interactive {
+			if !strings.Contains(header, "writes and commands ask first") {
+				t.Errorf("interactive header: %q", header)
+			}
+			if len(shown) == 0 {
+				t.Error("the agent sent nothing to the TUI")
+			}
+			if out.Len() != 0 {
+				t.Errorf("interactive mode wrote to stdout outside the TUI: %q", out.String())
+			}
+			t.Logf("interactive: %d messages to the TUI: %+v", len(shown), shown)
+		} else {
+			if !strings.Contains(header, "non-interactive: writes and commands are denied") {
+				t.Errorf("print header: %q", header)
+			}
+			t.Logf("print transcript:\n%s", out.String())
 		}
-		if !interactive && !strings.Contains(header, "non-interactive: writes and commands are denied") {
-			t.Errorf("print header: %q", header)
-		}
-		t.Logf("interactive=%v transcript:\n%s", interactive, out.String())
 		if _, err := os.Stat(filepath.Join(dir, "NOTES.md")); err == nil {
 			t.Fatal("NOTES.md was written without approval")
 		}
