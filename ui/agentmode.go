@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
@@ -50,6 +51,8 @@ type agentMode struct {
 	choice int // the highlighted answer of the dialog: 0 once, 1 session, 2 deny
 	rows   int // preview lines of the open dialog
 	tool   *entry
+	// running is closed when the Run in flight returns.
+	running chan struct{}
 	// shown says whether the run's current assistant entry is in the chat
 	// yet: after a tool call it is added only once text arrives.
 	shown bool
@@ -111,11 +114,26 @@ func (m *model) sendAgent(text string) tea.Cmd {
 	g := &generation{id: m.genSeq, cancel: cancel, entry: ae, userMsg: len(m.msgs) - 1}
 	m.gen = g
 	r, id := m.ag.runner, g.id
+	running := make(chan struct{})
+	m.ag.running = running
 	run := func() tea.Msg {
+		defer close(running)
 		res, err := r.Run(ctx, content)
 		return agentDoneMsg{id: id, res: res, err: err}
 	}
 	return tea.Batch(run, m.scheduleTick())
+}
+
+// waitAgent waits up to d for a cancelled Run to return, so that the
+// caller can close the engine session after Run without racing it.
+func (m *model) waitAgent(d time.Duration) {
+	if m.ag == nil || m.ag.running == nil {
+		return
+	}
+	select {
+	case <-m.ag.running:
+	case <-time.After(d):
+	}
 }
 
 // agentUpdate handles the agent's messages, and keys while the approval

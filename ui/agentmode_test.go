@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/ftchat/ftchat/agent"
 	"github.com/ftchat/ftchat/agent/tui"
@@ -441,4 +443,116 @@ func TestAgentGoldenApproval(t *testing.T) {
 	checkGolden(t, "agent_approval_80x24", got)
 	d.key(tea.KeyPressMsg{Code: 'd', Text: "d"})
 	d.pump(d.idle)
+}
+
+// syncBuffer is the program's output, written by its goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAgentRunProgram drives agent mode through a real Bubble Tea program
+// (Run with piped keys): the agent's messages arrive through the
+// program's Send, a key answers the dialog, and Ctrl+D during a run
+// cancels it and Run returns only after the agent's Run has.
+func TestAgentRunProgram(t *testing.T) {
+	fa := &fakeAgent{}
+	asked := make(chan struct{})
+	decided := make(chan agent.Decision, 1)
+	returned := make(chan struct{})
+	call := engine.ToolCall{ID: "1", Name: "write_file", Arguments: map[string]any{"path": "NOTES.md"}}
+	fa.push(func(ctx context.Context, s tui.Sink, ap tui.Approver) (agent.Result, error) {
+		s.Text("writing the notes")
+		s.ToolCall(call, "write NOTES.md (new file, 2 lines)")
+		d, err := ap.Approve(ctx, writePlan())
+		decided <- d
+		return agent.Result{Answer: "writing the notes", Steps: 2, Stop: agent.StopAnswer}, err
+	})
+	fa.push(func(ctx context.Context, s tui.Sink, _ tui.Approver) (agent.Result, error) {
+		defer close(returned)
+		s.Text("long task")
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // a tool's process group being killed
+		return agent.Result{}, ctx.Err()
+	})
+	pr, pw := io.Pipe()
+	out := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(context.Background(), Config{
+			Engine: newFakeEngine(), Session: &fakeSession{}, SessionDir: t.TempDir(), In: pr, Out: out, Width: 80, Height: 24,
+			Agent: func(send func(tea.Msg)) (AgentRunner, error) {
+				relay := func(m tea.Msg) {
+					send(m)
+					if _, ok := m.(tui.ApprovalMsg); ok {
+						close(asked)
+					}
+				}
+				fa.sink, fa.ap = tui.Sink{Send: relay}, tui.Approver{Send: relay}
+				return fa, nil
+			},
+		})
+	}()
+	pw.Write([]byte("write notes\r"))
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no approval request reached the program")
+	}
+	pw.Write([]byte("s"))
+	select {
+	case d := <-decided:
+		if d != agent.AllowSession {
+			t.Fatalf("decision %v, want %v", d, agent.AllowSession)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dialog did not answer the approver")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(ansi.Strip(out.String()), "allowed for this session") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the decision was not shown: %q", tail(ansi.Strip(out.String()), 400))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // let the first run's end arrive
+	pw.Write([]byte("next task\r"))
+	for !strings.Contains(ansi.Strip(out.String()), "long task") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second run did not stream: %q", tail(ansi.Strip(out.String()), 400))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pw.Write([]byte{0x04}) // ctrl+d quits during the run
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctrl+d")
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Run returned before the agent's cancelled Run did")
+	}
+	if got := fa.requests; len(got) != 2 || got[1] != "next task" {
+		t.Errorf("requests %q", got)
+	}
+	if strings.Contains(out.String(), "resume with") {
+		t.Error("agent mode printed a session resume hint")
+	}
 }

@@ -123,7 +123,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	_, err := p.Run()
 	m.abandon() // the context ended the program, or it was killed
-	if len(m.msgs) > 0 && !cfg.NoSave {
+	m.waitAgent(5 * time.Second)
+	if len(m.msgs) > 0 && !m.cfg.NoSave { // agent mode sets it
 		if m.unsaved {
 			if serr := m.store.Save(m.sessionFile(), m.nextSeq()); serr != nil {
 				fmt.Fprintf(cfg.Out, "could not save the session: %v\n", serr)
