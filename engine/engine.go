@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -90,14 +91,14 @@ func Load(ctx context.Context, opts Options, progress func(LoadProgress)) (*Engi
 		return nil, err
 	}
 	e := &Engine{opts: opts, file: f, sessions: map[*Session]struct{}{}}
-	if err := e.init(ctx, hw, progress); err != nil {
+	if err := e.init(hw, progress); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Engine) init(ctx context.Context, hw Hardware, progress func(LoadProgress)) error {
+func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	f := e.file
 	cfg, err := model.ReadConfig(f)
 	if err != nil {
@@ -148,16 +149,7 @@ func modelName(c model.Config, path string) string {
 	if c.Name != "" {
 		return c.Name
 	}
-	return baseName(path)
-}
-
-func baseName(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if os.IsPathSeparator(p[i]) {
-			return p[i+1:]
-		}
-	}
-	return p
+	return filepath.Base(path)
 }
 
 // openBackend picks the device: --device cpu, cuda[:N], or auto (CUDA when
@@ -387,6 +379,9 @@ func (e *Engine) Reconfigure(ctx context.Context, kvDType string, progress func(
 	dt, err := e.resolveDType(kvDType)
 	if err != nil {
 		return err
+	}
+	if dt == e.layout.DType && (!dt.IsFP8() || e.layout.Scales == kvcache.DynamicScales && e.opts.KVScales == "") {
+		return nil // already stored this way: nothing to move
 	}
 	saved := e.opts.KVScales
 	if !dt.IsFP8() {
