@@ -117,7 +117,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	e.recordPrefill(start, newTokens, prefillDur)
 	if err != nil {
 		if ctx.Err() != nil {
-			send(Event{Kind: EventDone, Stop: StopCancelled, Stats: e.statsLocked()})
+			send(Event{Kind: EventDone, Stop: StopCancelled, Stats: e.Stats()})
 			return nil
 		}
 		return err
@@ -182,7 +182,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 				e.recordDecode(generated, time.Since(decodeStart))
 				emit(len(text))
 				s.finish(parser, send)
-				send(Event{Kind: EventDone, Stop: stop, Err: err, Stats: e.statsLocked()})
+				send(Event{Kind: EventDone, Stop: stop, Err: err, Stats: e.Stats()})
 				return nil
 			}
 			return err
@@ -200,7 +200,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 		if time.Since(lastStats) >= statsInterval {
 			lastStats = time.Now()
 			e.recordDecode(generated, time.Since(decodeStart))
-			send(Event{Kind: EventStats, Stats: e.statsLocked()})
+			send(Event{Kind: EventStats, Stats: e.Stats()})
 		}
 	}
 	text += dec.Flush()
@@ -212,7 +212,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	if calls := s.finish(parser, send); calls > 0 && stop == StopEOS {
 		stop = StopToolCall
 	}
-	send(Event{Kind: EventDone, Stop: stop, Stats: e.statsLocked()})
+	send(Event{Kind: EventDone, Stop: stop, Stats: e.Stats()})
 	return nil
 }
 
@@ -247,9 +247,6 @@ func (e *Engine) recordDecode(n int, d time.Duration) {
 	e.turnDecoded = int64(n)
 }
 
-// statsLocked is Stats for callers that hold e.mu (Stats itself never
-// waits for model work).
-func (e *Engine) statsLocked() Stats { return e.Stats() }
 
 // Reset drops the conversation's cached tokens (/clear).
 func (s *Session) Reset() {
