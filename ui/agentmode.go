@@ -391,11 +391,18 @@ func (m *model) dialogNotice() string {
 }
 
 // contextWarning is the status pane's first line when the pool is nearly
-// full in agent mode; "" otherwise.
-func contextWarning(used, capacity int) string {
-	if capacity <= 0 || float64(used)/float64(capacity) <= contextWarnFrac {
+// full in agent mode; "" otherwise. The pool fills by pages, so the fuller
+// of tokens/capacity and pages/total counts (the bar shows pages).
+func contextWarning(s engine.Stats) string {
+	frac := 0.0
+	if s.TokensCapacity > 0 {
+		frac = float64(s.TokensUsed) / float64(s.TokensCapacity)
+	}
+	if s.PagesTotal > 0 {
+		frac = max(frac, float64(s.PagesUsed)/float64(s.PagesTotal))
+	}
+	if frac <= contextWarnFrac {
 		return ""
 	}
-	return fmt.Sprintf("⚠ context near the KV limit (%.0f%% used): the agent drops the oldest requests to fit, and says so; /clear starts over",
-		float64(used)*100/float64(capacity))
+	return fmt.Sprintf("⚠ context near the KV limit (%.0f%%): the oldest requests get dropped to fit · /clear starts over", frac*100)
 }

@@ -379,17 +379,18 @@ func TestAgentStatusPolling(t *testing.T) {
 	d.submit("big task")
 	d.pump(func() bool { return d.m.gen != nil && d.m.gen.text.Len() > 0 })
 	tests := []struct {
-		used    int
-		want    string
-		warning bool
+		used, pages int
+		want        string
+		warning     bool
 	}{
-		{30000, "30,000 / 65,536 tok", false},
-		{58982, "58,982 / 65,536 tok", false}, // 90.0%: not above the threshold
-		{62259, "62,259 / 65,536 tok", true},  // 95%
+		{30000, 1875, "30,000 / 65,536 tok", false},
+		{58982, 3686, "58,982 / 65,536 tok", false}, // 90.0%: not above the threshold
+		{58000, 3700, "58,000 / 65,536 tok", true},  // tokens 88.5%, pages 90.3%: the pool fills by pages
+		{62259, 3892, "62,259 / 65,536 tok", true},  // 95%
 	}
 	for _, tc := range tests {
 		d.eng.mu.Lock()
-		d.eng.stats.TokensUsed = tc.used
+		d.eng.stats.TokensUsed, d.eng.stats.PagesUsed = tc.used, tc.pages
 		d.eng.mu.Unlock()
 		d.send(tickMsg{})
 		f := d.frame()
@@ -400,14 +401,14 @@ func TestAgentStatusPolling(t *testing.T) {
 			t.Errorf("used %d: warning shown = %v, want %v:\n%s", tc.used, got, tc.warning, f)
 		}
 	}
-	if !strings.Contains(d.frame(), "context near the KV limit (95% used)") {
+	if !strings.Contains(d.frame(), "context near the KV limit (95%)") {
 		t.Errorf("warning lacks the percentage:\n%s", d.frame())
 	}
 	close(gate)
 	d.pump(d.idle)
 
 	chat := newDriver(t, nil)
-	chat.eng.stats.TokensUsed = 62259
+	chat.eng.stats.TokensUsed, chat.eng.stats.PagesUsed = 62259, 3892
 	chat.m.stats = chat.eng.Stats()
 	if strings.Contains(chat.frame(), "context near the KV limit") {
 		t.Error("chat mode shows the agent's drop warning")

@@ -82,7 +82,11 @@ func (m *model) command(line string) tea.Cmd {
 		m.sessName, m.created = newSessionName(time.Now()), time.Time{}
 		m.unsaved = false
 		m.stats = m.eng.Stats()
-		m.addInfo("conversation cleared; new session " + m.sessName)
+		if m.ag != nil {
+			m.addInfo("conversation cleared (the agent's and the KV cache's); \"allow for this session\" approvals are kept")
+		} else {
+			m.addInfo("conversation cleared; new session " + m.sessName)
+		}
 	case "/system":
 		if arg == "" {
 			if m.system == "" {

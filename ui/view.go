@@ -120,7 +120,7 @@ func (m *model) statusView() []string {
 	if m.statusCache.lines == nil || m.statusCache.stats != m.stats || m.statusCache.width != m.width {
 		m.statusCache.stats, m.statusCache.width = m.stats, m.width
 		m.statusCache.lines = statusLines(m.stats, m.width, m.st)
-		if w := contextWarning(m.stats.TokensUsed, m.stats.TokensCapacity); w != "" && m.ag != nil {
+		if w := contextWarning(m.stats); w != "" && m.ag != nil {
 			m.statusCache.lines = append([]string{m.st.err.Render(ansi.Truncate(w, m.width-1, "…"))}, m.statusCache.lines...)
 		}
 	}
