@@ -58,19 +58,8 @@ func TestConversationThroughRealTemplates(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := s.reqs[1]
-			var ms []chat.Message
-			for _, m := range req.Messages {
-				cm := chat.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
-				for _, tc := range m.ToolCalls {
-					cm.ToolCalls = append(cm.ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
-				}
-				ms = append(ms, cm)
-			}
-			var ts []chat.Tool
-			for _, tl := range req.Tools {
-				ts = append(ts, chat.Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
-			}
-			out, err := tmpl.Render(ms, ts, chat.RenderOptions{AddGenerationPrompt: true})
+			// engine.Message and engine.Tool are the chat package's types.
+			out, err := tmpl.Render(req.Messages, req.Tools, chat.RenderOptions{AddGenerationPrompt: true})
 			if err != nil {
 				t.Fatal(err)
 			}
