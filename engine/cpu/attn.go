@@ -83,7 +83,15 @@ func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, hea
 	for _, sq := range bt.Seqs {
 		if sq.NewTokens == 1 {
 			row := sq.Offset
-			st.Attend(d.row(row), qt.row(row), layer, sq.Pages, int(bt.Pos[row])+1, heads, scale)
+			n := int(bt.Pos[row]) + 1
+			if hs, ok := st.(*kvcache.HostStore); ok {
+				// Decode: spread the KV heads over the threads.
+				b.pool.parallel(b.layout.KVHeads, 1, func(lo, hi int) {
+					hs.AttendKVHeads(d.row(row), qt.row(row), layer, sq.Pages, n, heads, lo, hi, scale)
+				})
+				continue
+			}
+			st.Attend(d.row(row), qt.row(row), layer, sq.Pages, n, heads, scale)
 			continue
 		}
 		// Prefill: contiguous row ranges per thread; AttendRows decodes each

@@ -178,7 +178,18 @@ var attendPool = sync.Pool{New: func() any { return new(attendBufs) }}
 // float32 rounding); no 16-bit copy of the cache is made. n == 0 writes
 // zeros.
 func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads int, scale float32) {
+	s.AttendKVHeads(out, q, layer, pages, n, heads, 0, s.l.KVHeads, scale)
+}
+
+// AttendKVHeads is Attend restricted to KV heads [kh0, kh1): it writes only
+// the query heads of those groups in out. Calls on disjoint ranges may run
+// concurrently, so one decode row can be spread over threads; the result
+// is bitwise the same as Attend's.
+func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n, heads, kh0, kh1 int, scale float32) {
 	l := s.l
+	if kh0 < 0 || kh1 > l.KVHeads || kh0 >= kh1 {
+		panic(fmt.Sprintf("kvcache: AttendKVHeads over kv heads [%d, %d) of %d", kh0, kh1, l.KVHeads))
+	}
 	d := l.HeadDim
 	if heads <= 0 || heads%l.KVHeads != 0 {
 		panic(fmt.Sprintf("kvcache: Attend with %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads))
@@ -197,11 +208,11 @@ func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads 
 			panic(fmt.Sprintf("kvcache: page id %d outside the pool of %d pages", p, l.Pages))
 		}
 	}
+	group := heads / l.KVHeads
 	if n == 0 {
-		clear(out)
+		clear(out[kh0*group*d : kh1*group*d])
 		return
 	}
-	group := heads / l.KVHeads
 	bufs := attendPool.Get().(*attendBufs)
 	defer attendPool.Put(bufs)
 	if cap(bufs.scores) < group*n {
@@ -215,7 +226,7 @@ func (s *HostStore) Attend(out, q []float32, layer int, pages []int32, n, heads 
 	shift := pageShift(l.PageSize)
 	mask := l.PageSize - 1
 
-	for kh := range l.KVHeads {
+	for kh := kh0; kh < kh1; kh++ {
 		q0 := kh * group // first query head of this group
 		// Pass 1: scores for all tokens, each K row decoded once per group.
 		for t := range n {

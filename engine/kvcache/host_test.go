@@ -545,3 +545,59 @@ func BenchmarkAttend(b *testing.B) {
 		}
 	}
 }
+
+// TestAttendKVHeadsSplitsExactly: each KV-head range written concurrently
+// gives exactly Attend's output, and only its own query heads are touched.
+func TestAttendKVHeadsSplitsExactly(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 3))
+	for _, dt := range []DType{BF16, FP8E4M3, FP8E5M2} {
+		l := Layout{Layers: 2, KVHeads: 4, HeadDim: 64, PageSize: 16, Pages: 24, DType: dt}
+		s, err := NewHostStore(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages := make([]int32, 24)
+		for i := range pages {
+			pages[i] = int32((i * 7) % 24)
+		}
+		rows := randRows(r, 300, 4*64, true)
+		for tok, row := range rows {
+			s.WriteRow(1, int(pages[tok/16]), tok%16, row, rows[len(rows)-1-tok])
+		}
+		const heads = 8 // GQA 2
+		q := randRows(r, 1, heads*64, false)[0]
+		want := make([]float32, heads*64)
+		s.Attend(want, q, 1, pages, 277, heads, 0.125)
+		for _, split := range [][2]int{{0, 4}, {0, 1}, {1, 3}, {3, 4}} {
+			got := make([]float32, heads*64)
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			var wg sync.WaitGroup
+			for kh := split[0]; kh < split[1]; kh++ {
+				wg.Go(func() { s.AttendKVHeads(got, q, 1, pages, 277, heads, kh, kh+1, 0.125) })
+			}
+			wg.Wait()
+			for i := range got {
+				inRange := i/64/2 >= split[0] && i/64/2 < split[1]
+				if inRange && got[i] != want[i] {
+					t.Fatalf("%s split %v: out[%d] = %v, Attend gives %v", dt, split, i, got[i], want[i])
+				}
+				if !inRange && !math.IsNaN(float64(got[i])) {
+					t.Fatalf("%s split %v: wrote out[%d] outside its heads", dt, split, i)
+				}
+			}
+		}
+	}
+	s, _ := NewHostStore(Layout{Layers: 1, KVHeads: 2, HeadDim: 64, PageSize: 16, Pages: 1, DType: BF16})
+	for _, bad := range [][2]int{{-1, 1}, {1, 1}, {0, 3}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("AttendKVHeads(%v) did not panic", bad)
+				}
+			}()
+			s.AttendKVHeads(make([]float32, 128), make([]float32, 128), 0, []int32{0}, 1, 2, bad[0], bad[1], 1)
+		}()
+	}
+}
