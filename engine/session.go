@@ -247,7 +247,6 @@ func (e *Engine) recordDecode(n int, d time.Duration) {
 	e.turnDecoded = int64(n)
 }
 
-
 // Reset drops the conversation's cached tokens (/clear).
 func (s *Session) Reset() {
 	s.e.mu.Lock()
