@@ -8,8 +8,8 @@
 # Environment:
 #   FTCHAT   the ftchat binary (default: go run .)
 #   MODEL    GGUF (default $FTCHAT_TEST_MODEL or the cached SmolLM2-135M-Instruct.Q4_1.gguf)
-#   WINDOW, STRIDE          sliding window (default 512, 256)
-#   PROSE_TOKENS, CODE_TOKENS, CALIB_TOKENS   text prefixes used (default 24576, 24576, 16384)
+#   WINDOW, STRIDE          sliding window (default 512, 384)
+#   PROSE_TOKENS, CODE_TOKENS, CALIB_TOKENS   text prefixes used (default 20736, 20736, 8192)
 #   NEEDLE_LENGTHS          haystack sizes (default 1024,4096,7936)
 #   STEPS                   which steps to run (default "calib prose code needle")
 #   VARIANTS                dtypes compared with bf16 (default fp8_e4m3:dynamic,fp8_e5m2:dynamic,fp8_e4m3:static)
@@ -21,10 +21,10 @@ mkdir -p "$out"
 FTCHAT=${FTCHAT:-go run .}
 MODEL=${MODEL:-${FTCHAT_TEST_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ftchat/models/SmolLM2-135M-Instruct.Q4_1.gguf}}
 WINDOW=${WINDOW:-512}
-STRIDE=${STRIDE:-256}
-PROSE_TOKENS=${PROSE_TOKENS:-24576}
-CODE_TOKENS=${CODE_TOKENS:-24576}
-CALIB_TOKENS=${CALIB_TOKENS:-16384}
+STRIDE=${STRIDE:-384}
+PROSE_TOKENS=${PROSE_TOKENS:-20736}
+CODE_TOKENS=${CODE_TOKENS:-20736}
+CALIB_TOKENS=${CALIB_TOKENS:-8192}
 NEEDLE_LENGTHS=${NEEDLE_LENGTHS:-1024,4096,7936}
 STEPS=${STEPS:-calib prose code needle}
 scales=$out/scales_e4m3.json
