@@ -3,16 +3,12 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ftchat/ftchat/engine"
-	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/internal/testmodel"
 	"github.com/ftchat/ftchat/prompts"
 )
@@ -62,87 +58,6 @@ func (r *recorder) Generate(ctx context.Context, req engine.Request) <-chan engi
 	return out
 }
 
-// inlinedLikeTheEngine is the conversation as the engine documents it
-// renders it for a template without a tool format (engine/template.go,
-// inlineTools): the tool list (prompts.ToolsBlock, one JSON signature a
-// line) appended to the system prompt, calls as <tool_call> text in the
-// assistant turn, results as <tool_response> blocks in one user turn. It is
-// the test's own reference; TestRealEngine checks the engine's prompt
-// against it token for token.
-func inlinedLikeTheEngine(t *testing.T, msgs []engine.Message, tools []engine.Tool) []engine.Message {
-	t.Helper()
-	sigs := make([]string, len(tools))
-	for i, tl := range tools {
-		b, err := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
-			"name": tl.Name, "description": tl.Description, "parameters": tl.Parameters}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sigs[i] = string(b)
-	}
-	block, err := prompts.ToolsBlock(sigs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []engine.Message
-	if len(msgs) > 0 && msgs[0].Role == "system" {
-		out = append(out, engine.Message{Role: "system", Content: strings.TrimRight(msgs[0].Content, "\n") + "\n\n" + block})
-		msgs = msgs[1:]
-	} else {
-		out = append(out, engine.Message{Role: "system", Content: block})
-	}
-	for _, m := range msgs {
-		switch {
-		case m.Role == "assistant" && len(m.ToolCalls) > 0:
-			parts := []string{}
-			if m.Content != "" {
-				parts = append(parts, m.Content)
-			}
-			for _, c := range m.ToolCalls {
-				args, _ := json.Marshal(c.Arguments)
-				parts = append(parts, fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, args))
-			}
-			out = append(out, engine.Message{Role: "assistant", Content: strings.Join(parts, "\n")})
-		case m.Role == "tool":
-			block := "<tool_response>\n" + m.Content + "\n</tool_response>"
-			if n := len(out); n > 0 && out[n-1].Role == "user" && strings.HasPrefix(out[n-1].Content, "<tool_response>") {
-				out[n-1].Content += "\n" + block
-			} else {
-				out = append(out, engine.Message{Role: "user", Content: block})
-			}
-		default:
-			out = append(out, engine.Message{Role: m.Role, Content: m.Content})
-		}
-	}
-	return out
-}
-
-// enginePromptTokens is the length in tokens of the prompt the engine
-// renders for req (tools included), read from FitCheck: the request is
-// padded past the pool so that the error carries the exact count.
-// pad is added to the first user message of both this request and the
-// reference it is compared with.
-func enginePromptTokens(t *testing.T, eng *engine.Engine, req engine.Request) int {
-	t.Helper()
-	err := eng.FitCheck(req)
-	var full *kvcache.PoolFullError
-	if !errors.As(err, &full) {
-		t.Fatalf("FitCheck of a padded request: want a pool-full error carrying the size, got %v", err)
-	}
-	return full.Asked - 1
-}
-
-func padFirstUser(msgs []engine.Message, pad string) []engine.Message {
-	out := append([]engine.Message(nil), msgs...)
-	for i := range out {
-		if out[i].Role == "user" {
-			out[i].Content += pad
-			break
-		}
-	}
-	return out
-}
-
 // TestRealEngine drives the loop with SmolLM2-135M-Instruct through the
 // engine and the model's own chat template, which has no tool format. What
 // the model writes is not fixed (a 135M model rarely writes a correct
@@ -157,42 +72,30 @@ func TestRealEngine(t *testing.T) {
 	path := testModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const poolTokens = 4096
-	eng, err := engine.Load(ctx, engine.Options{Model: path, Device: "cpu", KVTokens: poolTokens}, nil)
+	eng, err := engine.Load(ctx, engine.Options{Model: path, Device: "cpu", KVTokens: 4096}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	// About 4200 tokens: past the pool, well inside the 8K context.
-	pad := "\n" + strings.Repeat("pad ", poolTokens+100)
 
-	// checkRendered compares the engine's prompt for req with the
-	// reference rendered through the same template and tokenizer
-	// (EncodeChat, which renders without tools), and returns the
-	// reference's prompt text (unpadded) for the content checks.
+	// checkRendered returns the prompt the engine feeds the model for req
+	// and checks that the tools took their place in it.
 	checkRendered := func(t *testing.T, req engine.Request) string {
 		t.Helper()
-		padded := req
-		padded.Messages = padFirstUser(req.Messages, pad)
-		got := enginePromptTokens(t, eng, padded)
-		ref := inlinedLikeTheEngine(t, padded.Messages, padded.Tools)
-		ids, err := eng.EncodeChat(ref)
+		text, err := eng.RenderPrompt(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != len(ids) {
-			t.Errorf("the engine's prompt is %d tokens; the conversation with the tools inlined is %d", got, len(ids))
-		}
-		bare := padded
+		bare := req
 		bare.Tools = nil
-		if without := enginePromptTokens(t, eng, bare); got-without < 400 {
-			t.Errorf("the tools add %d tokens to the engine's prompt (%d with, %d without): the tool list is missing", got-without, got, without)
-		}
-		ids, err = eng.EncodeChat(inlinedLikeTheEngine(t, req.Messages, req.Tools))
+		without, err := eng.RenderPrompt(bare)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return eng.Tokenizer().Decode(ids)
+		if n := eng.CountTokens(text) - eng.CountTokens(without); n < 400 {
+			t.Errorf("the tools add %d tokens to the engine's prompt: the tool list is missing", n)
+		}
+		return text
 	}
 
 	for _, forced := range []bool{false, true} {

@@ -54,10 +54,17 @@ func (e *Engine) encodePrompt(req Request) ([]int32, error) {
 	return ids, err
 }
 
+// RenderPrompt is the prompt text Generate would feed the model for req:
+// the conversation through the model's chat template, with tools inlined
+// when the template has no tool format.
+func (e *Engine) RenderPrompt(req Request) (string, error) {
+	return e.tmpl.Render(req.Messages, req.Tools, true)
+}
+
 // renderPrompt renders req with the chat template and tokenizes it. The
 // template writes BOS itself, so none is added (as HF apply_chat_template).
 func (e *Engine) renderPrompt(req Request) (string, []int32, error) {
-	text, err := e.tmpl.Render(req.Messages, req.Tools, true)
+	text, err := e.RenderPrompt(req)
 	if err != nil {
 		return "", nil, err
 	}
