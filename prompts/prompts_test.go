@@ -2,7 +2,6 @@ package prompts_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -142,24 +141,25 @@ func TestAgentPromptTokens(t *testing.T) {
 	if got := a.Messages()[0].Content; got != sys {
 		t.Fatalf("the agent's system message is the prompt itself (the engine adds the tools): %q", got)
 	}
-	// The tool list as the engine inlines it for a template without a tool
-	// format (engine/template.go, inlineTools): one signature a line in the
-	// OpenAI function form, appended after a blank line.
-	sigs := make([]string, 0, len(tools.Defs()))
-	for _, d := range tools.Defs() {
-		b, err := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
-			"name": d.Name, "description": d.Description, "parameters": d.Parameters}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sigs = append(sigs, string(b))
-	}
-	block, err := prompts.ToolsBlock(sigs)
+	// The tool list as the engine inlines it for SmolLM2's template, which
+	// has no tool format: the same system message rendered with and without
+	// the tools.
+	eng, err := engine.Load(context.Background(), engine.Options{Model: path, Device: "cpu", KVTokens: 1024}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := sys + "\n\n" + block
-	n, nFull := count(sys), count(full)
+	defer eng.Close()
+	msgs := []engine.Message{{Role: "system", Content: sys}}
+	withTools, err := eng.RenderPrompt(engine.Request{Messages: msgs, Tools: tools.Defs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := eng.RenderPrompt(engine.Request{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := count(sys)
+	nFull := n + count(withTools) - count(bare)
 	t.Logf("agent system prompt: %d tokens; with the tool list the engine inlines: %d tokens", n, nFull)
 	// Budgets: about a tenth of SmolLM2's 8K context for the prompt and its
 	// tools. (850 with tools: the engine wraps each signature in the OpenAI
