@@ -299,6 +299,7 @@ func writeQualityTable(w io.Writer, reps []QualityReport) error {
 type needleFlags struct {
 	lengths, depths string
 	jsonFile        string
+	noRef           bool
 	seed            uint64
 	maxTokens       int
 }
@@ -309,6 +310,7 @@ func (n *needleFlags) add(cmd *cobra.Command) {
 	f.StringVar(&n.depths, "depths", "0.1,0.5,0.9", "needle depths as fractions of the haystack, comma-separated")
 	f.Uint64Var(&n.seed, "needle-seed", 1, "seed of the random passphrases")
 	f.IntVar(&n.maxTokens, "answer-tokens", 32, "answer tokens decoded greedily")
+	f.BoolVar(&n.noRef, "no-bf16", false, "do not add the bf16 reference (when its rows are known from an earlier run)")
 }
 
 func benchNeedleCmd(v *viper.Viper) *cobra.Command {
@@ -321,8 +323,8 @@ func benchNeedleCmd(v *viper.Viper) *cobra.Command {
 		Long: `needle builds haystacks from the sentences of --text (repeated as needed),
 inserts "The secret passphrase is <word>-<digits>." at each depth, asks for the
 passphrase through the model's chat template, decodes greedily and reports
-whether the answer holds it. bf16 is always run as the reference; each
---kv-cache-dtype entry sees the same prompts.`,
+whether the answer holds it. bf16 runs too as the reference (unless
+--no-bf16); each --kv-cache-dtype entry sees the same prompts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runNeedle(cmd, v, text, nf, asJSON)
@@ -394,7 +396,10 @@ func runNeedle(cmd *cobra.Command, v *viper.Viper, text string, nf needleFlags, 
 	if dtypes == "" || dtypes == "auto" {
 		dtypes = "fp8_e4m3"
 	}
-	specs, err := kvSpecs(e, "bf16,"+dtypes, v.GetString("kv-scales"))
+	if !nf.noRef {
+		dtypes = "bf16," + dtypes
+	}
+	specs, err := kvSpecs(e, dtypes, v.GetString("kv-scales"))
 	if err != nil {
 		return err
 	}
