@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ftchat/ftchat/engine/hub"
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 func pullCmd() *cobra.Command {
@@ -71,28 +72,15 @@ func modelsCmd() *cobra.Command {
 				fmt.Fprintln(out, "  (empty)")
 			}
 			for _, m := range list {
-				fmt.Fprintf(out, "  %-50s %10s  %s\n", m.Name, FormatBytes(m.Size), m.ModTime.Format(time.DateOnly))
+				fmt.Fprintf(out, "  %-50s %10s  %s\n", m.Name, kvcache.FormatBytes(m.Size), m.ModTime.Format(time.DateOnly))
 			}
 			fmt.Fprintln(out, "known names (fetched on first use):")
 			for _, k := range hub.KnownModels() {
-				fmt.Fprintf(out, "  %-50s %10s  aliases: %s\n", k.Name, FormatBytes(k.Size), strings.Join(k.Aliases, ", "))
+				fmt.Fprintf(out, "  %-50s %10s  aliases: %s\n", k.Name, kvcache.FormatBytes(k.Size), strings.Join(k.Aliases, ", "))
 			}
 			return nil
 		},
 	}
-}
-
-// FormatBytes prints sizes in binary units.
-func FormatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // progressPrinter draws a one-line progress bar on a terminal, or stage
@@ -139,9 +127,9 @@ func (p *progressPrinter) update(stage string, done, total int64) {
 	fill := pct * width / 100
 	bar := strings.Repeat("█", fill) + strings.Repeat("░", width-fill)
 	if total > 0 {
-		fmt.Fprintf(p.w, "\r%s %s %3d%% %s/%s", stage, bar, pct, FormatBytes(done), FormatBytes(total))
+		fmt.Fprintf(p.w, "\r%s %s %3d%% %s/%s", stage, bar, pct, kvcache.FormatBytes(done), kvcache.FormatBytes(total))
 	} else {
-		fmt.Fprintf(p.w, "\r%s %s", stage, FormatBytes(done))
+		fmt.Fprintf(p.w, "\r%s %s", stage, kvcache.FormatBytes(done))
 	}
 	p.drawn = true
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/ftchat/ftchat/engine/gguf/synth"
 	"github.com/ftchat/ftchat/engine/sample"
 	"github.com/ftchat/ftchat/gpu"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // These tests run wherever a CUDA GPU is usable and skip elsewhere (CI).
@@ -159,7 +161,7 @@ func TestGPU128KContextIn8GiB(t *testing.T) {
 		st := e.Stats()
 		caps[dt] = st.TokensCapacity
 		t.Logf("%s: %d tokens in %s pool (weights %s, budget %s)", dt, st.TokensCapacity,
-			gpu.FormatBytes(st.PoolBytes), gpu.FormatBytes(st.WeightsBytes), gpu.FormatBytes(st.BudgetBytes))
+			kvcache.FormatBytes(st.PoolBytes), kvcache.FormatBytes(st.WeightsBytes), kvcache.FormatBytes(st.BudgetBytes))
 		if dt == "fp8_e4m3" {
 			if st.TokensCapacity < 131072 {
 				t.Fatalf("fp8 pool holds %d tokens, want >= 131072", st.TokensCapacity)

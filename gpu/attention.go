@@ -77,7 +77,7 @@ func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
 	per := 2*align(codes) + 2*align(scales)
 	kv := &KVCache{Layout: l}
 	for i := range l.Layers {
-		b, err := c.Alloc(per, fmt.Sprintf("KV cache layer %d (%s)", i, FormatBytes(per)))
+		b, err := c.Alloc(per, fmt.Sprintf("KV cache layer %d (%s)", i, kvcache.FormatBytes(per)))
 		if err != nil {
 			kv.Free(c)
 			return nil, err

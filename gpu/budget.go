@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // ErrBudget is wrapped by every allocation refused because it would exceed
@@ -27,7 +29,7 @@ func (b *budget) reserve(n int64, what string) error {
 	}
 	if b.limit > 0 && b.used+n > b.limit {
 		return fmt.Errorf("%w: %s needs %s, %s already in use of a %s budget (raise --gpu-memory or shorten the context)",
-			ErrBudget, what, FormatBytes(n), FormatBytes(b.used), FormatBytes(b.limit))
+			ErrBudget, what, kvcache.FormatBytes(n), kvcache.FormatBytes(b.used), kvcache.FormatBytes(b.limit))
 	}
 	b.used += n
 	if b.used > b.peak {
@@ -55,20 +57,6 @@ func (b *budget) stats() MemStats {
 	return MemStats{Budget: b.limit, Used: b.used, Peak: b.peak}
 }
 
-// FormatBytes renders n in binary units (KiB, MiB, GiB) with two decimals.
-func FormatBytes(n int64) string {
-	const k = 1024
-	switch {
-	case n >= k*k*k:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(k*k*k))
-	case n >= k*k:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(k*k))
-	case n >= k:
-		return fmt.Sprintf("%.2f KiB", float64(n)/k)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 // MemoryPlan splits a device budget into weights, workspace and KV pool.
 type MemoryPlan struct {
 	Budget    int64
@@ -92,8 +80,8 @@ func PlanMemory(budget, weights, workspace, reserve, pageBytes int64) (MemoryPla
 	left := budget - weights - workspace - reserve
 	if left < pageBytes {
 		return p, fmt.Errorf("%w: weights %s + workspace %s + reserve %s leave %s of the %s budget, less than one KV page (%s); raise --gpu-memory, use a smaller model or a smaller prefill chunk",
-			ErrBudget, FormatBytes(weights), FormatBytes(workspace), FormatBytes(reserve),
-			FormatBytes(max(left, 0)), FormatBytes(budget), FormatBytes(pageBytes))
+			ErrBudget, kvcache.FormatBytes(weights), kvcache.FormatBytes(workspace), kvcache.FormatBytes(reserve),
+			kvcache.FormatBytes(max(left, 0)), kvcache.FormatBytes(budget), kvcache.FormatBytes(pageBytes))
 	}
 	p.Pages = int(left / pageBytes)
 	p.Pool = int64(p.Pages) * pageBytes

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // Sentinel errors wrapped by Probe and Open, for callers that pick a device.
@@ -38,7 +40,7 @@ func (i Info) Arch() int { return i.Major*10 + i.Minor }
 
 func (i Info) String() string {
 	return fmt.Sprintf("cuda:%d %s (sm_%d, %d SMs, %s total, %s free, driver CUDA %d.%d)",
-		i.Ordinal, i.Name, i.Arch(), i.SMs, FormatBytes(i.TotalMem), FormatBytes(i.FreeMem),
+		i.Ordinal, i.Name, i.Arch(), i.SMs, kvcache.FormatBytes(i.TotalMem), kvcache.FormatBytes(i.FreeMem),
 		i.Driver/1000, i.Driver%1000/10)
 }
 
@@ -295,7 +297,7 @@ func (c *Ctx) Alloc(n int64, what string) (Buffer, error) {
 		var ce *Error
 		if errors.As(err, &ce) && ce.Code == cudaErrorOutOfMemory {
 			st := c.d.budget.stats()
-			return Buffer{}, fmt.Errorf("%w: %s needs %s with %s in use: %v", ErrOutOfMemory, what, FormatBytes(n), FormatBytes(st.Used), err)
+			return Buffer{}, fmt.Errorf("%w: %s needs %s with %s in use: %v", ErrOutOfMemory, what, kvcache.FormatBytes(n), kvcache.FormatBytes(st.Used), err)
 		}
 		return Buffer{}, err
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"unsafe"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // minFreeBytes is the least free memory with which a device is worth
@@ -65,7 +67,7 @@ func Probe(ordinal int) (Info, error) {
 	info.FreeMem = free
 	if free < minFreeBytes {
 		return info, fmt.Errorf("%w: cuda:%d %s has only %s free of %s (other programs hold the rest)",
-			ErrOutOfMemory, ordinal, info.Name, FormatBytes(free), FormatBytes(info.TotalMem))
+			ErrOutOfMemory, ordinal, info.Name, kvcache.FormatBytes(free), kvcache.FormatBytes(info.TotalMem))
 	}
 	return info, nil
 }
