@@ -142,21 +142,30 @@ func dotQ4_KFast(w []byte, x, xs []float32) float32 {
 	var s float32
 	for i0 := 0; i0 < nb; i0 += kBatch {
 		n := min(kBatch, nb-i0)
-		var mins float32
-		for i := i0; i < i0+n; i++ {
-			b := w[i*144 : i*144+144 : i*144+144]
-			d, dmin := f16(b), f16(b[2:])
-			var macc float32
-			for j := 0; j < 8; j++ {
-				s1, m1 := scaleMin(j, b[4:16])
-				sc[(i-i0)*8+j] = d * s1
-				macc += m1 * xs[i*8+j]
-			}
-			mins += dmin * macc
-		}
+		mins := kScalesMins(w, 144, i0, n, xs, sc[:])
 		s += dotQ4KBlocksAVX2(&w[i0*144+16], &x[i0*256], &sc[0], n) - mins
 	}
 	return s
+}
+
+// kScalesMins unpacks the 6-bit sub-block scales of n Q4_K/Q5_K blocks
+// (blockBytes long, from block i0) into sc as d*scale, and returns the
+// dmin*min correction those blocks subtract from the dot with x (xs holds
+// x's sums per 32-value sub-block).
+func kScalesMins(w []byte, blockBytes, i0, n int, xs, sc []float32) float32 {
+	var mins float32
+	for i := i0; i < i0+n; i++ {
+		b := w[i*blockBytes : i*blockBytes+16]
+		d, dmin := f16(b), f16(b[2:])
+		var macc float32
+		for j := 0; j < 8; j++ {
+			s1, m1 := scaleMin(j, b[4:16])
+			sc[(i-i0)*8+j] = d * s1
+			macc += m1 * xs[i*8+j]
+		}
+		mins += dmin * macc
+	}
+	return mins
 }
 
 func dotQ6_KFast(w []byte, x, _ []float32) float32 {
@@ -195,18 +204,7 @@ func dotQ5_KFast(w []byte, x, xs []float32) float32 {
 	var s float32
 	for i0 := 0; i0 < nb; i0 += kBatch {
 		n := min(kBatch, nb-i0)
-		var mins float32
-		for i := i0; i < i0+n; i++ {
-			b := w[i*176 : i*176+176 : i*176+176]
-			d, dmin := f16(b), f16(b[2:])
-			var macc float32
-			for j := 0; j < 8; j++ {
-				s1, m1 := scaleMin(j, b[4:16])
-				sc[(i-i0)*8+j] = d * s1
-				macc += m1 * xs[i*8+j]
-			}
-			mins += dmin * macc
-		}
+		mins := kScalesMins(w, 176, i0, n, xs, sc[:])
 		s += dotQ5KBlocksAVX2(&w[i0*176], &x[i0*256], &sc[0], n) - mins
 	}
 	return s
