@@ -215,20 +215,14 @@ func dequantQ5_1(b []byte, y []float32) {
 }
 
 // Q8_0: d f16, qs[32] int8.
-func dequantQ8_0(b []byte, y []float32) {
-	d := f16at(b, 0)
-	qs := b[2:34]
-	y = y[:32]
-	for j := range y {
-		y[j] = float32(int8(qs[j])) * d
-	}
-}
+func dequantQ8_0(b []byte, y []float32) { scaleInt8(y[:32], b[2:34], f16at(b, 0)) }
 
 // Q8_1: d f16, s f16 (sum, unused here), qs[32] int8.
-func dequantQ8_1(b []byte, y []float32) {
-	d := f16at(b, 0)
-	qs := b[4:36]
-	y = y[:32]
+func dequantQ8_1(b []byte, y []float32) { scaleInt8(y[:32], b[4:36], f16at(b, 0)) }
+
+// scaleInt8 sets y[j] = int8(qs[j]) * d.
+func scaleInt8(y []float32, qs []byte, d float32) {
+	qs = qs[:len(y)]
 	for j := range y {
 		y[j] = float32(int8(qs[j])) * d
 	}
