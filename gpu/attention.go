@@ -383,19 +383,6 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.DType), dyn, inv, rope.Dim, neox)
 }
 
-// attnOccupancy is the number of attention CTAs resident per SM, from the
-// kernels' launch bounds and register counts (ptxas -v, sm_90): 1 at
-// head_dim 256 (255 registers), 2 at 128 (220-255), 3 below (<= 168).
-func attnOccupancy(d int) int {
-	switch {
-	case d == 256:
-		return 1
-	case d == 128:
-		return 2
-	}
-	return 3
-}
-
 // chooseSplits picks how many key chunks each (row block, kv head) is
 // split into. A CTA of 4 warps handles one chunk; with slots CTAs resident
 // on the device at once, fill one wave (fewer CTAs leave SMs idle, a
@@ -437,9 +424,17 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	}
 	base := m.nblocks * l.KVHeads * hslices
 	d := l.HeadDim
-	occ := attnOccupancy(d)
+	name := fmt.Sprintf("attn_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
+	f, err := c.Function(attentionModule, name)
+	if err != nil {
+		return err
+	}
 	splits := kv.Splits
 	if splits <= 0 {
+		occ, err := c.Occupancy(f, 128)
+		if err != nil {
+			return err
+		}
 		splits = chooseSplits(occ*c.d.info.SMs*max(kv.Waves, 1), base, m.maxK, kv.MinSplitTokens)
 	}
 	var part, partML DevicePtr
@@ -458,11 +453,6 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 			kv.ws = ws
 		}
 		part, partML = kv.ws.Ptr, kv.ws.Ptr.Add(accBytes)
-	}
-	name := fmt.Sprintf("attn_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
-	f, err := c.Function(attentionModule, name)
-	if err != nil {
-		return err
 	}
 	seqs, pt, rowSeq, blocks := kv.metaPtrs(m)
 	ly := kv.layers[layer]

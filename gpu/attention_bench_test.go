@@ -274,6 +274,19 @@ func BenchmarkAttention(b *testing.B) {
 			}
 		}
 	}
+	if only == "key" { // the target configurations, for comparing kernel builds
+		for _, sh := range benchShapes {
+			for _, bc := range [][2]int{{1, 32768}, {1, 131072}, {16, 8192}, {16, 32768}} {
+				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
+					run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: bc[0], ctx: bc[1], newT: 1})
+				}
+			}
+		}
+		for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
+			sh := benchShapes[0]
+			run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: 2048, newT: 2048})
+		}
+	}
 	if only == "variants" {
 		for _, waves := range []int{2, 4} {
 			for _, bc := range [][2]int{{1, 32768}, {16, 32768}} {

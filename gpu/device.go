@@ -103,6 +103,7 @@ type Event struct{ h uintptr }
 type Function struct {
 	h    uintptr
 	Name string
+	occ  map[int]int // resident CTAs per SM by block size (no dynamic shared memory)
 }
 
 // Dim3 is a grid or block shape.

@@ -23,6 +23,7 @@ type driver struct {
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsed uintptr
 	cuModuleLoadDataEx, cuModuleGetFunction, cuModuleUnload                          uintptr
 	cuLaunchKernel, cuFuncSetAttribute                                               uintptr
+	cuOccupancyMaxActiveBlocksPerMultiprocessor                                      uintptr
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate                     uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                                uintptr
 }
@@ -76,6 +77,7 @@ func loadDriver() (*driver, error) {
 			{&d.cuModuleLoadDataEx, "cuModuleLoadDataEx"}, {&d.cuModuleGetFunction, "cuModuleGetFunction"},
 			{&d.cuModuleUnload, "cuModuleUnload"},
 			{&d.cuLaunchKernel, "cuLaunchKernel"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"},
+			{&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 			{&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"}, {&d.cuStreamEndCapture, "cuStreamEndCapture"},
 			{&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"},
 			{&d.cuGraphLaunch, "cuGraphLaunch"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"unsafe"
 )
@@ -29,13 +31,21 @@ func ptxTarget(arch int) (string, error) {
 }
 
 // KernelPTX returns the embedded PTX of module name for arch, NUL-terminated
-// as cuModuleLoadData requires.
+// as cuModuleLoadData requires. When FTCHAT_PTX_DIR names a directory that
+// holds <name>_<target>.ptx, that file is used instead (kernel tuning runs).
 func KernelPTX(name string, arch int) ([]byte, error) {
 	t, err := ptxTarget(arch)
 	if err != nil {
 		return nil, err
 	}
 	file := "kernels/" + name + "_" + t + ".ptx"
+	if dir := os.Getenv("FTCHAT_PTX_DIR"); dir != "" {
+		// Kernel tuning: PTX built elsewhere (scripts/attn_variants.sh)
+		// replaces the embedded module when the directory has it.
+		if b, err := os.ReadFile(filepath.Join(dir, name+"_"+t+".ptx")); err == nil {
+			return append(b, 0), nil
+		}
+	}
 	b, err := fs.ReadFile(kernelFS, file)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: kernel module %q has no embedded PTX %s (run go generate ./gpu/...)", name, file)
@@ -91,4 +101,23 @@ func (c *Ctx) Function(mod, fn string) (*Function, error) {
 	}
 	c.funcs[key] = f
 	return f, nil
+}
+
+// Occupancy is how many CTAs of block threads (no dynamic shared memory) of
+// f the driver fits on one SM, given the registers and shared memory that
+// the JIT gave f on this device.
+func (c *Ctx) Occupancy(f *Function, block int) (int, error) {
+	if n, ok := f.occ[block]; ok {
+		return n, nil
+	}
+	var n int32
+	if err := c.drv.check("cuOccupancyMaxActiveBlocksPerMultiprocessor("+f.Name+")",
+		ccall(c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&n)), f.h, uintptr(block), 0)); err != nil {
+		return 0, err
+	}
+	if f.occ == nil {
+		f.occ = map[int]int{}
+	}
+	f.occ[block] = max(int(n), 1)
+	return f.occ[block], nil
 }

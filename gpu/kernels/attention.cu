@@ -30,6 +30,31 @@
 // Accuracy-critical: no --use_fast_math.
 #include <cstdint>
 
+// Tuning knobs (see attn_body): bytes of K+V per warp and stage with two
+// register stages (16-bit pages, fp8 pages) or one, the smallest head_dim
+// that uses two stages, and the accumulator chains of the QK^T MMAs.
+#ifndef ATTN_ST2_BYTES
+#define ATTN_ST2_BYTES 4096
+#endif
+#ifndef ATTN_ST2_BYTES_FP8
+#define ATTN_ST2_BYTES_FP8 4096
+#endif
+#ifndef ATTN_ST1_BYTES
+#define ATTN_ST1_BYTES 8192
+#endif
+#ifndef ATTN_ST2_MIN_D
+#define ATTN_ST2_MIN_D 128
+#endif
+#ifndef ATTN_ST2_MIN_D_FP8
+#define ATTN_ST2_MIN_D_FP8 128
+#endif
+#ifndef ATTN_MINB_D128_FP8  // CTAs per SM the fp8 head_dim-128 kernels are built for
+#define ATTN_MINB_D128_FP8 2
+#endif
+#ifndef ATTN_QK_CHAINS
+#define ATTN_QK_CHAINS 1
+#endif
+
 namespace {
 
 enum { KV_BF16 = 0, KV_F16 = 1, KV_E4M3 = 2, KV_E5M2 = 3 };
@@ -202,10 +227,12 @@ __device__ __forceinline__ void attn_body(
     // flight. Measured on an H200 (docs/benchmarks.md): two stages help at
     // D = 128 (5%); at D <= 96 one stage of up to 4 tiles with 3 CTAs per
     // SM is faster; D = 256 has no registers for a second stage.
+    // The ATTN_* macros exist for tuning runs (scripts/attn_variants.sh
+    // builds PTX with other values); the defaults are the measured best.
     constexpr int TB = 32 * D * E;  // K+V bytes of one tile per warp
-    constexpr int ST = D == 128 ? 2 : 1;
-    constexpr int TL = ST == 2 ? ((4096 / TB) < 1 ? 1 : (4096 / TB))
-                               : ((8192 / TB) < 1 ? 1 : (8192 / TB) > 4 ? 4 : (8192 / TB));
+    constexpr int ST = D >= (FP8 ? ATTN_ST2_MIN_D_FP8 : ATTN_ST2_MIN_D) && D <= 128 ? 2 : 1;
+    constexpr int SB = ST == 2 ? (FP8 ? ATTN_ST2_BYTES_FP8 : ATTN_ST2_BYTES) : ATTN_ST1_BYTES;
+    constexpr int TL = (SB / TB) < 1 ? 1 : (ST == 1 && (SB / TB) > 4) ? 4 : (SB / TB);
     // q fragments per warp; reused after the key loop as the merge buffer
     // [warp][row][D] float32 (the same 128*D bytes).
     __shared__ uint4 qs[4][KT][32];
@@ -332,15 +359,22 @@ __device__ __forceinline__ void attn_body(
             float sv[4];
 #pragma unroll
             for (int n = 0; n < 2; n++) {
-                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+                // ATTN_QK_CHAINS independent accumulators shorten the
+                // dependent chain of MMAs over head_dim.
+                float acc[ATTN_QK_CHAINS][4];
+#pragma unroll
+                for (int c = 0; c < ATTN_QK_CHAINS; c++) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
 #pragma unroll
                 for (int kk = 0; kk < KT; kk++) {
                     uint32_t b0, b1;
                     kfrag<T>(st.kw[u][n], kk, b0, b1);
-                    mma<F16>(acc, qs[warp][kk][lane], b0, b1);
+                    mma<F16>(acc[kk % ATTN_QK_CHAINS], qs[warp][kk][lane], b0, b1);
                 }
-                sv[2 * n] = acc[0] + acc[2];
-                sv[2 * n + 1] = acc[1] + acc[3];
+#pragma unroll
+                for (int c = 1; c < ATTN_QK_CHAINS; c++)
+                    acc[0][0] += acc[c][0], acc[0][1] += acc[c][1], acc[0][2] += acc[c][2], acc[0][3] += acc[c][3];
+                sv[2 * n] = acc[0][0] + acc[0][2];
+                sv[2 * n + 1] = acc[0][1] + acc[0][3];
             }
             float mt = -INFINITY;
 #pragma unroll
@@ -460,17 +494,17 @@ __device__ __forceinline__ void attn_body(
                         group, hpw, hslices, pageShift, splits, rows, scaleLog2);                      \
     }
 
-#define ATTN_ALL_D(PREFIX, T)                 \
+#define ATTN_ALL_D(PREFIX, T, MINB128)       \
     ATTN_KERNEL(PREFIX##_d64, T, 64, 3)       \
     ATTN_KERNEL(PREFIX##_d80, T, 80, 3)       \
     ATTN_KERNEL(PREFIX##_d96, T, 96, 3)       \
-    ATTN_KERNEL(PREFIX##_d128, T, 128, 2)     \
+    ATTN_KERNEL(PREFIX##_d128, T, 128, MINB128) \
     ATTN_KERNEL(PREFIX##_d256, T, 256, 1)
 
-ATTN_ALL_D(attn_bf16, KV_BF16)
-ATTN_ALL_D(attn_f16, KV_F16)
-ATTN_ALL_D(attn_e4m3, KV_E4M3)
-ATTN_ALL_D(attn_e5m2, KV_E5M2)
+ATTN_ALL_D(attn_bf16, KV_BF16, 2)
+ATTN_ALL_D(attn_f16, KV_F16, 2)
+ATTN_ALL_D(attn_e4m3, KV_E4M3, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_e5m2, KV_E5M2, ATTN_MINB_D128_FP8)
 
 // attn_merge combines the split partials of each (row, head) of a
 // sequence: out = sum_i 2^(m_i-M) acc_i / sum_i 2^(m_i-M) l_i. One CTA of

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds PTX of gpu/kernels/attention.cu with other tuning knobs (the ATTN_*
+# macros) into .gpu/ptx/<variant>/attention_sm89.ptx, for a device run that
+# benchmarks them side by side: FTCHAT_PTX_DIR=.gpu/ptx/<variant> makes the
+# gpu package load that PTX instead of the embedded one. Needs nvcc (11.8,
+# scripts/install_nvcc.sh). Prints each variant's register use on sm_90.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-nvcc}
+declare -A V=(
+  [base]=""
+  [qk2]="-DATTN_QK_CHAINS=2"
+  [fp8tl2]="-DATTN_ST2_BYTES_FP8=8192"
+  [fp8st1]="-DATTN_ST2_MIN_D_FP8=256"
+  [fp8st1b3]="-DATTN_ST2_MIN_D_FP8=256 -DATTN_MINB_D128_FP8=3"
+  [fp8st1qk2]="-DATTN_ST2_MIN_D_FP8=256 -DATTN_QK_CHAINS=2"
+)
+for name in ${VARIANTS:-${!V[@]}}; do
+  d=.gpu/ptx/$name
+  mkdir -p "$d"
+  # shellcheck disable=SC2086
+  "$NVCC" -ptx -arch=compute_89 -O3 -lineinfo -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 ${V[$name]} \
+    -o "$d/attention_sm89.ptx" gpu/kernels/attention.cu
+  if command -v ptxas >/dev/null; then
+    { ptxas -arch=sm_90 -v "$d/attention_sm89.ptx" -o /dev/null 2>&1 || echo "ptxas failed (its report only)"; } | grep -E "Compiling|Used|spill" | paste - - - |
+      grep -E "attn_(bf16|e4m3)_d(64|128)'" | sed -E "s/ptxas info +: //g; s/^/$name: /" | sed -E 's/Compiling entry function//; s/for .sm_90.//'
+  fi
+done
