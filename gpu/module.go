@@ -18,41 +18,46 @@ import (
 //go:embed kernels
 var kernelFS embed.FS
 
-// ptxTarget picks the PTX flavour for a compute capability: compute_89
-// (hardware FP8 conversions) on sm_89 and newer, compute_80 on sm_80..88.
-func ptxTarget(arch int) (string, error) {
+// ptxTargets lists the PTX flavours for a compute capability, best first:
+// compute_90 (modules that have it: the FP8 cvt), then compute_89 on sm_90
+// and newer; compute_89 on sm_89; compute_80 on sm_80..88 (FP8 decoded
+// with integer ops).
+func ptxTargets(arch int) ([]string, error) {
 	switch {
+	case arch >= 90:
+		return []string{"sm90", "sm89"}, nil
 	case arch >= 89:
-		return "sm89", nil
+		return []string{"sm89"}, nil
 	case arch >= MinComputeCapability:
-		return "sm80", nil
+		return []string{"sm80"}, nil
 	}
-	return "", fmt.Errorf("%w: sm_%d is older than sm_80 (Ampere)", ErrUnsupported, arch)
+	return nil, fmt.Errorf("%w: sm_%d is older than sm_80 (Ampere)", ErrUnsupported, arch)
 }
 
 // KernelPTX returns the embedded PTX of module name for arch, NUL-terminated
 // as cuModuleLoadData requires. When FTCHAT_PTX_DIR names a directory that
 // holds <name>_<target>.ptx, that file is used instead (kernel tuning runs).
 func KernelPTX(name string, arch int) ([]byte, error) {
-	t, err := ptxTarget(arch)
+	ts, err := ptxTargets(arch)
 	if err != nil {
 		return nil, err
 	}
-	file := "kernels/" + name + "_" + t + ".ptx"
 	if dir := os.Getenv("FTCHAT_PTX_DIR"); dir != "" {
-		// Kernel tuning: PTX built elsewhere (scripts/attn_variants.sh)
-		// replaces the embedded module when the directory has it.
-		if b, err := os.ReadFile(filepath.Join(dir, name+"_"+t+".ptx")); err == nil {
-			return append(b, 0), nil
+		for _, t := range ts {
+			if b, err := os.ReadFile(filepath.Join(dir, name+"_"+t+".ptx")); err == nil {
+				return append(b, 0), nil
+			}
 		}
 	}
-	b, err := fs.ReadFile(kernelFS, file)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: kernel module %q has no embedded PTX %s (run go generate ./gpu/...)", name, file)
+	for _, t := range ts {
+		b, err := fs.ReadFile(kernelFS, "kernels/"+name+"_"+t+".ptx")
+		if err == nil {
+			out := make([]byte, len(b)+1) // trailing NUL
+			copy(out, b)
+			return out, nil
+		}
 	}
-	out := make([]byte, len(b)+1) // trailing NUL
-	copy(out, b)
-	return out, nil
+	return nil, fmt.Errorf("gpu: kernel module %q has no embedded PTX for %s (run go generate ./gpu/...)", name, strings.Join(ts, "/"))
 }
 
 // Module loads (once) the embedded kernel module name, e.g. "ops" for

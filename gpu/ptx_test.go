@@ -23,7 +23,11 @@ func TestPTXUpToDate(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := strings.TrimSuffix(filepath.Base(src), ".cu")
-		for _, suf := range []string{"sm80", "sm89"} {
+		code, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, suf := range ptxhash.Targets(code) {
 			ptx := filepath.Join("kernels", name+"_"+suf+".ptx")
 			b, err := os.ReadFile(ptx)
 			if err != nil {
@@ -45,10 +49,11 @@ func TestKernelPTXTarget(t *testing.T) {
 		arch    int
 		want    string
 		wantErr bool
-	}{{75, "", true}, {80, "sm80", false}, {86, "sm80", false}, {89, "sm89", false}, {90, "sm89", false}, {120, "sm89", false}} {
-		got, err := ptxTarget(tc.arch)
+	}{{75, "", true}, {80, "sm80", false}, {86, "sm80", false}, {89, "sm89", false}, {90, "sm90 sm89", false}, {120, "sm90 sm89", false}} {
+		ts, err := ptxTargets(tc.arch)
+		got := strings.Join(ts, " ")
 		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ptxTarget(%d) = %q, %v; want %q (error %v)", tc.arch, got, err, tc.want, tc.wantErr)
+			t.Errorf("ptxTargets(%d) = %q, %v; want %q (error %v)", tc.arch, got, err, tc.want, tc.wantErr)
 		}
 	}
 	p, err := KernelPTX("ops", 90)

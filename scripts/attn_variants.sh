@@ -9,17 +9,21 @@ cd "$(dirname "$0")/.."
 NVCC=${NVCC:-nvcc}
 declare -A V=(
   [base]=""
-  [qk2]="-DATTN_QK_CHAINS=2"
-  [fp8tl2]="-DATTN_ST2_BYTES_FP8=8192"
-  [fp8st1]="-DATTN_ST2_MIN_D_FP8=256"
-  [fp8st1b3]="-DATTN_ST2_MIN_D_FP8=256 -DATTN_MINB_D128_FP8=3"
-  [fp8st1qk2]="-DATTN_ST2_MIN_D_FP8=256 -DATTN_QK_CHAINS=2"
+  [fp8f16i]="-DATTN_FP8_F16=1"
+  [fp8f16]="90 -DATTN_FP8_F16=1"
+  [fp8f16st1]="90 -DATTN_FP8_F16=1 -DATTN_ST2_MIN_D_FP8=256"
+  [fp8f16tl2]="90 -DATTN_FP8_F16=1 -DATTN_ST2_BYTES_FP8=8192"
+  [fp8f16b3]="90 -DATTN_FP8_F16=1 -DATTN_ST2_MIN_D_FP8=256 -DATTN_MINB_D128_FP8=3"
 )
 for name in ${VARIANTS:-${!V[@]}}; do
   d=.gpu/ptx/$name
   mkdir -p "$d"
+  # A leading "90" builds for compute_90 (Hopper; the file keeps the sm89
+  # name, which is what the H200 loads).
+  sm=89 flags=${V[$name]}
+  if [[ $flags == 90* ]]; then sm=90 flags=${flags#90}; fi
   # shellcheck disable=SC2086
-  "$NVCC" -ptx -arch=compute_89 -O3 -lineinfo -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 ${V[$name]} \
+  "$NVCC" -ptx -arch=compute_$sm -O3 -lineinfo -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=$sm $flags \
     -o "$d/attention_sm89.ptx" gpu/kernels/attention.cu
   if command -v ptxas >/dev/null; then
     { ptxas -arch=sm_90 -v "$d/attention_sm89.ptx" -o /dev/null 2>&1 || echo "ptxas failed (its report only)"; } | grep -E "Compiling|Used|spill" | paste - - - |

@@ -28,6 +28,8 @@
 // Pool layout (docs/kv-cache.md): codes [page][kv_head][slot][head_dim],
 // dynamic scales [page][kv_head][slot] float32, static scales [kv_head].
 // Accuracy-critical: no --use_fast_math.
+//
+// ptxgen-targets: sm90
 #include <cstdint>
 
 // Tuning knobs (see attn_body): bytes of K+V per warp and stage with two
@@ -53,6 +55,14 @@
 #endif
 #ifndef ATTN_QK_CHAINS
 #define ATTN_QK_CHAINS 1
+#endif
+// ATTN_FP8_F16: FP8 pages go through fp16 MMAs (codes widened to fp16 by
+// the hardware cvt, by byte placement for E5M2) instead of bf16 ones. On by
+// default where the cvt exists (the compute_90 PTX): on the H200 it took
+// fp8 decode from 0.89-0.93x to 0.79-0.81x of the bf16 time (Llama shapes);
+// without the cvt (integer placement into fp16) it was slower than bf16's.
+#ifndef ATTN_FP8_F16
+#define ATTN_FP8_F16 (FTCHAT_SM >= 90)
 #endif
 
 namespace {
@@ -134,6 +144,31 @@ __device__ __forceinline__ uint32_t fp8pair(uint32_t h) {
     return d;
 }
 
+// fp8x2h turns the two FP8 codes in bytes 0 (lo) and 1 (hi) of w, or in
+// bytes 2 and 3 when HI, into the f16x2 of their exact values (FP8 pages on
+// the fp16 MMA path).
+template <int T, bool HI = false>
+__device__ __forceinline__ uint32_t fp8x2h(uint32_t w) {
+    uint32_t d;
+    constexpr uint32_t sel = HI ? 0x3424u : 0x1404u;  // the codes into bytes 1 and 3, zeros below
+    if (T == KV_E5M2) {
+        d = prmt(w, 0u, sel);  // an E5M2 code is the top byte of the fp16 of the same value
+    } else {
+#if FTCHAT_SM >= 90  // PTX ISA 7.8 (nvcc 11.8) has the FP8 cvt for sm_90 only
+        if (HI)
+            asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, h; }" : "=r"(d) : "r"(w));
+        else
+            asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, l; }" : "=r"(d) : "r"(w));
+#else
+        // sign/exponent/mantissa into fp16 fields (value * 2^-8), then * 2^8.
+        const uint32_t h = prmt(w, 0u, sel);
+        const uint32_t r = (h & 0x80008000u) | ((h >> 1) & 0x3f803f80u);
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(r), "r"(0x5C005C00u));
+#endif
+    }
+    return d;
+}
+
 // ldchunk loads NB bytes (NB a multiple of 2, the address aligned to the
 // largest power of two <= 16 dividing NB) into words, read-only path.
 template <int NB>
@@ -169,11 +204,15 @@ __device__ __forceinline__ void zchunk(uint32_t (&w)[(NB + 3) / 4]) {
 }
 
 // kfrag: B operand (dims 4kk..4kk+3 of the thread's K chunk) of QK k-tile kk.
-template <int T>
+template <int T, bool H>
 __device__ __forceinline__ void kfrag(const uint32_t* w, int kk, uint32_t& b0, uint32_t& b1) {
     if (T == KV_BF16 || T == KV_F16) {
         b0 = w[2 * kk];
         b1 = w[2 * kk + 1];
+    } else if (H) {
+        const uint32_t x = w[kk];
+        b0 = fp8x2h<T>(x);        // codes 0,1
+        b1 = fp8x2h<T, true>(x);  // codes 2,3
     } else {
         const uint32_t x = w[kk];
         b0 = fp8pair<T>(prmt(x, x, 0x1000u));  // codes 0,1 -> bytes 1,3
@@ -183,10 +222,13 @@ __device__ __forceinline__ void kfrag(const uint32_t* w, int kk, uint32_t& b0, u
 
 // vfrag: B operand of PV n-tile j: dim j of the thread's V chunk for the
 // token pair (a, b).
-template <int T>
+template <int T, bool H>
 __device__ __forceinline__ uint32_t vfrag(const uint32_t* wa, const uint32_t* wb, int j) {
     if (T == KV_BF16 || T == KV_F16) {
         return prmt(wa[j >> 1], wb[j >> 1], (j & 1) ? 0x7632u : 0x5410u);
+    } else if (H) {
+        const uint32_t k = j & 3;
+        return fp8x2h<T>(prmt(wa[j >> 2], wb[j >> 2], ((4u + k) << 4) | k));  // byte k of a, of b
     } else {
         const uint32_t k = j & 3;
         return fp8pair<T>(prmt(wa[j >> 2], wb[j >> 2], ((4u + k) << 12) | (k << 4)));
@@ -214,8 +256,8 @@ __device__ __forceinline__ void attn_body(
     const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ blocks,
     int nblocks, int kvh, int group, int hpw, int hslices, int pageShift, int splits, int rows,
     float scaleLog2) {
-    constexpr bool F16 = T == KV_F16;
     constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
+    constexpr bool F16 = T == KV_F16 || (FP8 && ATTN_FP8_F16);  // fp16 MMAs
     constexpr int E = FP8 ? 1 : 2;
     constexpr int KT = D / 16;     // k-tiles of QK^T
     constexpr int NTV = D / 8;     // n-tiles of PV
@@ -311,6 +353,14 @@ __device__ __forceinline__ void attn_body(
     for (int j = 0; j < NTV; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m = -INFINITY, l = 0.f;
     const size_t rowBytes = (size_t)D * E;
+    // FP8 on fp16 MMAs: p * v_scale would leave fp16's range for small
+    // scales, so it is multiplied by 2^(VSHIFT - e), e = the largest v
+    // scale's exponent seen so far (vexp, biased), which keeps it below
+    // 2^(VSHIFT+1); o is rescaled by a power of two when vexp grows and by
+    // 2^(e - VSHIFT) at the end.
+    constexpr bool VS = FP8 && F16;
+    constexpr int VSHIFT = 14;
+    int vexp = 30;
 
     // One stage = TL tiles of 16 keys. With ST == 2 the loads of the next
     // stage are issued before the current one is computed, so memory
@@ -367,7 +417,7 @@ __device__ __forceinline__ void attn_body(
 #pragma unroll
                 for (int kk = 0; kk < KT; kk++) {
                     uint32_t b0, b1;
-                    kfrag<T>(st.kw[u][n], kk, b0, b1);
+                    kfrag<T, F16>(st.kw[u][n], kk, b0, b1);
                     mma<F16>(acc[kk % ATTN_QK_CHAINS], qs[warp][kk][lane], b0, b1);
                 }
 #pragma unroll
@@ -396,21 +446,35 @@ __device__ __forceinline__ void attn_body(
             for (int i = 0; i < 4; i++) p[i] = exp2f(sv[i] - ref);
             l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
             m = mn;
-            if (__any_sync(0xffffffffu, corr != 1.f)) {  // the running max rarely moves
+            float ocorr = corr, vmul = 1.f;
+            if (VS) {
+                // the tile's largest v scale: tokens depend on t only, so
+                // after the shuffles every lane holds the same value
+                float vm = fmaxf(fmaxf(st.vsv[u][0], st.vsv[u][1]), fmaxf(st.vsv[u][2], st.vsv[u][3]));
+                vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 1));
+                vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 2));
+                const int eb = (int)((__float_as_uint(vm) >> 23) & 0xff);
+                if (eb > vexp) {
+                    ocorr *= __uint_as_float((uint32_t)max(127 + vexp - eb, 0) << 23);
+                    vexp = eb;
+                }
+                vmul = __uint_as_float((uint32_t)(254 + VSHIFT - vexp) << 23);
+            }
+            if (__any_sync(0xffffffffu, ocorr != 1.f)) {  // the running max rarely moves
 #pragma unroll
-                for (int j = 0; j < NTV; j++) o[j][0] *= corr, o[j][1] *= corr, o[j][2] *= corr, o[j][3] *= corr;
+                for (int j = 0; j < NTV; j++) o[j][0] *= ocorr, o[j][1] *= ocorr, o[j][2] *= ocorr, o[j][3] *= ocorr;
             }
             if (FP8) {
 #pragma unroll
-                for (int i = 0; i < 4; i++) p[i] *= st.vsv[u][i];
+                for (int i = 0; i < 4; i++) p[i] *= st.vsv[u][i] * vmul;
             }
             uint4 a;
             split16<F16>(p[0], p[1], a.x, a.y);
             split16<F16>(p[2], p[3], a.z, a.w);
 #pragma unroll
             for (int j = 0; j < NTV; j++) {
-                const uint32_t b0 = vfrag<T>(st.vw[u][0], st.vw[u][1], j);
-                const uint32_t b1 = vfrag<T>(st.vw[u][2], st.vw[u][3], j);
+                const uint32_t b0 = vfrag<T, F16>(st.vw[u][0], st.vw[u][1], j);
+                const uint32_t b1 = vfrag<T, F16>(st.vw[u][2], st.vw[u][3], j);
                 mma<F16>(o[j], a, b0, b1);
             }
         }
@@ -442,10 +506,11 @@ __device__ __forceinline__ void attn_body(
     float* mb = (float*)&qs[0][0][0];
     {
         float* dst = mb + (warp * 8 + g) * D + t * (D / 4);
+        const float ounit = VS ? __uint_as_float((uint32_t)(vexp - VSHIFT) << 23) : 1.f;
 #pragma unroll
         for (int j = 0; j < NTV; j++) {
-            dst[j] = o[j][0] + o[j][2];
-            dst[NTV + j] = o[j][1] + o[j][3];
+            dst[j] = (o[j][0] + o[j][2]) * ounit;
+            dst[NTV + j] = (o[j][1] + o[j][3]) * ounit;
         }
         if (t == 0) mls[warp][g] = make_float2(m, l);
     }

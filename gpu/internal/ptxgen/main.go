@@ -1,5 +1,5 @@
 // Command ptxgen compiles gpu/kernels/*.cu to PTX for compute_80 and
-// compute_89 with nvcc, recording the SHA-256 of each source and the
+// compute_89 (and compute_90 where a source asks, see ptxhash.Targets) with nvcc, recording the SHA-256 of each source and the
 // headers it includes (ptxhash) in a header comment, so a test can tell
 // when a .cu or .cuh changed without regenerating.
 //
@@ -20,11 +20,6 @@ import (
 	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
 
-// Targets: file suffix and the virtual architecture it is compiled for.
-var targets = []struct{ suffix, arch, sm string }{
-	{"sm80", "compute_80", "80"},
-	{"sm89", "compute_89", "89"},
-}
 
 func main() {
 	dir := flag.String("dir", "kernels", "directory of .cu sources")
@@ -75,13 +70,14 @@ func run(dir, only, nvcc string, force bool) error {
 			return err
 		}
 		extra := extraFlags(code)
-		for _, t := range targets {
-			out := filepath.Join(dir, name+"_"+t.suffix+".ptx")
+		for _, suffix := range ptxhash.Targets(code) {
+			sm := strings.TrimPrefix(suffix, "sm")
+			out := filepath.Join(dir, name+"_"+suffix+".ptx")
 			if old, err := os.ReadFile(out); !force && err == nil && ptxhash.Recorded(old) == hash {
 				continue
 			}
-			args := []string{"-ptx", "-arch=" + t.arch, "-O3", "-lineinfo", "-std=c++17",
-				"-allow-unsupported-compiler", "-DFTCHAT_SM=" + t.sm}
+			args := []string{"-ptx", "-arch=compute_" + sm, "-O3", "-lineinfo", "-std=c++17",
+				"-allow-unsupported-compiler", "-DFTCHAT_SM=" + sm}
 			args = append(args, extra...)
 			tmp := out + ".tmp"
 			args = append(args, "-o", tmp, src)

@@ -65,3 +65,17 @@ func Recorded(ptx []byte) string {
 	}
 	return ""
 }
+
+// Targets lists the PTX flavours generated for a source: sm80 and sm89
+// always, plus those it asks for with a line "// ptxgen-targets: sm90"
+// (code that uses instructions newer PTX targets have, e.g. the FP8 cvt
+// that PTX ISA 7.8 offers on sm_90 only).
+func Targets(code []byte) []string {
+	ts := []string{"sm80", "sm89"}
+	for _, line := range strings.Split(string(code), "\n") {
+		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "// ptxgen-targets:"); ok {
+			ts = append(ts, strings.Fields(f)...)
+		}
+	}
+	return ts
+}
