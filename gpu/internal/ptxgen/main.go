@@ -20,7 +20,6 @@ import (
 	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
 
-
 func main() {
 	dir := flag.String("dir", "kernels", "directory of .cu sources")
 	only := flag.String("only", "", "comma-separated source names (without .cu) to build; default all")
