@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/gpu"
@@ -27,7 +28,9 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	be, err := gpu.NewBackend(dev, gpu.BackendOptions{})
+	// FTCHAT_GEMV=chunked selects the older decode GEMV (a knob for
+	// benchmarks; see gpu.BackendOptions).
+	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

@@ -348,3 +348,95 @@ func TestGreedyAgreement(t *testing.T) {
 		t.Fatalf("steps over tolerance %v, want [0]", over)
 	}
 }
+
+// BenchmarkGPUDecodeStep times greedy decode steps (Forward of one token +
+// logits to the host + argmax) of a SmolLM2-135M-shaped model after a
+// 512-token prompt: for a model this small the step is bound by the host's
+// kernel launches, so run it with -test.cpuprofile to see where they go.
+func BenchmarkGPUDecodeStep(b *testing.B) {
+	if _, err := gpu.Probe(0); err != nil {
+		b.Skipf("no usable GPU: %v", err)
+	}
+	p := filepath.Join(b.TempDir(), "smollm2.gguf")
+	spec, err := synth.Preset("smollm2-135m", gguf.Q4_1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := synth.Write(p, spec, 7, nil); err != nil {
+		b.Fatal(err)
+	}
+	e, err := Load(context.Background(), Options{Model: p, Device: "cuda", KVDType: "bf16", GPUMemory: 4 << 30}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seq := e.pool.NewSequence()
+	defer seq.Free()
+	prompt := make([]int32, 512)
+	for i := range prompt {
+		prompt[i] = int32(300 + i*7%40000)
+	}
+	if _, err := seq.Append(prompt...); err != nil {
+		b.Fatal(err)
+	}
+	var logits []float32
+	if err := e.prefill(context.Background(), seq, prompt, 0, &logits, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := sample.Argmax(logits)
+		pos, err := seq.Append(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		logits, err = e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
+		if err == nil {
+			err = backendErr(e.be)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// TestGPUDecodeGraphsMatchDirect decodes with CUDA graphs (the default) and
+// with every op issued directly: the logits must be bit-identical, and the
+// graph run must have replayed graphs rather than captured every step.
+func TestGPUDecodeGraphsMatchDirect(t *testing.T) {
+	needGPU(t)
+	path := synthModel(t, "qwen3-tiny", gguf.Q8_0)
+	prompt := make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(1 + i*37%500)
+	}
+	run := func(graphs string) ([][]float32, gpu.GraphStats) {
+		t.Setenv("FTCHAT_CUDA_GRAPHS", graphs)
+		e := loadOn(t, path, "cuda", "fp8_e4m3", Options{GPUMemory: 1 << 30})
+		logits, _ := greedyRun(t, e, prompt, 300, nil) // crosses split-count changes
+		st, err := e.be.(*gpu.Backend).GraphStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logits, st
+	}
+	direct, dst := run("0")
+	graphed, gst := run("1")
+	t.Logf("graphs: %+v; direct: %+v", gst, dst)
+	if dst.Captures+dst.Replays != 0 {
+		t.Errorf("FTCHAT_CUDA_GRAPHS=0 still used graphs: %+v", dst)
+	}
+	if gst.Disabled || gst.Replays < 10*max(gst.Captures, 1) {
+		t.Errorf("graph run replayed %d and captured %d graphs (disabled %v): steps are not being reused", gst.Replays, gst.Captures, gst.Disabled)
+	}
+	for i := range direct {
+		for j := range direct[i] {
+			if math.Float32bits(direct[i][j]) != math.Float32bits(graphed[i][j]) {
+				t.Fatalf("step %d logit %d: %v with graphs, %v without", i, j, graphed[i][j], direct[i][j])
+			}
+		}
+	}
+}

@@ -18,11 +18,15 @@ type BackendOptions struct {
 	// GEMM (bf16 operands, float32 accumulation) instead of the float32 GEMV.
 	// 0 means 9 (the GEMV handles up to 8 tokens per weight pass).
 	GEMMMinTokens int
-	// WholeXGEMV selects the single-token decode GEMV that stages all of x
-	// in shared memory once per CTA (gemvx_*). Off by default: it is built
-	// and tested on the CPU side but was not yet run on a GPU (the device
-	// budget ran out); the default chunked GEMV is the measured one.
-	WholeXGEMV bool
+	// NoGraphs issues every op of a decode step directly instead of
+	// replaying the step as a CUDA graph (also FTCHAT_CUDA_GRAPHS=0).
+	NoGraphs bool
+	// ChunkedGEMV selects the decode GEMV that reads x in chunks instead of
+	// the default one that stages all of x in shared memory once per CTA
+	// (gemvx_*, for rows up to the shared-memory limit). Measured on the
+	// H200 (docs/benchmarks.md): whole-x decodes the Llama-3.1-8B Q4_K
+	// shape at 149 tok/s against 121, SmolLM2 at 541 against 483.
+	ChunkedGEMV bool
 	// CUBLAS uses cuBLAS, when it can be loaded, for batches of at least
 	// 128 rows: W is dequantized to float32 in row chunks (at most 64 MiB
 	// of scratch) and multiplied by cublasSgemm_v2 in TF32 tensor-core mode.
@@ -56,11 +60,13 @@ type Backend struct {
 	blasErr error         // why cuBLAS is not used, when it was asked for
 
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
+	graphs   bool         // decode steps become CUDA graphs (graph.go)
 }
 
 var (
-	_ model.Backend     = (*Backend)(nil)
-	_ model.RowGatherer = (*Backend)(nil)
+	_ model.Backend      = (*Backend)(nil)
+	_ model.RowGatherer  = (*Backend)(nil)
+	_ model.StepRecorder = (*Backend)(nil)
 )
 
 // NewBackend prepares the backend on dev: loads the ops module (the
@@ -71,7 +77,8 @@ func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 	if opts.GEMMMinTokens <= 0 {
 		opts.GEMMMinTokens = gemvMaxTok + 1
 	}
-	b := &Backend{dev: dev, opts: opts, fns: map[string]*Function{}, smemSet: map[*Function]int{}, free: map[int64][]Buffer{}, ropes: map[string]Buffer{}}
+	b := &Backend{dev: dev, opts: opts, fns: map[string]*Function{}, smemSet: map[*Function]int{}, free: map[int64][]Buffer{}, ropes: map[string]Buffer{},
+		graphs: !opts.NoGraphs && graphsEnabled()}
 	err := dev.Do(func(c *Ctx) error {
 		if _, err := c.Module("ops"); err != nil {
 			return err
@@ -92,6 +99,40 @@ func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 		return nil, fmt.Errorf("gpu: backend on %s: %w", dev.Info().Name, err)
 	}
 	return b, nil
+}
+
+// BeginStep starts recording a decode step (model.StepRecorder): its
+// stream operations are replayed as a CUDA graph when the same step (same
+// kernels, arguments and addresses) was seen before. The staging ring
+// restarts so the step's inputs land at the same addresses every time.
+func (b *Backend) BeginStep() {
+	if !b.graphs {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		if b.ring.off != 0 {
+			if err := c.Sync(); err != nil {
+				return err
+			}
+			b.ring.off = 0
+		}
+		return c.beginRecording()
+	})
+}
+
+// EndStep issues what the step recorded and stops recording.
+func (b *Backend) EndStep() {
+	if !b.graphs {
+		return
+	}
+	b.post(func(c *Ctx) error { return c.endRecording() })
+}
+
+// GraphStats reports how the recorded steps were issued so far.
+func (b *Backend) GraphStats() (GraphStats, error) {
+	var st GraphStats
+	err := b.dev.Do(func(c *Ctx) error { st = c.GraphStats(); return nil })
+	return st, err
 }
 
 // Device returns the device the backend runs on.
@@ -643,7 +684,7 @@ func (b *Backend) useWholeX() bool {
 	case 2:
 		return false
 	}
-	return b.opts.WholeXGEMV
+	return !b.opts.ChunkedGEMV
 }
 
 // gemvxSmem is the most dynamic shared memory the whole-x GEMV may use:

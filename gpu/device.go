@@ -79,6 +79,7 @@ type Ctx struct {
 	allocs map[DevicePtr]int64
 	mods   map[string]uintptr
 	funcs  map[string]*Function
+	rec    recorder // decode steps as CUDA graphs (graph.go)
 }
 
 // DevicePtr is a device address.
@@ -184,7 +185,9 @@ func newCtx(d *Device, opts Options) (*Ctx, error) {
 }
 
 func (c *Ctx) close() {
+	c.flushRec()
 	ccall(c.drv.cuCtxSynchronize)
+	c.destroyGraphs()
 	for p, n := range c.allocs {
 		ccall(c.drv.cuMemFree, uintptr(p))
 		c.d.budget.release(n)
@@ -308,6 +311,9 @@ func (c *Ctx) Alloc(n int64, what string) (Buffer, error) {
 
 // Free releases a buffer from Alloc; freeing a zero Buffer is a no-op.
 func (c *Ctx) Free(b Buffer) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	if b.Ptr == 0 {
 		return nil
 	}
@@ -326,6 +332,9 @@ func (c *Ctx) CopyToDevice(dst DevicePtr, src unsafe.Pointer, n int64) error {
 	if n == 0 {
 		return nil
 	}
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	if err := c.drv.check("cuMemcpyHtoDAsync_v2", ccall(c.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h)); err != nil {
 		return err
 	}
@@ -339,6 +348,9 @@ func (c *Ctx) CopyToDeviceAsync(dst DevicePtr, src unsafe.Pointer, n int64) erro
 	if n == 0 {
 		return nil
 	}
+	if c.recording() {
+		return c.record(recOp{kind: recH2D, dst: uintptr(dst), src: uintptr(src), size: n})
+	}
 	return c.drv.check("cuMemcpyHtoDAsync_v2", ccall(c.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h))
 }
 
@@ -346,6 +358,9 @@ func (c *Ctx) CopyToDeviceAsync(dst DevicePtr, src unsafe.Pointer, n int64) erro
 func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 	if n == 0 {
 		return nil
+	}
+	if err := c.flushPending(); err != nil {
+		return err
 	}
 	if err := c.drv.check("cuMemcpyDtoHAsync_v2", ccall(c.drv.cuMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h)); err != nil {
 		return err
@@ -357,6 +372,9 @@ func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 func (c *Ctx) CopyDevice(dst, src DevicePtr, n int64) error {
 	if n == 0 {
 		return nil
+	}
+	if c.recording() {
+		return c.record(recOp{kind: recD2D, dst: uintptr(dst), src: uintptr(src), size: n})
 	}
 	return c.drv.check("cuMemcpyDtoDAsync_v2", ccall(c.drv.cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h))
 }
@@ -383,21 +401,33 @@ func Download[T any](c *Ctx, dst []T, src DevicePtr) error {
 
 // Memset32 queues filling n 32-bit words at p with v.
 func (c *Ctx) Memset32(p DevicePtr, v uint32, n int64) error {
+	if c.recording() {
+		return c.record(recOp{kind: recMemset32, dst: uintptr(p), val: v, size: n})
+	}
 	return c.drv.check("cuMemsetD32Async", ccall(c.drv.cuMemsetD32Async, uintptr(p), uintptr(v), uintptr(n), c.stream.h))
 }
 
 // Memset8 queues filling n bytes at p with v.
 func (c *Ctx) Memset8(p DevicePtr, v byte, n int64) error {
+	if c.recording() {
+		return c.record(recOp{kind: recMemset8, dst: uintptr(p), val: uint32(v), size: n})
+	}
 	return c.drv.check("cuMemsetD8Async", ccall(c.drv.cuMemsetD8Async, uintptr(p), uintptr(v), uintptr(n), c.stream.h))
 }
 
 // Sync waits for the work stream.
 func (c *Ctx) Sync() error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuStreamSynchronize", ccall(c.drv.cuStreamSynchronize, c.stream.h))
 }
 
 // SyncStream waits for s.
 func (c *Ctx) SyncStream(s Stream) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuStreamSynchronize", ccall(c.drv.cuStreamSynchronize, s.h))
 }
 
@@ -410,6 +440,9 @@ func (c *Ctx) NewStream() (Stream, error) {
 
 // DestroyStream destroys a stream from NewStream.
 func (c *Ctx) DestroyStream(s Stream) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuStreamDestroy_v2", ccall(c.drv.cuStreamDestroy, s.h))
 }
 
@@ -436,6 +469,9 @@ func (c *Ctx) HostAlloc(n int64) (HostBuffer, error) {
 
 // FreeHost frees a HostAlloc buffer.
 func (c *Ctx) FreeHost(h HostBuffer) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuMemFreeHost", ccall(c.drv.cuMemFreeHost, uintptr(h.p)))
 }
 
@@ -453,11 +489,17 @@ func (c *Ctx) DestroyEvent(e Event) error {
 
 // Record queues e on s.
 func (c *Ctx) Record(e Event, s Stream) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuEventRecord", ccall(c.drv.cuEventRecord, e.h, s.h))
 }
 
 // Elapsed waits for end and returns the milliseconds between start and end.
 func (c *Ctx) Elapsed(start, end Event) (float32, error) {
+	if err := c.flushPending(); err != nil {
+		return 0, err
+	}
 	if err := c.drv.check("cuEventSynchronize", ccall(c.drv.cuEventSynchronize, end.h)); err != nil {
 		return 0, err
 	}
@@ -481,8 +523,11 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, shmem int, s Stream, args ..
 	if len(args) > maxParams {
 		return fmt.Errorf("gpu: %s: %d kernel arguments, at most %d", f.Name, len(args), maxParams)
 	}
-	ptrs := unsafe.Slice((*uintptr)(c.params), maxParams)
-	vals := unsafe.Slice((*uint64)(unsafe.Add(c.params, maxParams*8)), maxParams)
+	var small [recMaxParams]uint64
+	vals := small[:0]
+	if len(args) > recMaxParams {
+		vals = make([]uint64, 0, len(args))
+	}
 	for i, a := range args {
 		var v uint64
 		switch x := a.(type) {
@@ -509,14 +554,31 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, shmem int, s Stream, args ..
 		default:
 			return fmt.Errorf("gpu: %s: unsupported kernel argument %d of type %T", f.Name, i, a)
 		}
-		vals[i] = v
-		ptrs[i] = uintptr(unsafe.Pointer(&vals[i]))
+		vals = append(vals, v)
+	}
+	if c.recording() && s == c.stream && len(vals) <= recMaxParams {
+		op := recOp{kind: recLaunch, f: f, grid: grid, block: block, shmem: shmem, nparams: len(vals)}
+		copy(op.params[:], vals)
+		return c.record(op)
+	}
+	if err := c.flushPending(); err != nil {
+		return err
+	}
+	return c.launchRaw(f, grid, block, shmem, s, vals)
+}
+
+// launchRaw issues f with parameter values already packed in 8-byte slots.
+func (c *Ctx) launchRaw(f *Function, grid, block Dim3, shmem int, s Stream, vals []uint64) error {
+	ptrs := unsafe.Slice((*uintptr)(c.params), maxParams)
+	arena := unsafe.Slice((*uint64)(unsafe.Add(c.params, maxParams*8)), maxParams)
+	for i, v := range vals {
+		arena[i] = v
+		ptrs[i] = uintptr(unsafe.Pointer(&arena[i]))
 	}
 	one := func(n int) uintptr { return uintptr(max(n, 1)) }
-	err := c.drv.check("cuLaunchKernel("+f.Name+")", ccall(c.drv.cuLaunchKernel, f.h,
+	return c.drv.check("cuLaunchKernel("+f.Name+")", ccall(c.drv.cuLaunchKernel, f.h,
 		one(grid.X), one(grid.Y), one(grid.Z), one(block.X), one(block.Y), one(block.Z),
 		uintptr(shmem), s.h, uintptr(c.params), 0))
-	return err
 }
 
 // SetMaxDynamicShared lets f use up to n bytes of dynamic shared memory
@@ -533,6 +595,9 @@ type (
 
 // BeginCapture starts capturing the work queued on s into a graph.
 func (c *Ctx) BeginCapture(s Stream) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	const threadLocal = 1
 	return c.drv.check("cuStreamBeginCapture_v2", ccall(c.drv.cuStreamBeginCapture, s.h, threadLocal))
 }
@@ -551,6 +616,9 @@ func (c *Ctx) EndCapture(s Stream) (GraphExec, error) {
 
 // LaunchGraph queues a replay of ge on s.
 func (c *Ctx) LaunchGraph(ge GraphExec, s Stream) error {
+	if err := c.flushPending(); err != nil {
+		return err
+	}
 	return c.drv.check("cuGraphLaunch", ccall(c.drv.cuGraphLaunch, ge.h, s.h))
 }
 

@@ -182,6 +182,18 @@ type RowGatherer interface {
 	GatherRows(dst, src Tensor, rows []int)
 }
 
+// StepRecorder is an optional Backend extension: the ops of one small
+// step (decode) are bracketed by BeginStep and EndStep so that the backend
+// can issue them as a whole (the CUDA backend replays them as a graph).
+type StepRecorder interface {
+	BeginStep()
+	EndStep()
+}
+
+// maxRecordedRows: steps of at most this many tokens are bracketed for a
+// StepRecorder; prefill chunks are large kernels where launches cost little.
+const maxRecordedRows = 16
+
 // Forward runs one step over b (writing its K/V into the cache pages of
 // each sequence) and returns the logits of the batch rows listed in
 // logitsRows, row after row, each Config.Vocab floats. Decode asks for the
@@ -200,6 +212,10 @@ func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error
 	}()
 	c, be := m.Config, m.be
 	n := len(b.Tokens)
+	if r, ok := be.(StepRecorder); ok && n <= maxRecordedRows {
+		r.BeginStep()
+		defer r.EndStep()
+	}
 	t := m.buffers(n)
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 
