@@ -80,13 +80,12 @@ type GraphStats struct {
 }
 
 type recorder struct {
-	ops     []recOp
-	graphs  []*cachedGraph
-	tick    uint64
-	off     bool // capture failed once: issue directly from then on
-	stats   GraphStats
-	active  bool
-	flushed bool // a flush ran inside this step
+	ops    []recOp
+	graphs []*cachedGraph
+	tick   uint64
+	off    bool // capture failed once: issue directly from then on
+	stats  GraphStats
+	active bool
 }
 
 // graphsEnabled reports whether decode steps may become CUDA graphs:

@@ -275,10 +275,7 @@ func (s *HostStore) decodeRow(row []float32, codes []byte, tokScales, static []f
 	d := len(row)
 	switch s.l.DType {
 	case BF16:
-		src := codes[2*idx : 2*(idx+d)]
-		for i := range row {
-			row[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
-		}
+		decodeBF16(row, codes[2*idx:2*(idx+d)])
 		return 1
 	case F16:
 		src := codes[2*idx : 2*(idx+d)]
@@ -288,11 +285,7 @@ func (s *HostStore) decodeRow(row []float32, codes []byte, tokScales, static []f
 		}
 		return 1
 	}
-	src := codes[idx : idx+d]
-	lut := s.lut
-	for i, c := range src {
-		row[i] = lut[c]
-	}
+	decodeFP8(row, codes[idx:idx+d], s.l.DType == FP8E4M3)
 	if tokScales != nil {
 		return tokScales[s.l.ScaleIndex(page, kvHead, slot)]
 	}
@@ -327,9 +320,9 @@ func (s *HostStore) CopyPage(dst, src int32) {
 	}
 }
 
-// dot is a float32 dot product with four partial sums (more accurate and
+// dotGo is a float32 dot product with four partial sums (more accurate and
 // faster than one running sum).
-func dot(a, b []float32) float32 {
+func dotGo(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0
@@ -345,8 +338,8 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// axpy adds w*x to y.
-func axpy(y, x []float32, w float32) {
+// axpyGo adds w*x to y.
+func axpyGo(y, x []float32, w float32) {
 	x = x[:len(y)]
 	i := 0
 	for ; i+4 <= len(y); i += 4 {
@@ -357,6 +350,20 @@ func axpy(y, x []float32, w float32) {
 	}
 	for ; i < len(y); i++ {
 		y[i] += w * x[i]
+	}
+}
+
+func decodeBF16Go(dst []float32, src []byte) {
+	src = src[:2*len(dst)]
+	for i := range dst {
+		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+	}
+}
+
+func decodeLUTGo(dst []float32, src []byte, lut *[256]float32) {
+	src = src[:len(dst)]
+	for i, c := range src {
+		dst[i] = lut[c]
 	}
 }
 
