@@ -31,7 +31,8 @@ type BackendOptions struct {
 	// 128 rows: W is dequantized to float32 in row chunks (at most 64 MiB
 	// of scratch) and multiplied by cublasSgemm_v2 in TF32 tensor-core mode.
 	// If cuBLAS is missing the backend silently keeps its own GEMM; see
-	// Backend.CUBLAS. Not yet run on a GPU (opt-in).
+	// Backend.CUBLAS. Tested on the H200 (TestMatMulCUBLAS, relative error
+	// 3e-4 against the CPU) but not timed, so it stays opt-in.
 	CUBLAS bool
 }
 
