@@ -153,21 +153,25 @@ func (c *Ctx) flushRec() error {
 		r.stats.Direct++
 		return c.issue(ops)
 	}
-	if len(r.graphs) >= graphCacheSize {
+	r.graphs = append(r.graphs, &cachedGraph{ops: ops, exec: exec, used: r.tick})
+	r.stats.Captures++
+	if err := c.LaunchGraph(exec, c.stream); err != nil {
+		return err
+	}
+	if len(r.graphs) > graphCacheSize {
+		// Evict the least recently used graph (never the new one: it holds
+		// the latest tick). A graph still running is freed when it ends.
 		lru := 0
 		for i, g := range r.graphs {
 			if g.used < r.graphs[lru].used {
 				lru = i
 			}
 		}
-		if err := c.DestroyGraph(r.graphs[lru].exec); err != nil {
-			return err
-		}
+		exec := r.graphs[lru].exec
 		r.graphs = append(r.graphs[:lru], r.graphs[lru+1:]...)
+		return c.DestroyGraph(exec)
 	}
-	r.graphs = append(r.graphs, &cachedGraph{ops: ops, exec: exec, used: r.tick})
-	r.stats.Captures++
-	return c.LaunchGraph(exec, c.stream)
+	return nil
 }
 
 func sameOps(a, b []recOp) bool {
