@@ -11,13 +11,16 @@
 // splits a budget into weights, workspace and a KV pool of whole pages.
 //
 // Kernels: CUDA C in kernels/*.cu, compiled by `go generate ./gpu/...`
-// (nvcc 11.8) to PTX for compute_80 and compute_89, embedded, and loaded
-// with cuModuleLoadDataEx; PTX ISA 7.8 needs driver R520 or newer. Modules:
+// (nvcc 11.8) to PTX for compute_80 and compute_89 (and compute_90 for
+// sources that ask, see internal/ptxhash.Targets: the attention module,
+// whose FP8 path needs the sm_90 cvt), embedded, and loaded with
+// cuModuleLoadDataEx; PTX ISA 7.8 needs driver R520 or newer. Modules:
 // ops (element-wise, norms, RoPE, MoE routing, argmax), mm_<type> (one per
 // GGUF weight type: embedding, GEMV, GEMM, expert GEMV), kvwrite and
 // attention (the paged KV cache, attention.go).
 //
 // Backend implements model.Backend on top of this. Its ops are queued to
 // the device thread and return at once; the first failure is kept for
-// Backend.Err, which the engine checks after each step.
+// Backend.Err, which the engine checks after each step. Decode steps are
+// recorded and replayed as CUDA graphs (graph.go).
 package gpu
