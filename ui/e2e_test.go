@@ -125,7 +125,9 @@ func TestE2ETmux(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	argv := append([]string{bin}, strings.Fields(os.Getenv("FTCHAT_E2E_ARGS"))...)
+	// Greedy answers of at most 256 tokens: a sampled answer of the small
+	// model can ramble on for minutes on a loaded CI machine.
+	argv := append([]string{bin, "--temperature", "0", "--max-tokens", "256"}, strings.Fields(os.Getenv("FTCHAT_E2E_ARGS"))...)
 	env := []string{"XDG_DATA_HOME=" + filepath.Join(tmp, "data"), "FTCHAT_TEST_MODEL=" + model, "TERM=xterm-256color"}
 	if c := os.Getenv("XDG_CACHE_HOME"); c != "" {
 		env = append(env, "XDG_CACHE_HOME="+c)
