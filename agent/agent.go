@@ -110,6 +110,24 @@ func (a *Agent) Reset() {
 	a.turns = nil
 }
 
+// Restore replaces the conversation (the system prompt stays) with the
+// user and assistant messages of msgs, e.g. a saved session's requests and
+// answers; each user message starts a turn. Tool calls and results are
+// not part of a saved session, so other roles are skipped.
+func (a *Agent) Restore(msgs []engine.Message) {
+	a.Reset()
+	for _, m := range msgs {
+		switch m.Role {
+		case "user":
+			a.turns = append(a.turns, len(a.msgs))
+		case "assistant":
+		default:
+			continue
+		}
+		a.msgs = append(a.msgs, engine.Message{Role: m.Role, Content: m.Content})
+	}
+}
+
 // Run handles one user request to the end: an answer, the step limit, a
 // full pool, or an error (cancellation included).
 func (a *Agent) Run(ctx context.Context, request string) (Result, error) {

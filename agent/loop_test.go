@@ -452,3 +452,26 @@ func TestReset(t *testing.T) {
 		t.Fatalf("after Reset: %+v", got)
 	}
 }
+
+func TestRestoreKeepsRequestsAndAnswers(t *testing.T) {
+	a, _, _ := newTestAgent(t, &script{}, DenyAll{})
+	a.Restore([]engine.Message{
+		{Role: "system", Content: "old system"},
+		{Role: "user", Content: "q1"}, {Role: "assistant", Content: "a1"},
+		{Role: "tool", Content: "result"},
+		{Role: "user", Content: "q2"}, {Role: "assistant", Content: "a2"},
+	})
+	got := a.Messages()
+	want := []string{"system:You are a test agent.", "user:q1", "assistant:a1", "user:q2", "assistant:a2"}
+	if len(got) != len(want) {
+		t.Fatalf("messages %+v", got)
+	}
+	for i, m := range got {
+		if m.Role+":"+m.Content != want[i] {
+			t.Errorf("message %d = %s:%s, want %s", i, m.Role, m.Content, want[i])
+		}
+	}
+	if len(a.turns) != 2 || a.turns[0] != 1 || a.turns[1] != 3 {
+		t.Errorf("turns %v, want [1 3]", a.turns)
+	}
+}

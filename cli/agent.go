@@ -110,7 +110,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 			InitialPrompt: prompt,
 			Sampling:      cfg.Sampling,
 			MaxTokens:     cfg.MaxTokens,
-			NoSave:        true,
+			Continue:      cfg.Continue,
 			AgentInfo:     header,
 			Agent: func(send func(tea.Msg)) (ui.AgentRunner, error) {
 				a, err := newAgent(tui.Sink{Send: send}, tuiApprover(cfg.Yolo, send))

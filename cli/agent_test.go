@@ -108,7 +108,7 @@ func TestAgentEndToEnd(t *testing.T) {
 			pio.inTTY, pio.outTTY = true, true
 			pio.runTUI = func(ctx context.Context, uc ui.Config) error {
 				header = uc.AgentInfo
-				if uc.Engine == nil || uc.Session == nil || uc.Agent == nil || !uc.NoSave {
+				if uc.Engine == nil || uc.Session == nil || uc.Agent == nil || uc.NoSave {
 					t.Errorf("ui.Config not set up for agent mode: %+v", uc)
 				}
 				r, err := uc.Agent(func(m tea.Msg) {

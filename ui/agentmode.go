@@ -61,8 +61,9 @@ type agentMode struct {
 var approvalChoices = []struct{ key, label string }{{"o", "once"}, {"s", "session"}, {"d", "deny"}}
 
 // startAgent builds the agent with send (Run passes tea.Program.Send) and
-// switches the model to agent mode. Agent mode does not save sessions: the
-// conversation with its tool calls lives in the agent.
+// switches the model to agent mode. Sessions save the requests and the
+// agent's answers (not its tool calls); a resumed one is handed to the
+// agent.
 func (m *model) startAgent(send func(tea.Msg)) error {
 	r, err := m.cfg.Agent(send)
 	if err != nil {
@@ -72,21 +73,36 @@ func (m *model) startAgent(send func(tea.Msg)) error {
 		return errors.New("ui: Config.Agent returned no agent")
 	}
 	m.ag = &agentMode{runner: r}
-	m.cfg.NoSave = true
 	m.input.Placeholder = "Give the agent a task · / for commands · Enter sends, Ctrl+J newline"
 	m.inputCache.ok = false
 	if m.cfg.AgentInfo != "" {
 		m.addInfo(m.cfg.AgentInfo)
 	}
+	if len(m.msgs) > 0 { // --continue resumed a session before the agent existed
+		m.restoreAgent()
+	}
 	return nil
+}
+
+// agentRestorer is an AgentRunner that can take over a saved conversation
+// (*agent.Agent does).
+type agentRestorer interface {
+	Restore(msgs []engine.Message)
+}
+
+// restoreAgent hands the conversation shown to the agent.
+func (m *model) restoreAgent() {
+	if r, ok := m.ag.runner.(agentRestorer); ok {
+		r.Restore(m.msgs)
+		return
+	}
+	m.addInfo("this agent cannot take over a saved conversation: it starts without it")
 }
 
 // agentDisabled are the chat commands that do not apply to the agent's
 // conversation.
 var agentDisabled = map[string]string{
 	"/system": "the agent's system prompt is fixed; restart with --system to change it",
-	"/save":   "agent sessions are not saved",
-	"/load":   "agent sessions cannot be loaded; run ftchat without --agent to resume a chat",
 }
 
 // sendAgent starts a Run for one user request.
@@ -302,7 +318,7 @@ func (m *model) finishAgent(msg agentDoneMsg) tea.Cmd {
 	a.tool = nil
 	g.cancel()
 	m.stats = m.eng.Stats()
-	return nil
+	return m.autosave()
 }
 
 // callLine is the one-line head of a tool block: the plan's summary, or

@@ -31,7 +31,8 @@ type fakeAgent struct {
 	scripts  []agentScript
 	requests []string
 	resets   int
-	ctxErr   error // the context error the last script saw when it ended
+	restored [][]engine.Message // Restore calls
+	ctxErr   error              // the context error the last script saw when it ended
 }
 
 func (f *fakeAgent) Run(ctx context.Context, request string) (agent.Result, error) {
@@ -55,6 +56,12 @@ func (f *fakeAgent) Run(ctx context.Context, request string) (agent.Result, erro
 func (f *fakeAgent) Reset() {
 	f.mu.Lock()
 	f.resets++
+	f.mu.Unlock()
+}
+
+func (f *fakeAgent) Restore(msgs []engine.Message) {
+	f.mu.Lock()
+	f.restored = append(f.restored, append([]engine.Message(nil), msgs...))
 	f.mu.Unlock()
 }
 
@@ -152,8 +159,17 @@ func TestAgentRunStreams(t *testing.T) {
 	if m := d.m.msgs; len(m) != 2 || m[1].Role != "assistant" || m[1].Content != "Hello, **world**!" {
 		t.Errorf("conversation = %+v", m)
 	}
-	if names, _ := d.m.store.List(); len(names) != 0 {
-		t.Errorf("agent mode saved sessions: %v", names)
+	// The request and the answer are saved, marked as an agent session.
+	names, _ := d.m.store.List()
+	if len(names) != 1 {
+		t.Fatalf("agent mode saved sessions %v, want one", names)
+	}
+	sf, err := d.m.store.Load(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sf.Mode != "agent" || len(sf.Messages) != 2 || sf.Messages[0].Content != "hi there" || sf.Messages[1].Content != "Hello, **world**!" {
+		t.Errorf("saved session = %+v", sf)
 	}
 }
 
@@ -347,19 +363,30 @@ func TestAgentCommands(t *testing.T) {
 	tests := []struct {
 		cmd, want string
 	}{
-		{"/save x", "/save is not available in agent mode"},
-		{"/load x", "/load is not available in agent mode"},
+		{"/save x", `saved as "x"`},
+		{"/load x", `resumed session "x" (2 messages)`},
 		{"/system be brief", "/system is not available in agent mode"},
 		{"/clear", "conversation cleared"},
 	}
 	for _, tc := range tests {
 		d.submit(tc.cmd)
 		if e := d.lastEntry(); !strings.Contains(e.text, tc.want) {
-			t.Errorf("%s: last entry %q, want %q", tc.cmd, e.text, tc.want)
+			found := false
+			for _, e := range d.m.entries {
+				found = found || strings.Contains(e.text, tc.want)
+			}
+			if !found {
+				t.Errorf("%s: last entry %q, want %q", tc.cmd, e.text, tc.want)
+			}
 		}
 	}
-	if d.ag.resets != 1 || d.sess.resets != 1 {
-		t.Errorf("/clear: agent resets %d, session resets %d; want 1 and 1", d.ag.resets, d.sess.resets)
+	// /load handed the saved conversation to the agent.
+	if len(d.ag.restored) != 1 || len(d.ag.restored[0]) != 2 || d.ag.restored[0][0].Content != "question" || d.ag.restored[0][1].Content != "an answer" {
+		t.Errorf("agent restored %+v, want the saved question and answer", d.ag.restored)
+	}
+	// /clear resets the agent; the session was reset by /load and /clear.
+	if d.ag.resets != 1 || d.sess.resets != 2 {
+		t.Errorf("agent resets %d, session resets %d; want 1 and 2", d.ag.resets, d.sess.resets)
 	}
 	if len(d.m.msgs) != 0 || len(d.m.entries) != 1 {
 		t.Errorf("/clear left %d messages and %d entries", len(d.m.msgs), len(d.m.entries))
@@ -553,7 +580,38 @@ func TestAgentRunProgram(t *testing.T) {
 	if got := fa.requests; len(got) != 2 || got[1] != "next task" {
 		t.Errorf("requests %q", got)
 	}
-	if strings.Contains(out.String(), "resume with") {
-		t.Error("agent mode printed a session resume hint")
+	if !strings.Contains(out.String(), "resume with: ftchat --agent --continue") {
+		t.Errorf("agent mode printed no resume hint for the agent: %q", out.String())
+	}
+}
+
+// --agent --continue: the latest session is shown and handed to the agent.
+func TestAgentContinueRestoresTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	st := &Store{Dir: dir}
+	saved := &SessionFile{Name: "earlier", Created: time.Now().UTC(), Updated: time.Now().UTC(), Mode: "agent",
+		Messages: []engine.Message{{Role: "user", Content: "list the files"}, {Role: "assistant", Content: "main.go and go.mod"}}}
+	if err := st.Save(saved, 1); err != nil {
+		t.Fatal(err)
+	}
+	d := newAgentDriver(t, func(c *Config) { c.SessionDir, c.Continue = dir, true })
+	if got := d.ag.restored; len(got) != 1 || len(got[0]) != 2 || got[0][1].Content != "main.go and go.mod" {
+		t.Fatalf("agent restored %+v", got)
+	}
+	if f := d.frame(); !strings.Contains(f, "list the files") || !strings.Contains(f, `resumed session "earlier"`) {
+		t.Errorf("frame:\n%s", f)
+	}
+	// The next request goes on in the same session file.
+	d.ag.push(func(ctx context.Context, s tui.Sink, _ tui.Approver) (agent.Result, error) {
+		return agent.Result{Answer: "done", Steps: 1, Stop: agent.StopAnswer}, nil
+	})
+	d.submit("and the tests?")
+	d.pump(d.idle)
+	f, err := st.Load("earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Messages) != 4 || f.Messages[3].Content != "done" {
+		t.Errorf("session after the next request: %+v", f.Messages)
 	}
 }

@@ -83,7 +83,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.unsaved = false
 		m.stats = m.eng.Stats()
 		if m.ag != nil {
-			m.addInfo("conversation cleared (the agent's and the KV cache's); \"allow for this session\" approvals are kept")
+			m.addInfo("conversation cleared (the agent's and the KV cache's); new session " + m.sessName + "; \"allow for this session\" approvals are kept")
 		} else {
 			m.addInfo("conversation cleared; new session " + m.sessName)
 		}
@@ -271,8 +271,16 @@ func (m *model) sessionFile() *SessionFile {
 		Updated:  now,
 		Model:    m.stats.Model,
 		KVDType:  m.stats.KVDType,
+		Mode:     m.sessionMode(),
 		Messages: m.conversation(),
 	}
+}
+
+func (m *model) sessionMode() string {
+	if m.ag != nil {
+		return "agent"
+	}
+	return ""
 }
 
 // autosave saves the conversation after each turn, off the UI goroutine.
@@ -316,6 +324,9 @@ func (m *model) applySession(f *SessionFile) {
 	m.unsaved = false
 	m.scrollBottom()
 	m.addInfo(fmt.Sprintf("resumed session %q (%d messages); the next message re-prefills it", f.Name, len(m.msgs)))
+	if m.ag != nil {
+		m.restoreAgent()
+	}
 }
 
 func (m *model) resumeLatest() {

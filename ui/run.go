@@ -124,13 +124,17 @@ func Run(ctx context.Context, cfg Config) error {
 	_, err := p.Run()
 	m.abandon() // the context ended the program, or it was killed
 	m.waitAgent(5 * time.Second)
-	if len(m.msgs) > 0 && !m.cfg.NoSave { // agent mode sets it
+	if len(m.msgs) > 0 && !m.cfg.NoSave {
 		if m.unsaved {
 			if serr := m.store.Save(m.sessionFile(), m.nextSeq()); serr != nil {
 				fmt.Fprintf(cfg.Out, "could not save the session: %v\n", serr)
 			}
 		}
-		fmt.Fprintf(cfg.Out, "session %q saved · resume with: ftchat --continue\n", m.sessName)
+		resume := "ftchat --continue"
+		if m.ag != nil {
+			resume = "ftchat --agent --continue"
+		}
+		fmt.Fprintf(cfg.Out, "session %q saved · resume with: %s\n", m.sessName, resume)
 	}
 	if err != nil && !errors.Is(err, tea.ErrInterrupted) && !errors.Is(err, context.Canceled) {
 		return err

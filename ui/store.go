@@ -27,6 +27,7 @@ type SessionFile struct {
 	Updated  time.Time        `json:"updated"`
 	Model    string           `json:"model,omitempty"`
 	KVDType  string           `json:"kv_dtype,omitempty"`
+	Mode     string           `json:"mode,omitempty"` // "agent" for agent mode: requests and answers, no tool calls
 	Messages []engine.Message `json:"messages"`
 }
 
