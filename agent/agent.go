@@ -244,6 +244,10 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 			a.cfg.Sink.Text(ev.Text)
 		case engine.EventThinking:
 			a.cfg.Sink.Thinking(ev.Text)
+		case engine.EventProgress:
+			if ps, ok := a.cfg.Sink.(ProgressSink); ok {
+				ps.Progress(ev.Done, ev.Total)
+			}
 		case engine.EventToolCall:
 			if ev.ToolCall != nil {
 				out.calls = append(out.calls, a.newCall(ev.ToolCall.Name, ev.ToolCall.Arguments))

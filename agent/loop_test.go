@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -473,5 +474,27 @@ func TestRestoreKeepsRequestsAndAnswers(t *testing.T) {
 	}
 	if len(a.turns) != 2 || a.turns[0] != 1 || a.turns[1] != 3 {
 		t.Errorf("turns %v, want [1 3]", a.turns)
+	}
+}
+
+// progressSink records prefill progress next to a TextSink.
+type progressSink struct {
+	TextSink
+	got [][2]int
+}
+
+func (p *progressSink) Progress(done, total int) { p.got = append(p.got, [2]int{done, total}) }
+
+func TestPrefillProgressReachesAProgressSink(t *testing.T) {
+	prog := func(d, n int) engine.Event { return engine.Event{Kind: engine.EventProgress, Done: d, Total: n} }
+	s := &script{steps: [][]engine.Event{{prog(256, 700), prog(700, 700), text("hi"), done(engine.StopEOS)}}}
+	a, _, _ := newTestAgent(t, s, DenyAll{})
+	ps := &progressSink{TextSink: TextSink{W: io.Discard}}
+	a.cfg.Sink = ps
+	if _, err := a.Run(context.Background(), "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if len(ps.got) != 2 || ps.got[0] != [2]int{256, 700} || ps.got[1] != [2]int{700, 700} {
+		t.Errorf("progress %v", ps.got)
 	}
 }

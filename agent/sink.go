@@ -20,6 +20,12 @@ type Sink interface {
 	Note(msg string) // denials, dropped context, step limit, malformed calls
 }
 
+// ProgressSink is an optional Sink extension: prefill progress of each
+// generation step (tokens done of total), e.g. for a progress bar.
+type ProgressSink interface {
+	Progress(done, total int)
+}
+
 // TextSink writes a plain-text transcript: answer text as it streams, each
 // tool call on its own line with a summary of its result, notes marked
 // with "[agent]". Thinking is left out unless ShowThinking is set.

@@ -182,8 +182,13 @@ func (m *model) agentUpdate(msg tea.Msg) (cmd tea.Cmd, handled bool) {
 			g.think.WriteString(msg.Text)
 			g.dirty = true
 		}
+	case tui.ProgressMsg:
+		if g != nil {
+			g.prefill = [2]int{msg.Done, msg.Total}
+		}
 	case tui.ToolCallMsg:
 		if g != nil {
+			g.prefill = [2]int{} // the next step reports its own
 			m.closeAssistant()
 			a.tool = &entry{kind: entryTool, text: callLine(msg)}
 			m.addEntry(a.tool)

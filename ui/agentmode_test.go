@@ -615,3 +615,25 @@ func TestAgentContinueRestoresTheAgent(t *testing.T) {
 		t.Errorf("session after the next request: %+v", f.Messages)
 	}
 }
+
+// The agent's prefill progress shows in the notice line like a chat's,
+// and is cleared by a tool call (the next step reports its own).
+func TestAgentPrefillProgress(t *testing.T) {
+	d := newAgentDriver(t, nil)
+	gate := make(chan struct{})
+	d.ag.push(func(ctx context.Context, s tui.Sink, _ tui.Approver) (agent.Result, error) {
+		s.Progress(512, 2048)
+		<-gate
+		s.ToolCall(engine.ToolCall{ID: "1", Name: "list"}, "list .")
+		s.Text("done")
+		return agent.Result{Answer: "done", Steps: 2, Stop: agent.StopAnswer}, nil
+	})
+	d.submit("look around")
+	d.pump(func() bool { return d.m.gen != nil && d.m.gen.prefill == [2]int{512, 2048} })
+	if f := d.frame(); !strings.Contains(f, "prefill 512 / 2,048 tokens") {
+		t.Errorf("frame lacks the prefill progress:\n%s", f)
+	}
+	close(gate)
+	d.pump(func() bool { return d.m.gen == nil || d.m.gen.prefill == [2]int{} })
+	d.pump(d.idle)
+}

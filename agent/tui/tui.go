@@ -33,7 +33,8 @@ type (
 		Output string
 		Err    error
 	}
-	NoteMsg struct{ Text string }
+	NoteMsg     struct{ Text string }
+	ProgressMsg struct{ Done, Total int } // prefill of a generation step
 )
 
 // ApprovalMsg asks the user about Plan. Answer it exactly once (later
@@ -61,6 +62,9 @@ func (s Sink) ToolResult(c engine.ToolCall, out string, err error) {
 	s.Send(ToolResultMsg{Call: c, Output: out, Err: err})
 }
 func (s Sink) Note(msg string) { s.Send(NoteMsg{msg}) }
+
+// Progress reports prefill progress (agent.ProgressSink).
+func (s Sink) Progress(done, total int) { s.Send(ProgressMsg{done, total}) }
 
 // Approver asks through the program and waits for the answer.
 type Approver struct{ Send func(tea.Msg) }
