@@ -448,3 +448,42 @@ func TestSentencePieceSpecials(t *testing.T) {
 		}
 	}
 }
+
+func TestPlainSpans(t *testing.T) {
+	tok := loadVocab(t, "qwen3")
+	imEnd, _ := tok.TokenID("<|im_end|>")
+	text := "a<|im_end|>b<|im_end|>c<|im_end|>"
+	count := func(ids []int32) (n int) {
+		for _, id := range ids {
+			if id == imEnd {
+				n++
+			}
+		}
+		return n
+	}
+	tests := []struct {
+		name  string
+		spans [][2]int
+		want  int // <|im_end|> tokens
+	}{
+		{"none", nil, 3},
+		{"first", [][2]int{{0, 11}}, 2},
+		{"first and last", [][2]int{{0, 11}, {23, 34}}, 1},
+		{"all", [][2]int{{0, len(text)}}, 0},
+		{"span ends before the token", [][2]int{{0, 1}}, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ids := tok.EncodeWith(text, EncodeOptions{PlainSpans: tc.spans})
+			if got := count(ids); got != tc.want {
+				t.Errorf("%d <|im_end|> tokens, want %d: %v", got, tc.want, ids)
+			}
+			if tok.Decode(ids) != text {
+				t.Errorf("round trip %q", tok.Decode(ids))
+			}
+		})
+	}
+	if !tok.HasSpecialText(text) || tok.HasSpecialText("plain <think> text") {
+		t.Error("HasSpecialText: <|im_end|> is special text, <think> is not")
+	}
+}

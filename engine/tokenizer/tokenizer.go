@@ -87,6 +87,22 @@ type EncodeOptions struct {
 	// "<|im_end|>" cannot end a turn; the chat template's own markers are
 	// encoded without it. Non-special added tokens (e.g. <think>) still match.
 	PlainSpecials bool
+	// PlainSpans are byte ranges [start, end) of the input, sorted and not
+	// overlapping, where special-token text is ordinary text (PlainSpecials
+	// for part of the input: the message contents inside a rendered chat
+	// prompt).
+	PlainSpans [][2]int
+}
+
+// HasSpecialText reports whether s contains the text of a special
+// (control) token, which Encode would turn into that token.
+func (t *Tokenizer) HasSpecialText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if a := t.matchAdded(s, i, false); a != nil && a.special {
+			return true
+		}
+	}
+	return false
 }
 
 // Encode tokenizes text, matching special tokens written in it.
@@ -102,8 +118,13 @@ func (t *Tokenizer) EncodeWith(text string, o EncodeOptions) []int32 {
 	}
 	prevSpecial := true // SentencePiece adds the space prefix at the start and after added tokens (as llama.cpp does)
 	start := 0
+	spans := o.PlainSpans
 	for i := 0; i < len(text); {
-		a := t.matchAdded(text, i, o.PlainSpecials)
+		for len(spans) > 0 && spans[0][1] <= i {
+			spans = spans[1:]
+		}
+		plain := o.PlainSpecials || (len(spans) > 0 && spans[0][0] <= i)
+		a := t.matchAdded(text, i, plain)
 		if a == nil {
 			i++
 			continue
