@@ -63,6 +63,16 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int) (int
 
 // backendErr surfaces the first asynchronous error of a backend that
 // records them (the GPU backend's ops have no error results).
+// forwardToken runs one decode step: token id at position pos of the
+// sequence with page table pages, returning its logits.
+func (e *Engine) forwardToken(id int32, pos int, pages []int32) ([]float32, error) {
+	out, err := e.mdl.Forward(batchFor([]int32{id}, pos, pages), []int{0})
+	if err == nil {
+		err = backendErr(e.be)
+	}
+	return out, err
+}
+
 func backendErr(be model.Backend) error {
 	if eb, ok := be.(interface{ Err() error }); ok {
 		return eb.Err()

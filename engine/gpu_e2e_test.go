@@ -27,7 +27,7 @@ func needGPU(t *testing.T) {
 }
 
 // synthModel writes a random-weight model of a preset shape into dir.
-func synthModel(t *testing.T, preset string, typ gguf.Type) string {
+func synthModel(t testing.TB, preset string, typ gguf.Type) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), preset+".gguf")
 	spec, err := synth.Preset(preset, typ)
@@ -40,7 +40,7 @@ func synthModel(t *testing.T, preset string, typ gguf.Type) string {
 	return p
 }
 
-func loadOn(t *testing.T, path, device, dtype string, extra Options) *Engine {
+func loadOn(t testing.TB, path, device, dtype string, extra Options) *Engine {
 	t.Helper()
 	o := extra
 	o.Model, o.Device, o.KVDType = path, device, dtype
@@ -81,10 +81,7 @@ func greedyRun(t *testing.T, e *Engine, prompt []int32, n int, force []int32) ([
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err = e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
-		if err == nil {
-			err = backendErr(e.be)
-		}
+		logits, err = e.forwardToken(id, pos, seq.Pages())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,19 +354,7 @@ func BenchmarkGPUDecodeStep(b *testing.B) {
 	if _, err := gpu.Probe(0); err != nil {
 		b.Skipf("no usable GPU: %v", err)
 	}
-	p := filepath.Join(b.TempDir(), "smollm2.gguf")
-	spec, err := synth.Preset("smollm2-135m", gguf.Q4_1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := synth.Write(p, spec, 7, nil); err != nil {
-		b.Fatal(err)
-	}
-	e, err := Load(context.Background(), Options{Model: p, Device: "cuda", KVDType: "bf16", GPUMemory: 4 << 30}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	e := loadOn(b, synthModel(b, "smollm2-135m", gguf.Q4_1), "cuda", "bf16", Options{GPUMemory: 4 << 30})
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	seq := e.pool.NewSequence()
@@ -392,10 +377,7 @@ func BenchmarkGPUDecodeStep(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		logits, err = e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
-		if err == nil {
-			err = backendErr(e.be)
-		}
+		logits, err = e.forwardToken(id, pos, seq.Pages())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -107,9 +107,7 @@ func (e *Engine) contentSpans(req Request, text string) [][2]int {
 	if marked == nil {
 		return nil
 	}
-	r := req
-	r.Messages = marked
-	withMarks, err := e.tmpl.Render(r.Messages, r.Tools, true)
+	withMarks, err := e.tmpl.Render(marked, req.Tools, true)
 	if err != nil {
 		return nil
 	}
@@ -266,10 +264,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 			return err
 		}
 		history = append(history, id)
-		out, err := e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
-		if err == nil {
-			err = backendErr(e.be)
-		}
+		out, err := e.forwardToken(id, pos, seq.Pages())
 		if err != nil {
 			return err
 		}

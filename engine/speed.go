@@ -68,10 +68,7 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 		if err != nil {
 			return res, err
 		}
-		out, err := e.mdl.Forward(batchFor([]int32{id}, pos, seq.Pages()), []int{0})
-		if err == nil {
-			err = backendErr(e.be)
-		}
+		out, err := e.forwardToken(id, pos, seq.Pages())
 		if err != nil {
 			return res, err
 		}
