@@ -17,8 +17,6 @@ import (
 type HostStore struct {
 	l      Layout
 	layers []hostLayer
-	// decode table for FP8 codes (value of each code, scale not applied)
-	lut *[256]float32
 }
 
 type hostLayer struct {
@@ -34,12 +32,6 @@ func NewHostStore(l Layout) (*HostStore, error) {
 		return nil, err
 	}
 	s := &HostStore{l: l, layers: make([]hostLayer, l.Layers)}
-	switch l.DType {
-	case FP8E4M3:
-		s.lut = &e4m3Table
-	case FP8E5M2:
-		s.lut = &e5m2Table
-	}
 	nb := l.LayerElems() * l.DType.ElemBytes()
 	for i := range s.layers {
 		hl := &s.layers[i]

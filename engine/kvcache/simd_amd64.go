@@ -12,9 +12,6 @@ import "golang.org/x/sys/cpu"
 func bf16ToF32AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
-func lutDecodeAVX2(dst *float32, src *byte, lut *float32, n int)
-
-//go:noescape
 func fp8DecodeAVX2(dst *float32, src *byte, n int, shift uint64, mul float32, thrm1, infc int32)
 
 //go:noescape
@@ -39,19 +36,6 @@ func decodeBF16(dst []float32, src []byte) {
 	decodeBF16Go(dst[m:], src[2*m:])
 }
 
-// decodeLUT writes lut[src[i]] to dst[i] (the FP8 codecs).
-func decodeLUT(dst []float32, src []byte, lut *[256]float32) {
-	m := 0
-	if hasAVX2 {
-		m = len(dst) &^ 7
-		if m > 0 {
-			_ = src[m-1]
-			lutDecodeAVX2(&dst[0], &src[0], &lut[0], m)
-		}
-	}
-	decodeLUTGo(dst[m:], src[m:], lut)
-}
-
 // fp8Params are fp8DecodeAVX2's arguments for a format.
 type fp8Params struct {
 	shift       uint64
@@ -64,8 +48,9 @@ var (
 	e5m2Params = fp8Params{shift: 21, mul: 0x1p112, thrm1: 0x7b, infc: 0x7c} // 0x7c: Inf, above: NaN
 )
 
-// decodeFP8 is decodeLUT for the E4M3 (e4m3 true) or E5M2 table, with the
-// codes widened by bit placement instead of a table gather.
+// decodeFP8 writes the values of the E4M3 (e4m3 true) or E5M2 codes in
+// src to dst: the decode tables' values, with the codes widened by bit
+// placement.
 func decodeFP8(dst []float32, src []byte, e4m3 bool) {
 	lut, p := &e5m2Table, e5m2Params
 	if e4m3 {

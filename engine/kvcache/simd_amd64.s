@@ -21,27 +21,6 @@ bfdone:
 	VZEROUPPER
 	RET
 
-// func lutDecodeAVX2(dst *float32, src *byte, lut *float32, n int)  (n a multiple of 8)
-TEXT ·lutDecodeAVX2(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ lut+16(FP), R8
-	MOVQ n+24(FP), CX
-	SHRQ $3, CX
-	JEQ lutdone
-lutloop:
-	VPMOVZXBD (SI), Y0
-	VPCMPEQD Y2, Y2, Y2
-	VGATHERDPS Y2, (R8)(Y0*4), Y1
-	VMOVUPS Y1, (DI)
-	ADDQ $8, SI
-	ADDQ $32, DI
-	DECQ CX
-	JNZ lutloop
-lutdone:
-	VZEROUPPER
-	RET
-
 // func dotF32x8(a, b *float32, n int) float32  (n a multiple of 8)
 TEXT ·dotF32x8(SB), NOSPLIT, $0-28
 	MOVQ a+0(FP), SI

@@ -2,8 +2,7 @@
 
 package kvcache
 
-func decodeBF16(dst []float32, src []byte)                   { decodeBF16Go(dst, src) }
-func decodeLUT(dst []float32, src []byte, lut *[256]float32) { decodeLUTGo(dst, src, lut) }
+func decodeBF16(dst []float32, src []byte) { decodeBF16Go(dst, src) }
 func decodeFP8(dst []float32, src []byte, e4m3 bool) {
 	if e4m3 {
 		decodeLUTGo(dst, src, &e4m3Table)

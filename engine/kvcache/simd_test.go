@@ -34,10 +34,7 @@ func TestSIMDKernelsMatchGo(t *testing.T) {
 		sameBits(t, "decodeBF16", n, got, want)
 		for _, lut := range []*[256]float32{&e4m3Table, &e5m2Table} {
 			got, want := poisoned(), poisoned()
-			decodeLUT(got, codes8, lut)
 			decodeLUTGo(want, codes8, lut)
-			sameBits(t, "decodeLUT", n, got, want)
-			got = poisoned()
 			decodeFP8(got, codes8, lut == &e4m3Table)
 			sameBits(t, "decodeFP8", n, got, want)
 		}
