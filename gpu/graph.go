@@ -149,7 +149,7 @@ func (c *Ctx) flushRec() error {
 	if err != nil {
 		// Nothing ran during the failed capture: issue the list directly,
 		// and stop using graphs on this device.
-		r.off, r.stats.Disabled = true, true
+		r.off = true
 		r.stats.Direct++
 		return c.issue(ops)
 	}
@@ -235,7 +235,11 @@ func (c *Ctx) destroyGraphs() {
 }
 
 // GraphStats returns the step recorder's counters.
-func (c *Ctx) GraphStats() GraphStats { return c.rec.stats }
+func (c *Ctx) GraphStats() GraphStats {
+	st := c.rec.stats
+	st.Disabled = c.rec.off
+	return st
+}
 
 // flushPending issues a recording before an operation that must see its
 // effects (a synchronous copy, a sync, a free, another stream's work).
