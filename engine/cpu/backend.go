@@ -124,15 +124,19 @@ func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, er
 	if len(info.Dims) == 0 {
 		return nil, fmt.Errorf("cpu: tensor %q has no dimensions", info.Name)
 	}
+	// Sizes come from the file: check them against raw in uint64 before
+	// any int conversion, so corrupt dims cannot wrap into a short slice.
+	if n := info.Bytes(); n > uint64(len(raw)) {
+		return nil, fmt.Errorf("cpu: tensor %q (%s %v): %d bytes of data, want %d; the model file is corrupt", info.Name, t, info.Dims, len(raw), n)
+	}
+	if info.Dims[0]%uint64(t.BlockElems()) != 0 {
+		return nil, fmt.Errorf("cpu: tensor %q: row length %d is not a multiple of the %s block size %d", info.Name, info.Dims[0], t, t.BlockElems())
+	}
+	// Bytes fits in len(raw), and every type stores at least 2 bits per
+	// element, so cols and rows*cols fit in int.
 	cols := int(info.Dims[0])
-	if cols%t.BlockElems() != 0 {
-		return nil, fmt.Errorf("cpu: tensor %q: row length %d is not a multiple of the %s block size %d", info.Name, cols, t, t.BlockElems())
-	}
-	rows := int(info.Elements()) / max(cols, 1)
+	rows := int(info.Elements() / max(info.Dims[0], 1))
 	rowBytes := cols / t.BlockElems() * t.BlockBytes()
-	if uint64(len(raw)) < uint64(rows)*uint64(rowBytes) {
-		return nil, fmt.Errorf("cpu: tensor %q: %d bytes of data, want %d", info.Name, len(raw), rows*rowBytes)
-	}
 	w := &Weight{info: info, raw: raw[:rows*rowBytes], rows: rows, cols: cols, rowBytes: rowBytes}
 	if t == gguf.F32 && rows*cols > 0 {
 		// View the file's bytes as floats when the host is little-endian

@@ -373,6 +373,10 @@ func convInts[T uint8 | int8 | uint16 | int16 | uint32 | int32](v []T) []int64 {
 	return out
 }
 
+// maxElements bounds any tensor dimension of a file of size bytes: one
+// element per bit is denser than every ggml type (the smallest are ~1.5 bits).
+func maxElements(size int) uint64 { return 8 * uint64(size) }
+
 // decoder walks the file bytes with bounds checks; the first error sticks.
 type decoder struct {
 	path string
@@ -667,9 +671,17 @@ func parse(path string, b []byte) (*File, error) {
 			ti.Dims[j] = d.u64(fmt.Sprintf("tensor %q dims", name))
 			hi, lo := bits.Mul64(elems, ti.Dims[j])
 			if hi != 0 || lo > math.MaxInt64 {
-				d.fail(at, "tensor %q dims %v overflow the element count", name, ti.Dims)
+				d.fail(at, "tensor %q dims %v overflow the element count; the file is corrupt", name, ti.Dims)
 			}
 			elems = lo
+		}
+		// Even when another dim is 0 (no data), each dim is used as a size
+		// (e.g. the vocabulary): none can exceed one element per bit of the file.
+		for j, n := range ti.Dims {
+			if d.err == nil && n > maxElements(len(b)) {
+				d.fail(at, "tensor %q dimension %d is %d, more elements than a %d-byte file can hold; the file is corrupt",
+					name, j, n, len(b))
+			}
 		}
 		ti.Type = Type(d.u32(fmt.Sprintf("tensor %q type", name)))
 		ti.Offset = d.u64(fmt.Sprintf("tensor %q offset", name))
@@ -717,7 +729,11 @@ func (f *File) checkTensorRanges() error {
 		if !ti.Type.Known() {
 			continue // reported by Validate / TensorData
 		}
-		n := ti.Bytes()
+		n, ok := ti.byteSize()
+		if !ok {
+			return &FormatError{Path: f.Path, Offset: -1, Msg: fmt.Sprintf(
+				"tensor %q (%s, dims %v) would need more than 2^64 bytes; the file is corrupt", ti.Name, ti.Type, ti.Dims)}
+		}
 		if ti.Offset > dataLen || n > dataLen-ti.Offset {
 			return &FormatError{Path: f.Path, Offset: -1, Msg: fmt.Sprintf(
 				"tensor %q (%s, %d bytes at data offset %d) extends past the end of the file (data section is %d bytes); the file is truncated or corrupt",

@@ -4,6 +4,8 @@ package gguf
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"sort"
 	"strings"
 )
@@ -68,22 +70,43 @@ type TensorInfo struct {
 	Offset uint64 // relative to the start of the data section
 }
 
-// Elements is the product of the dims.
+// Elements is the product of the dims, saturated at math.MaxUint64: a
+// corrupt file's dims must not wrap around to a small count.
 func (ti TensorInfo) Elements() uint64 {
 	n := uint64(1)
 	for _, d := range ti.Dims {
-		n *= d
+		hi, lo := bits.Mul64(n, d)
+		if hi != 0 {
+			return math.MaxUint64
+		}
+		n = lo
 	}
 	return n
 }
 
-// Bytes is the stored size of the tensor.
+// Bytes is the stored size of the tensor, saturated at math.MaxUint64 so
+// that bounds checks against the file size fail instead of wrapping.
 func (ti TensorInfo) Bytes() uint64 {
+	n, ok := ti.byteSize()
+	if !ok {
+		return math.MaxUint64
+	}
+	return n
+}
+
+// byteSize is the stored size of the tensor; ok is false when it does not
+// fit in 64 bits.
+func (ti TensorInfo) byteSize() (n uint64, ok bool) {
 	be := uint64(ti.Type.BlockElems())
 	if be == 0 {
-		return 0
+		return 0, true
 	}
-	return ti.Elements() / be * uint64(ti.Type.BlockBytes())
+	e := ti.Elements()
+	if e == math.MaxUint64 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(e/be, uint64(ti.Type.BlockBytes()))
+	return lo, hi == 0
 }
 
 // ParseType returns the Type named s (case-insensitive), e.g. "q4_k", "F16".
