@@ -2,7 +2,7 @@
 GO ?= go
 MODEL_CACHE ?= $(or $(FTCHAT_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ftchat/models)
 
-.PHONY: build test test-deps model lint
+.PHONY: build test test-deps model lint fuzz
 
 build:
 	CGO_ENABLED=0 $(GO) build -o ftchat .
@@ -24,6 +24,10 @@ test: test-deps
 	gofmt -l . | (! grep .) || (echo "gofmt: the files above need formatting"; exit 1)
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 40m ./...
+
+# Every fuzz target, briefly (FUZZTIME=10s each); FUZZTIME=10m for the long runs.
+fuzz: test-deps
+	GO=$(GO) scripts/fuzz.sh
 
 lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every fuzz target in the module (each `func FuzzXxx` in a _test.go
+# file) for FUZZTIME (default 10s) each. Inputs that fail are written by go
+# test under the package's testdata/fuzz/ and become regression seeds.
+#   FUZZTIME=10m FUZZFLAGS=-parallel=1 scripts/fuzz.sh     # the long runs
+#   scripts/fuzz.sh FuzzFromJSON                           # one target
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+time=${FUZZTIME:-10s}
+only=${1:-}
+status=0
+while IFS=: read -r file name; do
+  [ -n "$only" ] && [ "$name" != "$only" ] && continue
+  pkg=./$(dirname "$file")
+  echo "== $name ($pkg, $time)"
+  # shellcheck disable=SC2086
+  if ! CGO_ENABLED=0 $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" ${FUZZFLAGS:-} "$pkg"; then
+    status=1
+  fi
+done < <(grep -rHo --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+' . | sed -e 's|^\./||' -e 's|:func |:|' | sort -u)
+exit $status
