@@ -74,52 +74,60 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch, QKVBias: fam.qkvBias, QKNorm: fam.qkNorm}
 	c.Name, _ = f.String("general.name")
-	var missing []string
-	req := func(key string) int {
-		v, ok := f.Uint(arch + "." + key)
-		if !ok {
-			missing = append(missing, arch+"."+key)
-		}
-		return int(v)
-	}
-	opt := func(key string, def int) int {
-		if v, ok := f.Uint(arch + "." + key); ok {
-			return int(v)
-		}
-		return def
-	}
-	c.Layers = req("block_count")
+	r := keyReader{f: f, arch: arch}
+	c.Layers = r.int("block_count", -1, 1, maxLayers)
 	c.AttnLayers = c.Layers
-	c.Dim = req("embedding_length")
-	c.Heads = req("attention.head_count")
-	c.ContextLen = opt("context_length", 2048)
-	if len(missing) > 0 {
-		return Config{}, fmt.Errorf("%s: metadata is missing %s", f.Path, strings.Join(missing, ", "))
+	c.Dim = r.int("embedding_length", -1, 1, maxShape)
+	c.Heads = r.int("attention.head_count", -1, 1, maxShape)
+	c.ContextLen = r.int("context_length", 2048, 1, math.MaxInt32)
+	c.FF = r.int("feed_forward_length", 0, 0, maxShape)
+	if len(r.missing) > 0 {
+		return Config{}, fmt.Errorf("%s: metadata is missing %s", f.Path, strings.Join(r.missing, ", "))
 	}
-	if c.Heads <= 0 || c.Dim <= 0 || c.Layers <= 0 {
-		return Config{}, fmt.Errorf("%s: invalid shape: %d layers, dim %d, %d heads", f.Path, c.Layers, c.Dim, c.Heads)
+	if r.err != nil {
+		return Config{}, r.err
 	}
-	c.FF = opt("feed_forward_length", 0)
-	c.KVHeads = opt("attention.head_count_kv", c.Heads)
-	c.HeadDim = opt("attention.key_length", c.Dim/c.Heads)
-	if v := opt("attention.value_length", c.HeadDim); v != c.HeadDim {
-		return Config{}, fmt.Errorf("%s: value_length %d differs from key_length %d; not supported", f.Path, v, c.HeadDim)
+	// Each block has at least 9 tensors (norms, q, k, v, output, FFN):
+	// a block count the file cannot hold is corrupt, not a huge model.
+	if c.Layers > len(f.Tensors)/9 {
+		return Config{}, fmt.Errorf("%s: %s.block_count is %d but the file has only %d tensors (each block needs at least 9); the file is corrupt",
+			f.Path, arch, c.Layers, len(f.Tensors))
 	}
-	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0 {
-		return Config{}, fmt.Errorf("%s: invalid attention shape: %d heads, %d kv heads, head dim %d", f.Path, c.Heads, c.KVHeads, c.HeadDim)
+	c.KVHeads = r.int("attention.head_count_kv", c.Heads, 1, maxShape)
+	if _, ok := f.Value(arch + ".attention.key_length"); !ok && c.Dim%c.Heads != 0 {
+		return Config{}, fmt.Errorf("%s: %s.embedding_length %d is not a multiple of %s.attention.head_count %d and no key_length is given",
+			f.Path, arch, c.Dim, arch, c.Heads)
 	}
-	eps := 1e-5
-	if v, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); ok {
-		eps = v
+	c.HeadDim = r.int("attention.key_length", c.Dim/c.Heads, 1, maxShape)
+	vl := r.int("attention.value_length", c.HeadDim, 1, maxShape)
+	if r.err != nil {
+		return Config{}, r.err
+	}
+	if vl != c.HeadDim {
+		return Config{}, fmt.Errorf("%s: value_length %d differs from key_length %d; not supported", f.Path, vl, c.HeadDim)
+	}
+	if c.Heads%c.KVHeads != 0 || c.HeadDim%2 != 0 {
+		return Config{}, fmt.Errorf("%s: invalid attention shape: %d heads, %d kv heads (%s.attention.head_count_kv must divide head_count), head dim %d (must be even)",
+			f.Path, c.Heads, c.KVHeads, arch, c.HeadDim)
+	}
+	eps, err := r.float("attention.layer_norm_rms_epsilon", 1e-5, 0, 1, "a small positive number, typically 1e-5 or 1e-6")
+	if err != nil {
+		return Config{}, err
 	}
 	c.NormEps = float32(eps)
-
-	base := 10000.0
-	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
-		base = v
+	if c.NormEps <= 0 { // a positive float64 below float32's range
+		return Config{}, fmt.Errorf("%s: %s.attention.layer_norm_rms_epsilon %g is too small for float32; typically 1e-5 or 1e-6", f.Path, arch, eps)
 	}
-	c.Rope = Rope{Dim: opt("rope.dimension_count", c.HeadDim), Base: base, NeoX: fam.neox}
-	if c.Rope.Dim <= 0 || c.Rope.Dim > c.HeadDim || c.Rope.Dim%2 != 0 {
+
+	base, err := r.float("rope.freq_base", 10000, 1, math.MaxFloat64, "a finite number above 1, typically 10000 to 1000000")
+	if err != nil {
+		return Config{}, err
+	}
+	c.Rope = Rope{Dim: r.int("rope.dimension_count", c.HeadDim, 1, maxShape), Base: base, NeoX: fam.neox}
+	if r.err != nil {
+		return Config{}, r.err
+	}
+	if c.Rope.Dim > c.HeadDim || c.Rope.Dim%2 != 0 {
 		return Config{}, fmt.Errorf("%s: rope dimension %d does not fit head dim %d", f.Path, c.Rope.Dim, c.HeadDim)
 	}
 	if err := readRopeScaling(f, arch, &c.Rope); err != nil {
@@ -127,9 +135,12 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	}
 
 	if fam.moe {
-		c.Experts = opt("expert_count", 0)
-		c.ExpertsUsed = opt("expert_used_count", 0)
-		c.ExpertFF = opt("expert_feed_forward_length", c.FF)
+		c.Experts = r.int("expert_count", 0, 1, maxExperts)
+		c.ExpertsUsed = r.int("expert_used_count", 0, 1, maxExperts)
+		c.ExpertFF = r.int("expert_feed_forward_length", c.FF, 1, maxShape)
+		if r.err != nil {
+			return Config{}, r.err
+		}
 		c.NormTopK = true // Qwen3-MoE checkpoints set norm_topk_prob
 		if v, ok := f.Bool(arch + ".expert_weights_norm"); ok {
 			c.NormTopK = v
@@ -139,17 +150,75 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		}
 	}
 
-	if ti, ok := f.Tensor("token_embd.weight"); ok && len(ti.Dims) == 2 {
-		c.Vocab = int(ti.Dims[1])
-	} else {
+	ti, ok := f.Tensor("token_embd.weight")
+	if !ok || len(ti.Dims) != 2 {
 		return Config{}, fmt.Errorf("%s: tensor token_embd.weight is missing or not 2-D", f.Path)
 	}
+	// Token ids are int32.
+	if ti.Dims[1] == 0 || ti.Dims[1] > math.MaxInt32 {
+		return Config{}, fmt.Errorf("%s: tensor token_embd.weight has %d rows; the vocabulary must have 1 to %d tokens", f.Path, ti.Dims[1], math.MaxInt32)
+	}
+	c.Vocab = int(ti.Dims[1])
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedEmbeddings = !hasOut
 	for _, ti := range f.Tensors {
-		c.WeightBytes += int64(ti.Bytes())
+		c.WeightBytes += int64(ti.Bytes()) // gguf.Open checked each lies in the file
 	}
 	return c, nil
+}
+
+// Bounds on shape metadata, far above any real model, so that products of
+// two of them fit in an int and a corrupt value is named rather than
+// allocated.
+const (
+	maxShape   = 1 << 24
+	maxLayers  = 1 << 16
+	maxExperts = 1 << 16
+)
+
+// keyReader reads <arch>.<key> metadata, keeping the missing required keys
+// and the first invalid value.
+type keyReader struct {
+	f       *gguf.File
+	arch    string
+	missing []string
+	err     error
+}
+
+// int reads an integer key in [lo, hi]; def is used when the key is
+// absent, and def < 0 makes it required.
+func (r *keyReader) int(key string, def, lo, hi int) int {
+	name := r.arch + "." + key
+	raw, present := r.f.Value(name)
+	if !present {
+		if def < 0 {
+			r.missing = append(r.missing, name)
+			return 0
+		}
+		return def
+	}
+	v, ok := r.f.Uint(name)
+	if r.err == nil && (!ok || v < uint64(lo) || v > uint64(hi)) {
+		r.err = fmt.Errorf("%s: %s is %s; it must be an integer from %d to %d", r.f.Path, name, show(raw), lo, hi)
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(v)
+}
+
+// float reads a float key that must be finite and in (lo, hi]; def when absent.
+func (r *keyReader) float(key string, def, lo, hi float64, want string) (float64, error) {
+	name := r.arch + "." + key
+	raw, present := r.f.Value(name)
+	if !present {
+		return def, nil
+	}
+	v, ok := r.f.Float(name)
+	if !ok || math.IsNaN(v) || math.IsInf(v, 0) || v <= lo || v > hi {
+		return 0, fmt.Errorf("%s: %s is %s; it must be %s", r.f.Path, name, show(raw), want)
+	}
+	return v, nil
 }
 
 // readRopeScaling applies <arch>.rope.scaling.*: linear scaling scales
@@ -159,6 +228,9 @@ func ReadConfig(f *gguf.File) (Config, error) {
 func readRopeScaling(f *gguf.File, arch string, r *Rope) error {
 	typ, _ := f.String(arch + ".rope.scaling.type")
 	factor, hasFactor := f.Float(arch + ".rope.scaling.factor")
+	if hasFactor && !(factor > 0 && !math.IsInf(factor, 0)) {
+		return fmt.Errorf("%s: %s.rope.scaling.factor is %v; it must be a finite positive number", f.Path, arch, factor)
+	}
 	if ti, ok := f.Tensor("rope_freqs.weight"); ok {
 		if ti.Type != gguf.F32 || ti.Elements() != uint64(r.Dim/2) {
 			return fmt.Errorf("%s: rope_freqs.weight is %s with %d elements; want F32 with %d", f.Path, ti.Type, ti.Elements(), r.Dim/2)
@@ -196,6 +268,10 @@ func readRopeScaling(f *gguf.File, arch string, r *Rope) error {
 		if v, ok := f.Float(arch + ".rope.scaling.high_freq_factor"); ok {
 			hi = v
 		}
+		// The smooth band divides by hi-lo.
+		if !(lo > 0 && hi > lo && !math.IsInf(hi, 0)) {
+			return fmt.Errorf("%s: %s.rope.scaling.low_freq_factor %v and high_freq_factor %v: need finite 0 < low < high (typically 1 and 4)", f.Path, arch, lo, hi)
+		}
 		r.FreqFactors = Llama3FreqFactors(r.Dim, r.Base, factor, lo, hi, float64(orig))
 		return nil
 	}
@@ -221,4 +297,12 @@ func Llama3FreqFactors(dim int, base, factor, lowFreq, highFreq, origCtx float64
 		}
 	}
 	return ff
+}
+
+// show formats a metadata value with its GGUF type, quoting strings.
+func show(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("the string %q", s)
+	}
+	return fmt.Sprintf("%v (%T)", v, v)
 }
