@@ -12,9 +12,19 @@ var (
 	fuzzToks map[string]*Tokenizer
 )
 
-// fuzzTokenizers loads one tokenizer of each model type (and SmolLM2 when the
-// GGUF is present) once per process.
+// fuzzTokenizers loads one tokenizer of each model type once per process.
+// A missing vocabulary fails the fuzz target instead of skipping it: a
+// target that silently tests nothing looks the same as one that passes.
 func fuzzTokenizers(t testing.TB) map[string]*Tokenizer {
+	t.Helper()
+	for _, name := range []string{"llama3", "qwen3"} {
+		if _, err := findVocab(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(testModelPath()); err != nil {
+		t.Fatalf("SmolLM2 GGUF not found (%v): run `make model` or set FTCHAT_TEST_MODEL", err)
+	}
 	fuzzOnce.Do(func() {
 		fuzzToks = map[string]*Tokenizer{}
 		for _, name := range []string{"llama3", "qwen3"} {
@@ -22,9 +32,7 @@ func fuzzTokenizers(t testing.TB) map[string]*Tokenizer {
 		}
 		spm, _ := loadSPM(t)
 		fuzzToks["spm"] = spm
-		if _, err := os.Stat(testModelPath()); err == nil {
-			fuzzToks["smollm2"] = loadVocab(t, "smollm2")
-		}
+		fuzzToks["smollm2"] = loadVocab(t, "smollm2")
 	})
 	return fuzzToks
 }

