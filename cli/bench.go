@@ -21,6 +21,7 @@ import (
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/quality"
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 func benchCmd(v *viper.Viper) *cobra.Command {
@@ -104,9 +105,11 @@ func readText(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("--text FILE is required (a plain-text file to evaluate on)")
 	}
-	b, err := os.ReadFile(path)
+	// Evaluation texts are a few MB; the bound keeps a wrong path (a disk
+	// image, a log) from filling memory.
+	b, err := safefile.ReadFile(path, 1<<30, "--text")
 	if err != nil {
-		return "", fmt.Errorf("--text: %w", err)
+		return "", err
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return "", fmt.Errorf("--text %s: the file is empty", path)

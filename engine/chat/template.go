@@ -12,12 +12,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/ftchat/ftchat/engine/chat/jinja"
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // Message is one chat turn (mirror of engine.Message).
@@ -131,9 +131,9 @@ func FromGGUF(md MetadataGetter) (*Template, error) {
 
 // LoadTokenizerConfig reads a tokenizer_config.json file.
 func LoadTokenizerConfig(path string) (*Template, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, 64<<20, "chat template")
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, err
 	}
 	t, err := FromTokenizerConfig(data)
 	if err != nil {

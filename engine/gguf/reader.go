@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // Magic is the first four bytes of every GGUF file.
@@ -110,18 +111,12 @@ type File struct {
 // infos. Every length and offset is bounds-checked; a truncated or corrupt
 // file yields a *FormatError naming the file and the problem.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	// safefile refuses a FIFO or device, which would block or never end.
+	fh, st, err := safefile.Open(path, "model")
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, &FormatError{Path: path, Offset: -1, Msg: "not a regular file"}
-	}
 	size := st.Size()
 	if size < 24 {
 		return nil, &FormatError{Path: path, Offset: -1,

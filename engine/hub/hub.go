@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // Progress reports bytes done of total (total <= 0: unknown).
@@ -91,6 +93,9 @@ func Resolve(ctx context.Context, model string, progress Progress) (string, erro
 	if st, err := os.Stat(model); err == nil {
 		if st.IsDir() {
 			return "", fmt.Errorf("model %q is a directory: pass a .gguf file", model)
+		}
+		if err := safefile.CheckRegular(model, "--model", st); err != nil {
+			return "", err
 		}
 		return model, nil
 	}
@@ -299,7 +304,7 @@ func finishDownload(part, dst, wantSHA string) error {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, "")
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"sync"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // ScalesFormat identifies a static-scales file (docs/kv-cache.md).
@@ -43,11 +45,15 @@ type scalesJSON struct {
 	Calibration *CalibInfo      `json:"calibration,omitempty"`
 }
 
+// maxScalesFile bounds a scales file: static scales are per layer and KV
+// head (a few thousand numbers), so real files are kilobytes.
+const maxScalesFile = 64 << 20
+
 // LoadScales reads and checks a scales file; errors name the file and the problem.
 func LoadScales(path string) (*ScalesFile, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxScalesFile, "--kv-scales")
 	if err != nil {
-		return nil, fmt.Errorf("--kv-scales %s: %w", path, err)
+		return nil, err
 	}
 	f, err := ParseScales(b)
 	if err != nil {

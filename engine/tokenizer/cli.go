@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // Load builds a tokenizer from a GGUF model or a tokenizer.json (optionally
 // gzipped), telling them apart by content.
 func Load(path string) (*Tokenizer, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, "tokenizer")
 	if err != nil {
 		return nil, err
 	}

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // hfFile is the subset of a Hugging Face tokenizer.json we understand.
@@ -88,8 +88,13 @@ func FromJSONFile(path string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// MaxJSONFile bounds a tokenizer.json or tokenizer_config.json, before and
+// after gunzip: real ones are under 20 MB (Qwen3's is 11 MB), and the bound
+// stops a gzip bomb or a wrong path from reading until memory runs out.
+const MaxJSONFile = 64 << 20
+
 func readMaybeGzip(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, MaxJSONFile, "tokenizer")
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +103,9 @@ func readMaybeGzip(path string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		data, err = io.ReadAll(zr)
+		data, err = safefile.ReadAll(zr, MaxJSONFile, "tokenizer", path+" (gunzipped)")
 		if err != nil {
-			return nil, fmt.Errorf("%s: gunzip: %w", path, err)
+			return nil, err
 		}
 	}
 	return data, nil

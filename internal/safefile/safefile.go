@@ -104,6 +104,10 @@ func tooLarge(path, what, msg string) error {
 		Msg: msg + " (is this the right file?)"}
 }
 
+// CheckRegular returns the Open error for st if it is not a regular file,
+// for callers that stat a path before handing it on.
+func CheckRegular(path, what string, st fs.FileInfo) error { return checkRegular(path, what, st) }
+
 func checkRegular(path, what string, st fs.FileInfo) error {
 	m := st.Mode()
 	if m.IsRegular() {
