@@ -9,7 +9,6 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"os/exec"
 	"runtime"
 	"strings"
 	"text/template"
@@ -38,39 +37,34 @@ const MaxStatusLines = 10
 const gitTimeout = 2 * time.Second
 
 // Gather collects the facts for dir. A missing git, or a directory that is
-// not a repository, leaves the git fields empty.
+// not a repository, leaves the git fields empty. Nothing the repository
+// configures is run (see git.go).
 func Gather(ctx context.Context, dir string, now time.Time) Facts {
 	f := Facts{Cwd: dir, OS: runtime.GOOS, Arch: runtime.GOARCH, Date: now.Format("2006-01-02")}
-	git := func(args ...string) (string, bool) {
-		c, cancel := context.WithTimeout(ctx, gitTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(c, "git", args...)
-		cmd.Dir = dir
-		out, err := cmd.Output()
-		return strings.TrimRight(string(out), "\n"), err == nil
+	r, ok := findRepo(dir)
+	if !ok {
+		return f
 	}
-	if _, ok := git("rev-parse", "--is-inside-work-tree"); ok {
-		if b, ok := git("symbolic-ref", "--short", "-q", "HEAD"); ok {
-			f.GitBranch = strings.TrimSpace(b)
-		} else if h, ok := git("rev-parse", "--short", "HEAD"); ok {
-			f.GitBranch = "(detached at " + strings.TrimSpace(h) + ")"
-		}
-		if st, ok := git("status", "--short"); ok {
-			f.GitStatus = capLines(st, MaxStatusLines)
-		}
+	f.GitBranch = r.branch()
+	c, cancel := context.WithTimeout(ctx, gitTimeout)
+	defer cancel()
+	if head, total, ok := r.status(c, dir); ok {
+		f.GitStatus = capLines(head, total, MaxStatusLines)
 	}
 	return f
 }
 
-func capLines(s string, n int) string {
-	if s == "" {
+// capLines keeps the first n of the total lines whose head is s.
+func capLines(s string, total, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if s == "" || total == 0 {
 		return ""
 	}
-	lines := strings.Split(s, "\n")
-	if len(lines) <= n {
-		return s
+	if total <= n && len(lines) <= n {
+		return strings.Join(lines, "\n")
 	}
-	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n... and %d more", len(lines)-n)
+	lines = lines[:min(n, len(lines))]
+	return strings.Join(lines, "\n") + fmt.Sprintf("\n... and %d more", total-len(lines))
 }
 
 // Agent is the coding agent's system prompt.
