@@ -45,12 +45,12 @@ func (s *spec) build() (*Tokenizer, error) {
 	}
 	n := len(s.tokens)
 	for _, a := range s.added {
-		if int(a.id) >= n {
-			n = int(a.id) + 1
+		// The loaders check ids too; this keeps the dense tables below
+		// proportional to the input whatever the loader.
+		if a.id < 0 || int64(a.id) >= int64(len(s.tokens)+len(s.added))+maxIDGap {
+			return nil, fmt.Errorf("%s: added token %q has id %d, outside 0..%d", s.source, a.text, a.id, len(s.tokens)+len(s.added)+maxIDGap-1)
 		}
-		if a.id < 0 {
-			return nil, fmt.Errorf("%s: added token %q has negative id %d", s.source, a.text, a.id)
-		}
+		n = max(n, int(a.id)+1)
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("%s: the vocabulary is empty", s.source)

@@ -60,6 +60,9 @@ func FromGGUF(md Metadata) (*Tokenizer, error) {
 		}
 		s.types = make([]TokenType, len(tt))
 		for i, v := range tt {
+			if v < int64(TypeUndefined) || v > int64(TypeByte) {
+				return nil, fmt.Errorf("%s: tokenizer.ggml.token_type[%d] is %d, want %d..%d", src, i, v, TypeUndefined, TypeByte)
+			}
 			s.types[i] = TokenType(v)
 		}
 	}

@@ -134,14 +134,16 @@ func FromJSON(data, config []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 
+	// The token tables are dense, indexed by id: an id must not be much
+	// larger than the number of entries, or a crafted id near 2^31 makes
+	// them gigabytes.
+	entries := len(f.Model.Vocab) + len(f.AddedTokens)
 	n := 0
-	for _, id := range f.Model.Vocab {
-		if id < 0 {
-			return nil, fmt.Errorf("%s: model.vocab has negative id %d", src, id)
+	for tok, id := range f.Model.Vocab {
+		if err := checkID(id, entries); err != nil {
+			return nil, fmt.Errorf("%s: model.vocab %q: %w", src, tok, err)
 		}
-		if int(id) >= n {
-			n = int(id) + 1
-		}
+		n = max(n, int(id)+1)
 	}
 	s.tokens = make([]string, n)
 	s.types = make([]TokenType, n)
@@ -149,6 +151,10 @@ func FromJSON(data, config []byte) (*Tokenizer, error) {
 		s.types[i] = TypeUnused // holes in the id space
 	}
 	for tok, id := range f.Model.Vocab {
+		if s.types[id] != TypeUnused {
+			a, b := min(tok, s.tokens[id]), max(tok, s.tokens[id]) // stable message
+			return nil, fmt.Errorf("%s: model.vocab gives id %d to both %q and %q; each id must be used once", src, id, a, b)
+		}
 		s.tokens[id] = tok
 		s.types[id] = TypeNormal
 	}
@@ -157,10 +163,18 @@ func FromJSON(data, config []byte) (*Tokenizer, error) {
 	}
 	byText := map[string]int32{}
 	addedText := map[string]int32{}
+	addedIDs := map[int32]string{}
 	for _, a := range f.AddedTokens {
 		if a.Content == "" {
 			return nil, fmt.Errorf("%s: added token %d has empty content", src, a.ID)
 		}
+		if err := checkID(a.ID, entries); err != nil {
+			return nil, fmt.Errorf("%s: added token %q: %w", src, a.Content, err)
+		}
+		if prev, dup := addedIDs[a.ID]; dup {
+			return nil, fmt.Errorf("%s: added_tokens gives id %d to both %q and %q; each id must be used once", src, a.ID, prev, a.Content)
+		}
+		addedIDs[a.ID] = a.Content
 		s.added = append(s.added, addedToken{text: a.Content, id: a.ID, special: a.Special})
 		byText[a.Content] = a.ID
 		addedText[a.Content] = a.ID
@@ -221,6 +235,22 @@ func FromJSON(data, config []byte) (*Tokenizer, error) {
 	return s.build()
 }
 
+// maxIDGap is how many ids a tokenizer.json may leave unused: real files
+// number their tokens densely, and the bound keeps the tables proportional
+// to the file.
+const maxIDGap = 1 << 16
+
+// checkID refuses a negative id or one far beyond the entries of the file.
+func checkID(id int32, entries int) error {
+	if id < 0 {
+		return fmt.Errorf("id %d is negative", id)
+	}
+	if int64(id) >= int64(entries)+maxIDGap {
+		return fmt.Errorf("id %d is far beyond the %d tokens of the file (ids must number the tokens from 0, with at most %d unused)", id, entries, maxIDGap)
+	}
+	return nil
+}
+
 // tokenName reads "name" or {"content": "name"}.
 func tokenName(raw json.RawMessage) string {
 	var s string
@@ -274,14 +304,23 @@ func hfNormalizer(raw json.RawMessage) (nfc bool, err error) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return false, fmt.Errorf("normalizer: %w", err)
 	}
-	list := []hfComponent{c}
-	if c.Type == "Sequence" {
-		list = c.Normalizers
+	var flat func(c hfComponent) []hfComponent
+	flat = func(c hfComponent) []hfComponent {
+		if c.Type != "Sequence" {
+			return []hfComponent{c}
+		}
+		var out []hfComponent
+		for _, n := range c.Normalizers {
+			out = append(out, flat(n)...)
+		}
+		return out
 	}
-	for _, n := range list {
+	for _, n := range flat(c) {
 		switch n.Type {
 		case "NFC":
 			nfc = true
+		case "":
+			return false, fmt.Errorf("normalizer has no type")
 		default:
 			return false, fmt.Errorf("normalizer %q is not supported (supported: none, NFC)", n.Type)
 		}
@@ -310,6 +349,9 @@ func hfPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		return "", fmt.Errorf("pre_tokenizer: %w", err)
 	}
 	list := flatten(c)
+	if len(list) == 0 {
+		return "", fmt.Errorf("pre_tokenizer is an empty Sequence; byte-level BPE needs a ByteLevel pre-tokenizer")
+	}
 	last := list[len(list)-1]
 	if last.Type != "ByteLevel" {
 		return "", fmt.Errorf("pre_tokenizer ends with %q; only byte-level BPE (a ByteLevel pre-tokenizer) is supported from tokenizer.json — for SentencePiece models load the GGUF", last.Type)
