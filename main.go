@@ -1,8 +1,9 @@
 // Command ftchat is a terminal chat and coding agent with its own LLM engine.
 //
-// This file wires the cobra root command to viper. Precedence, highest
-// first: flags, FTCHAT_* environment variables, the config file
-// ($XDG_CONFIG_HOME/ftchat/config.yaml or --config), defaults.
+// This file builds the cobra root command; cli.LoadSettings wires it to
+// viper. Precedence, highest first: flags, FTCHAT_* environment variables,
+// the config file ($XDG_CONFIG_HOME/ftchat/config.yaml or --config),
+// defaults. --yolo is a flag only.
 package main
 
 import (
@@ -11,11 +12,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/ftchat/ftchat/cli"
@@ -56,7 +55,7 @@ then the config file, then defaults.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return loadConfig(v, cmd, configFile)
+			return cli.LoadSettings(v, cmd, configFile)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cli.Chat(cmd.Context(), cli.ConfigFrom(v), strings.Join(args, " "))
@@ -67,43 +66,4 @@ then the config file, then defaults.`,
 	cli.ChatFlags(root.Flags())
 	root.AddCommand(cli.Commands(v)...)
 	return root
-}
-
-// loadConfig binds flags and environment and reads the config file.
-func loadConfig(v *viper.Viper, cmd *cobra.Command, file string) error {
-	v.SetEnvPrefix("FTCHAT")
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
-	v.AutomaticEnv()
-	var bindErr error
-	bind := func(f *pflag.Flag) {
-		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
-			bindErr = err
-		}
-	}
-	cmd.Flags().VisitAll(bind)
-	cmd.InheritedFlags().VisitAll(bind)
-	if bindErr != nil {
-		return bindErr
-	}
-	if file != "" {
-		v.SetConfigFile(file)
-		if err := v.ReadInConfig(); err != nil {
-			return fmt.Errorf("config file %s: %w", file, err)
-		}
-		return nil
-	}
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return nil // no config dir: flags and env only
-	}
-	v.AddConfigPath(filepath.Join(dir, "ftchat"))
-	v.SetConfigName("config")
-	if err := v.ReadInConfig(); err != nil {
-		var notFound viper.ConfigFileNotFoundError
-		if errors.As(err, &notFound) {
-			return nil
-		}
-		return fmt.Errorf("config file in %s: %w", filepath.Join(dir, "ftchat"), err)
-	}
-	return nil
 }

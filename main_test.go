@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spf13/viper"
 )
@@ -88,5 +91,53 @@ func TestHelpDocumentsEveryOption(t *testing.T) {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
+	}
+}
+
+// TestYoloNotFromEnvOrConfigFile runs the real root wiring: a standing
+// FTCHAT_YOLO or "yolo: true" must not resolve to auto-approval.
+func TestYoloNotFromEnvOrConfigFile(t *testing.T) {
+	cfgDir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgDir)
+	t.Setenv("HOME", cfgDir)
+	os.MkdirAll(filepath.Join(cfgDir, "ftchat"), 0o755)
+	os.WriteFile(filepath.Join(cfgDir, "ftchat", "config.yaml"), []byte("yolo: true\n"), 0o644)
+	t.Setenv("FTCHAT_YOLO", "true")
+	if got := runConfig(t)["yolo"]; got == "true" {
+		t.Fatalf("yolo = %q from the environment and config file, want it off without --yolo", got)
+	}
+}
+
+// TestConfigFileNamedPipeDoesNotBlock: --config naming a FIFO or a huge
+// file is refused at once instead of blocking or reading it all.
+func TestConfigFileNamedPipeDoesNotBlock(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	os.WriteFile(big, bytes.Repeat([]byte("# padding\n"), 200<<10), 0o644)
+	cases := []struct{ name, file, want string }{
+		{"fifo", fifo, "not a regular file"},
+		{"too large", big, "larger than the 1 MiB limit"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(viper.New())
+			root.SetOut(io.Discard)
+			root.SetErr(io.Discard)
+			root.SetArgs([]string{"config", "--config", tc.file})
+			done := make(chan error, 1)
+			go func() { done <- root.Execute() }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("reading the config file blocked")
+			}
+		})
 	}
 }

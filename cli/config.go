@@ -3,14 +3,23 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // ExitError ends the process with Code after its message was printed.
@@ -133,4 +142,131 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("not a size: want a positive amount like 8GiB, 512MiB or 6GB")
 	}
 	return int64(f * mult), nil
+}
+
+// maxConfigFile bounds the config file: settings are a few lines, so
+// anything larger is the wrong file (or /dev/zero).
+const maxConfigFile = 1 << 20
+
+// commandLineOnly are settings that take effect only when given as a flag
+// of this run: the environment and the config file persist across runs, so
+// a value there would silently stand for every later run. The value says
+// why, for the warning when one is found there.
+var commandLineOnly = map[string]string{
+	"yolo": "--yolo must be given on the command line of each run (auto-approval is never a standing setting)",
+}
+
+// LoadSettings binds cmd's flags and the FTCHAT_* environment to v, reads
+// the config file (file, or config.<ext> in $XDG_CONFIG_HOME/ftchat), and
+// pins the command-line-only settings to their flags. Warnings go to
+// cmd's stderr.
+func LoadSettings(v *viper.Viper, cmd *cobra.Command, file string) error {
+	v.SetEnvPrefix("FTCHAT")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	bind := func(f *pflag.Flag) {
+		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
+			bindErr = err
+		}
+	}
+	cmd.Flags().VisitAll(bind)
+	cmd.InheritedFlags().VisitAll(bind)
+	if bindErr != nil {
+		return bindErr
+	}
+	fileKeys, err := readConfig(v, file)
+	if err != nil {
+		return err
+	}
+	used := v.ConfigFileUsed()
+	warn := cmd.ErrOrStderr()
+
+	// Command-line-only settings: pin viper to the flag (or the zero value
+	// where this command has no such flag), whatever env and file say.
+	for _, name := range sortedKeys(commandLineOnly) {
+		var where []string
+		if os.Getenv(envName(name)) != "" {
+			where = append(where, envName(name))
+		}
+		if _, ok := fileKeys[name]; ok {
+			where = append(where, fmt.Sprintf("%q in %s", name, used))
+		}
+		if len(where) > 0 {
+			fmt.Fprintf(warn, "ftchat: ignoring %s: %s\n", strings.Join(where, " and "), commandLineOnly[name])
+		}
+		val := ""
+		if f := cmd.Flags().Lookup(name); f != nil {
+			val = f.Value.String()
+		}
+		v.Set(name, val)
+	}
+
+	return nil
+}
+
+func envName(flag string) string {
+	return "FTCHAT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// readConfig reads the config file into v and returns its top-level
+// settings. The file is opened through safefile: a named pipe or a huge
+// file is refused instead of blocking or filling memory.
+func readConfig(v *viper.Viper, file string) (map[string]any, error) {
+	if file == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return nil, nil // no config dir: flags and env only
+		}
+		for _, ext := range viper.SupportedExts {
+			p := filepath.Join(dir, "ftchat", "config."+ext)
+			if _, err := os.Stat(p); err == nil {
+				file = p
+				break
+			}
+		}
+		if file == "" {
+			return nil, nil
+		}
+	}
+	data, err := safefile.ReadFile(file, maxConfigFile, "config file")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("config file %s: no such file", file)
+		}
+		return nil, err
+	}
+	ext := strings.TrimPrefix(filepath.Ext(file), ".")
+	if !slices.Contains(viper.SupportedExts, ext) {
+		return nil, fmt.Errorf("config file %s: unknown format %q: name it .yaml, .json or .toml", file, ext)
+	}
+	// A viper of its own sees only the file, to tell its keys apart.
+	fv := viper.New()
+	fv.SetConfigType(ext)
+	if err := fv.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", file, err)
+	}
+	v.SetConfigFile(file)
+	v.SetConfigType(ext)
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", file, err)
+	}
+	// AllSettings drops keys with no value ("temperature:"), which viper
+	// then reads as unset; AllKeys keeps them, so they can be reported.
+	settings := fv.AllSettings()
+	keys := map[string]any{}
+	for _, k := range fv.AllKeys() {
+		top, _, _ := strings.Cut(k, ".")
+		keys[top] = settings[top]
+	}
+	return keys, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
