@@ -219,6 +219,11 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 				}
 			}
 			bf16 := kvcache.BytesPerToken(c.AttnLayers, c.KVHeads, c.HeadDim, kvcache.BF16, kvcache.DynamicScales)
+			// Plan against the machine before allocating: a pool beyond it
+			// would panic in makeslice or abort out of memory.
+			if err := kvcache.CheckHostBudget(tokens, bf16, dt); err != nil {
+				return l, err
+			}
 			e.kvBudget = int64(tokens) * int64(bf16)
 		}
 	}

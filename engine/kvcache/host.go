@@ -31,6 +31,9 @@ func NewHostStore(l Layout) (*HostStore, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
+	if err := CheckHostMemory(l); err != nil {
+		return nil, err
+	}
 	s := &HostStore{l: l, layers: make([]hostLayer, l.Layers)}
 	nb := l.LayerElems() * l.DType.ElemBytes()
 	for i := range s.layers {

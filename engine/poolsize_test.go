@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
+
+// TestPoolSizeBeyondMemoryRefusedAtLoad guards the CPU pool plan against
+// --kv-tokens / --ctx-size values the machine cannot hold (a makeslice
+// panic or an out-of-memory abort before): Load fails quickly, with what
+// the pool needs and what the machine has, and normal sizes still load.
+func TestPoolSizeBeyondMemoryRefusedAtLoad(t *testing.T) {
+	path := synthModel(t, "qwen3-tiny", gguf.F32) // 2 KiB of bf16 KV per token
+	cases := []struct {
+		name string
+		o    Options
+		want string // "" = loads
+	}{
+		{"kv-tokens 1e12", Options{KVTokens: 1e12}, "needs"},
+		{"kv-tokens 2^62", Options{KVTokens: 1 << 62}, "needs more than 8 EiB"},
+		{"ctx-size 1e9", Options{ContextLen: 1e9}, "needs"},
+		{"ctx-size 1e9 fp8", Options{ContextLen: 1e9, KVDType: "fp8_e4m3"}, "needs"},
+		{"kv-tokens 4096", Options{KVTokens: 4096}, ""},
+		{"ctx-size 1e9, kv-tokens 4096", Options{ContextLen: 1e9, KVTokens: 4096}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.Model, o.Device = path, "cpu"
+			start := time.Now()
+			e, err := Load(context.Background(), o, nil)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				e.Close()
+				return
+			}
+			if err == nil {
+				e.Close()
+				t.Fatal("loaded")
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "--kv-tokens/--ctx-size") {
+				t.Errorf("error %v, want one containing %q and naming the options", err, c.want)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("refusal took %v", d)
+			}
+		})
+	}
+}
