@@ -108,6 +108,50 @@ func TestYoloNotFromEnvOrConfigFile(t *testing.T) {
 	}
 }
 
+// TestBadSettingsStopTheRun runs the real root wiring: a value its flag's
+// type cannot hold, from the environment or the config file, is an error
+// naming the variable or key, never a silent 0; an unknown key is reported.
+func TestBadSettingsStopTheRun(t *testing.T) {
+	cases := []struct {
+		name, cfg, envKey, envVal string
+		wantErr, wantStderr       string
+	}{
+		{"env int", "", "FTCHAT_THREADS", "abc", "FTCHAT_THREADS=abc: not an integer", ""},
+		{"env size", "", "FTCHAT_GPU_MEMORY", "8 potatoes", "FTCHAT_GPU_MEMORY=8 potatoes: not a size", ""},
+		{"config int", "threads: abc\n", "", "", `config.yaml: threads: "abc" is not an integer`, ""},
+		{"config float", "temperature: hot\n", "", "", `config.yaml: temperature: "hot" is not a number`, ""},
+		{"config range", "ctx-size: -1\n", "", "", `config.yaml: ctx-size: "-1" is below 0`, ""},
+		{"unknown key", "temprature: 0\n", "", "", "", `config.yaml: unknown key "temprature" (did you mean "temperature"?)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfgDir := t.TempDir()
+			t.Setenv("XDG_CONFIG_HOME", cfgDir)
+			t.Setenv("HOME", cfgDir)
+			os.MkdirAll(filepath.Join(cfgDir, "ftchat"), 0o755)
+			os.WriteFile(filepath.Join(cfgDir, "ftchat", "config.yaml"), []byte(tc.cfg), 0o644)
+			if tc.envKey != "" {
+				t.Setenv(tc.envKey, tc.envVal)
+			}
+			root := newRoot(viper.New())
+			var out, errOut bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&errOut)
+			root.SetArgs([]string{"config"})
+			err := root.Execute()
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("error = %v, want one containing %q\n%s", err, tc.wantErr, out.String())
+			}
+			if tc.wantErr == "" && err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(errOut.String(), tc.wantStderr) {
+				t.Fatalf("stderr %q, want %q", errOut.String(), tc.wantStderr)
+			}
+		})
+	}
+}
+
 // TestConfigFileNamedPipeDoesNotBlock: --config naming a FIFO or a huge
 // file is refused at once instead of blocking or reading it all.
 func TestConfigFileNamedPipeDoesNotBlock(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -156,16 +158,88 @@ var commandLineOnly = map[string]string{
 	"yolo": "--yolo must be given on the command line of each run (auto-approval is never a standing setting)",
 }
 
+// settingChecks are range checks beyond what the flag's type accepts. Each
+// returns what is wrong with the value (its canonical string), or "".
+var settingChecks = map[string]func(string) string{
+	"temperature":    atLeast(0),
+	"top-p":          between(0, 1),
+	"min-p":          between(0, 1),
+	"repeat-penalty": above(0),
+	"top-k":          atLeast(0),
+	"repeat-last-n":  atLeast(0),
+	"max-tokens":     atLeast(0),
+	"page-size":      atLeast(0),
+	"ctx-size":       atLeast(0),
+	"kv-tokens":      atLeast(0),
+	"threads":        atLeast(0),
+	"gpu-memory": func(s string) string {
+		if s == "" {
+			return "" // empty: what the device has free
+		}
+		if _, err := ParseBytes(s); err != nil {
+			return err.Error()
+		}
+		return ""
+	},
+}
+
+func number(s string) (float64, string) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, "not a finite number"
+	}
+	return f, ""
+}
+
+func atLeast(lo float64) func(string) string {
+	return func(s string) string {
+		f, bad := number(s)
+		if bad == "" && f < lo {
+			bad = fmt.Sprintf("below %g (must be %g or more)", lo, lo)
+		}
+		return bad
+	}
+}
+
+func above(lo float64) func(string) string {
+	return func(s string) string {
+		f, bad := number(s)
+		if bad == "" && f <= lo {
+			bad = fmt.Sprintf("not above %g (must be more than %g)", lo, lo)
+		}
+		return bad
+	}
+}
+
+func between(lo, hi float64) func(string) string {
+	return func(s string) string {
+		f, bad := number(s)
+		if bad == "" && (f < lo || f > hi) {
+			bad = fmt.Sprintf("outside %g..%g", lo, hi)
+		}
+		return bad
+	}
+}
+
 // LoadSettings binds cmd's flags and the FTCHAT_* environment to v, reads
 // the config file (file, or config.<ext> in $XDG_CONFIG_HOME/ftchat), and
-// pins the command-line-only settings to their flags. Warnings go to
+// checks every value that did not come from a flag by parsing it with the
+// flag's own type, so a new flag is covered without more code here.
+// Warnings (unknown config keys, ignored command-line-only settings) go to
 // cmd's stderr.
 func LoadSettings(v *viper.Viper, cmd *cobra.Command, file string) error {
 	v.SetEnvPrefix("FTCHAT")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
+	var flags []*pflag.Flag
+	seen := map[string]bool{}
 	var bindErr error
 	bind := func(f *pflag.Flag) {
+		if seen[f.Name] {
+			return
+		}
+		seen[f.Name] = true
+		flags = append(flags, f)
 		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
 			bindErr = err
 		}
@@ -181,6 +255,10 @@ func LoadSettings(v *viper.Viper, cmd *cobra.Command, file string) error {
 	}
 	used := v.ConfigFileUsed()
 	warn := cmd.ErrOrStderr()
+	known := knownFlags(cmd.Root())
+	for _, k := range unknownKeys(fileKeys, known) {
+		fmt.Fprintf(warn, "ftchat: warning: %s: unknown key %q%s; it is ignored\n", used, k.name, k.hint)
+	}
 
 	// Command-line-only settings: pin viper to the flag (or the zero value
 	// where this command has no such flag), whatever env and file say.
@@ -202,7 +280,102 @@ func LoadSettings(v *viper.Viper, cmd *cobra.Command, file string) error {
 		v.Set(name, val)
 	}
 
+	// The config file is shared by every command: its keys are checked
+	// with the type of the flag they belong to, even when this command
+	// has no such flag (so `ftchat config` reports a bad file).
+	for _, k := range sortedKeys(fileKeys) {
+		if f := known[k]; f != nil && !seen[k] {
+			flags = append(flags, f)
+		}
+	}
+	for _, f := range flags {
+		if _, ok := commandLineOnly[f.Name]; ok || f.Name == "help" || f.Name == "config" {
+			continue
+		}
+		if err := checkSetting(v, f, fileKeys, used); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// checkSetting validates the value f resolves to, from whichever source
+// wins (flag, environment, config file), and names that source in the
+// error. A value from env or file is parsed by a fresh Value of the flag's
+// type; viper then gets its canonical form, so what was checked is what
+// is used.
+func checkSetting(v *viper.Viper, f *pflag.Flag, fileKeys map[string]any, file string) error {
+	var raw string
+	var bad func(what string) error
+	switch env := envName(f.Name); {
+	case f.Changed:
+		raw = f.Value.String()
+		bad = func(what string) error { return fmt.Errorf("--%s %s: %s", f.Name, raw, what) }
+	case os.Getenv(env) != "": // viper ignores an empty variable too
+		raw = os.Getenv(env)
+		bad = func(what string) error { return fmt.Errorf("%s=%s: %s (fix or unset the variable)", env, raw, what) }
+	default:
+		val, ok := fileKeys[f.Name]
+		if !ok {
+			return nil // the default
+		}
+		bad = func(what string) error {
+			return fmt.Errorf("%s: %s: %q is %s (fix or remove the key)", file, f.Name, raw, what)
+		}
+		switch val.(type) {
+		case map[string]any, []any:
+			raw = fmt.Sprint(val)
+			return bad("not a single value")
+		case nil:
+			raw = "" // "key:" with nothing after it
+		default:
+			raw = fmt.Sprint(val)
+		}
+	}
+	if !f.Changed {
+		val, ok := freshValue(f.Value)
+		if ok {
+			if err := val.Set(raw); err != nil {
+				return bad("not " + typeNoun(val.Type()))
+			}
+			v.Set(f.Name, val.String())
+			raw = val.String()
+		}
+	}
+	if check := settingChecks[f.Name]; check != nil {
+		if what := check(raw); what != "" {
+			return bad(what)
+		}
+	}
+	return nil
+}
+
+// freshValue returns a new zero Value of v's type to parse into without
+// touching the flag. pflag's scalar values are pointers to basic types;
+// for anything else (slices, custom structs) it reports false.
+func freshValue(v pflag.Value) (pflag.Value, bool) {
+	t := reflect.TypeOf(v)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() == reflect.Struct {
+		return nil, false
+	}
+	nv, ok := reflect.New(t.Elem()).Interface().(pflag.Value)
+	return nv, ok
+}
+
+func typeNoun(t string) string {
+	switch {
+	case t == "bool":
+		return "true or false"
+	case t == "duration":
+		return "a duration like 30s or 5m"
+	case strings.HasPrefix(t, "uint"):
+		return "a non-negative integer"
+	case strings.HasPrefix(t, "int"), t == "count":
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	}
+	return "a valid " + t
 }
 
 func envName(flag string) string {
@@ -260,6 +433,79 @@ func readConfig(v *viper.Viper, file string) (map[string]any, error) {
 		keys[top] = settings[top]
 	}
 	return keys, nil
+}
+
+// knownFlags are the flags of every command by name: a config key may be
+// meant for any of them.
+func knownFlags(root *cobra.Command) map[string]*pflag.Flag {
+	known := map[string]*pflag.Flag{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) {
+			if known[f.Name] == nil {
+				known[f.Name] = f
+			}
+		}
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	delete(known, "help")
+	delete(known, "config") // a config file cannot name another one
+	return known
+}
+
+type unknownKey struct{ name, hint string }
+
+func unknownKeys(fileKeys map[string]any, known map[string]*pflag.Flag) []unknownKey {
+	var out []unknownKey
+	for _, k := range sortedKeys(fileKeys) {
+		if known[k] != nil {
+			continue
+		}
+		u := unknownKey{name: k}
+		if s := closest(k, known); s != "" {
+			u.hint = fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// closest is the known key within two edits of k (after treating _ as -),
+// or "".
+func closest(k string, known map[string]*pflag.Flag) string {
+	k = strings.ReplaceAll(k, "_", "-")
+	best, bestD := "", 3
+	for _, name := range sortedKeys(known) {
+		if d := editDistance(k, name); d < bestD {
+			best, bestD = name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -127,6 +127,84 @@ func TestYoloOnlyFromTheCommandLine(t *testing.T) {
 	}
 }
 
+func TestBadSettingValuesAreRejected(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  string
+		env  map[string]string
+		args []string
+		want string // the error, with CFG for the config file's path
+	}{
+		{"env int", "", map[string]string{"FTCHAT_MAX_TOKENS": "abc"}, nil, "FTCHAT_MAX_TOKENS=abc: not an integer"},
+		{"env bool", "", map[string]string{"FTCHAT_CONTINUE": "maybe"}, nil, "FTCHAT_CONTINUE=maybe: not true or false"},
+		{"env float", "", map[string]string{"FTCHAT_TOP_P": "high"}, nil, "FTCHAT_TOP_P=high: not a number"},
+		{"env uint", "", map[string]string{"FTCHAT_SEED": "-3"}, nil, "FTCHAT_SEED=-3: not a non-negative integer"},
+		{"env size", "", map[string]string{"FTCHAT_GPU_MEMORY": "8 potatoes"}, nil, "FTCHAT_GPU_MEMORY=8 potatoes: not a size"},
+		{"env range", "", map[string]string{"FTCHAT_MAX_TOKENS": "-5"}, nil, "FTCHAT_MAX_TOKENS=-5: below 0"},
+		{"env NaN", "", map[string]string{"FTCHAT_TEMPERATURE": "NaN"}, nil, "FTCHAT_TEMPERATURE=NaN: not a finite number"},
+		{"config float", "temperature: hot\n", nil, nil, `CFG: temperature: "hot" is not a number`},
+		{"config int", "threads: abc\n", nil, nil, `CFG: threads: "abc" is not an integer`},
+		{"config fraction for int", "ctx-size: 2.5\n", nil, nil, `CFG: ctx-size: "2.5" is not an integer`},
+		{"config bool", "continue: maybe\n", nil, nil, `CFG: continue: "maybe" is not true or false`},
+		{"config empty", "temperature:\n", nil, nil, `CFG: temperature: "" is not a number`},
+		{"config list", "threads: [1, 2]\n", nil, nil, `CFG: threads: "[1 2]" is not a single value`},
+		{"config size", "gpu-memory: 8 potatoes\n", nil, nil, `CFG: gpu-memory: "8 potatoes" is not a size`},
+		{"config negative temperature", "temperature: -0.5\n", nil, nil, `CFG: temperature: "-0.5" is below 0`},
+		{"config top-p", "top-p: 1.5\n", nil, nil, `CFG: top-p: "1.5" is outside 0..1`},
+		{"config negative threads", "threads: -2\n", nil, nil, `CFG: threads: "-2" is below 0`},
+		{"config repeat-penalty", "repeat-penalty: 0\n", nil, nil, `CFG: repeat-penalty: "0" is not above 0`},
+		{"config checked for a subcommand", "temperature: hot\n", nil, []string{"config"}, `CFG: temperature: "hot" is not a number`},
+		{"env beats a bad file", "threads: abc\n", map[string]string{"FTCHAT_THREADS": "x"}, nil, "FTCHAT_THREADS=x: not an integer"},
+		{"flag range", "", nil, []string{"--temperature", "-1"}, "--temperature -1: below 0"},
+		{"flag top-p", "", nil, []string{"--top-p", "2"}, "--top-p 2: outside 0..1"},
+		{"flag max-tokens", "", nil, []string{"--max-tokens=-1"}, "--max-tokens -1: below 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := settingsRun(t, tc.cfg, tc.env, tc.args...)
+			want := strings.ReplaceAll(tc.want, "CFG", filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "ftchat", "config.yaml"))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error = %v, want one containing %q", err, want)
+			}
+		})
+	}
+}
+
+func TestGoodSettingValuesResolve(t *testing.T) {
+	cfg, stderr, err := settingsRun(t, "temperature: 0\nthreads: 3\ntop-p: 1\ngpu-memory: 8GiB\ncontinue: true\nmax-tokens: 12.0\n",
+		map[string]string{"FTCHAT_TOP_K": "0x10", "FTCHAT_MIN_P": "0.1"})
+	if err != nil || stderr != "" {
+		t.Fatalf("err %v, stderr %q", err, stderr)
+	}
+	if cfg.Sampling.Temperature != 0 || cfg.Engine.Threads != 3 || cfg.Sampling.TopP != 1 || cfg.Engine.GPUMemory != 8<<30 ||
+		!cfg.Continue || cfg.MaxTokens != 12 || cfg.Sampling.TopK != 16 || cfg.Sampling.MinP != 0.1 {
+		t.Fatalf("resolved %+v", cfg)
+	}
+}
+
+func TestUnknownConfigKeysAreReported(t *testing.T) {
+	cases := []struct {
+		cfg, want string
+	}{
+		{"temprature: 0\n", `unknown key "temprature" (did you mean "temperature"?); it is ignored`},
+		{"max_tokens: 5\n", `unknown key "max_tokens" (did you mean "max-tokens"?); it is ignored`},
+		{"colour: blue\n", `unknown key "colour"; it is ignored`},
+		{"config: other.yaml\n", `unknown key "config"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.cfg, func(t *testing.T) {
+			_, stderr, err := settingsRun(t, tc.cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "ftchat", "config.yaml")
+			if !strings.Contains(stderr, path+": "+tc.want) {
+				t.Fatalf("stderr %q, want %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
 func TestConfigFileMustBeASmallRegularFile(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
