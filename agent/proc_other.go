@@ -6,9 +6,9 @@ import "os/exec"
 
 func setProcessGroup(*exec.Cmd) {}
 
-// killGroup kills the command (no process groups here: its children may
-// outlive it).
-func killGroup(cmd *exec.Cmd) {
+// killTree kills the command (no process groups or sessions here: its
+// children may outlive it).
+func killTree(cmd *exec.Cmd, _ string) {
 	if cmd.Process != nil {
 		cmd.Process.Kill()
 	}

@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +29,7 @@ func planShell(t *Tools, args map[string]any) (*Plan, error) {
 		Summary: "run_shell: " + firstLine(command),
 		Preview: "$ " + command + "\n",
 		run: func(ctx context.Context) (string, error) {
-			return runShell(ctx, t.ws.root, command, time.Duration(timeout)*time.Second, t.limits.ShellOutput)
+			return runShell(ctx, t.ws.root, command, shellEnv(os.Environ(), t.shellEnv), time.Duration(timeout)*time.Second, t.limits.ShellOutput)
 		},
 	}, nil
 }
@@ -38,12 +41,15 @@ func firstLine(s string) string {
 	return s
 }
 
-// runShell runs command with sh -c in dir, in its own process group, so
-// that cancelling ctx or the timeout kills everything it started. Output
-// (stdout and stderr interleaved) keeps its head and tail within max bytes.
-func runShell(ctx context.Context, dir, command string, timeout time.Duration, max int) (string, error) {
+// runShell runs command with sh -c in dir and environment env, in its own
+// session, so that cancelling ctx or the timeout kills everything it
+// started (see killTree). Output (stdout and stderr interleaved) keeps its
+// head and tail within max bytes.
+func runShell(ctx context.Context, dir, command string, env []string, timeout time.Duration, max int) (string, error) {
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Dir = dir
+	marker := shellIDVar + "=" + rand.Text()
+	cmd.Env = append(env, "PWD="+dir, marker)
 	out := &capped{max: max}
 	cmd.Stdout, cmd.Stderr = out, out
 	setProcessGroup(cmd)
@@ -62,11 +68,11 @@ func runShell(ctx context.Context, dir, command string, timeout time.Duration, m
 	select {
 	case err = <-done:
 	case <-timer.C:
-		killGroup(cmd)
+		killTree(cmd, marker)
 		err = <-done
 		note = fmt.Sprintf("timed out after %s; the command and its children were killed\n", timeout)
 	case <-ctx.Done():
-		killGroup(cmd)
+		killTree(cmd, marker)
 		<-done
 		return "", fmt.Errorf("cancelled; the command and its children were killed")
 	}
@@ -87,6 +93,53 @@ func runShell(ctx context.Context, dir, command string, timeout time.Duration, m
 		body += "\n"
 	}
 	return fmt.Sprintf("%sexit code %d\n%s", note, code, body), nil
+}
+
+// shellIDVar marks every process a run_shell command starts (children
+// inherit it), so killTree finds the ones that left its session.
+const shellIDVar = "FTCHAT_SHELL_ID"
+
+// shellEnvKeep is the environment run_shell passes on by default: what
+// commands need to find programs, the home directory, the language and the
+// terminal. Everything else (API keys, tokens, provider settings, ftchat's
+// own FTCHAT_* variables) stays behind unless the user allows it.
+var shellEnvKeep = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TERM", "TMPDIR", "SHELL", "TZ"}
+
+// AllowShellEnv adds environment variables run_shell passes on, beyond
+// PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, TMPDIR, SHELL and TZ. A name
+// ending in "*" allows every variable with that prefix ("GO*").
+func (t *Tools) AllowShellEnv(names ...string) {
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" {
+			t.shellEnv = append(t.shellEnv, n)
+		}
+	}
+}
+
+// shellEnv filters parent ("NAME=value" entries) down to the default names
+// and the allowed ones.
+func shellEnv(parent, allow []string) []string {
+	match := func(pat, name string) bool {
+		if p, ok := strings.CutSuffix(pat, "*"); ok {
+			return strings.HasPrefix(name, p)
+		}
+		return pat == name
+	}
+	pats := append(slices.Clip(shellEnvKeep), allow...)
+	var env []string
+	for _, kv := range parent {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "PWD" || name == shellIDVar {
+			continue
+		}
+		for _, pat := range pats {
+			if match(pat, name) {
+				env = append(env, kv)
+				break
+			}
+		}
+	}
+	return env
 }
 
 // capped keeps the first and last max/2 bytes written to it.

@@ -53,10 +53,11 @@ type toolSpec struct {
 
 // Tools is the agent's tool set over one workspace.
 type Tools struct {
-	ws     *Workspace
-	limits Limits
-	specs  []toolSpec
-	defs   []engine.Tool
+	ws       *Workspace
+	limits   Limits
+	shellEnv []string // extra variables run_shell passes on (AllowShellEnv)
+	specs    []toolSpec
+	defs     []engine.Tool
 }
 
 // NewTools builds the tool set; descriptions come from prompts/tools.
