@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -65,79 +64,16 @@ func (e *Engine) RenderPrompt(req Request) (string, error) {
 
 // renderPrompt renders req with the chat template and tokenizes it. The
 // template writes BOS itself, so none is added (as HF apply_chat_template).
-// Special-token text inside message contents (a file the agent read, a
-// pasted transcript) is encoded as text, not as control tokens, so content
-// cannot forge turns; HF would parse it as tokens.
+// Message data (contents, tool results, names, tool-call arguments: a file
+// the agent read, a pasted transcript) is always encoded as text, never as
+// control tokens, so it cannot forge turns (HF would parse it as tokens);
+// only the template's own text has special tokens (chatTemplate.RenderSpans).
 func (e *Engine) renderPrompt(req Request) (string, []int32, error) {
-	text, err := e.RenderPrompt(req)
+	text, spans, err := e.tmpl.RenderSpans(req.Messages, req.Tools, true)
 	if err != nil {
 		return "", nil, err
 	}
-	spans := e.contentSpans(req, text)
 	return text, e.tok.EncodeWith(text, tokenizer.EncodeOptions{PlainSpans: spans}), nil
-}
-
-// Markers that delimit message contents in a rendering made to locate
-// them: private-use code points of plane 16.
-const (
-	contentOpen  = "􏿽"
-	contentClose = "􏿼"
-)
-
-// contentSpans returns the byte ranges of text (req rendered) that hold the
-// contents of messages containing special-token text, or nil when there is
-// none. It renders req again with those contents between markers and
-// removes them, which must give text back exactly; a template that changes
-// content (trimming, say) makes that fail, and the spans are then nil: the
-// prompt is encoded as before.
-func (e *Engine) contentSpans(req Request, text string) [][2]int {
-	var marked []Message
-	for i, m := range req.Messages {
-		if !e.tok.HasSpecialText(m.Content) {
-			continue
-		}
-		if strings.Contains(m.Content, contentOpen) || strings.Contains(m.Content, contentClose) {
-			return nil
-		}
-		if marked == nil {
-			marked = append([]Message(nil), req.Messages...)
-		}
-		marked[i].Content = contentOpen + m.Content + contentClose
-	}
-	if marked == nil {
-		return nil
-	}
-	withMarks, err := e.tmpl.Render(marked, req.Tools, true)
-	if err != nil {
-		return nil
-	}
-	var spans [][2]int
-	var b strings.Builder
-	open := -1
-	for i := 0; i < len(withMarks); {
-		switch {
-		case strings.HasPrefix(withMarks[i:], contentOpen):
-			if open >= 0 {
-				return nil
-			}
-			open = b.Len()
-			i += len(contentOpen)
-		case strings.HasPrefix(withMarks[i:], contentClose):
-			if open < 0 {
-				return nil
-			}
-			spans = append(spans, [2]int{open, b.Len()})
-			open = -1
-			i += len(contentClose)
-		default:
-			b.WriteByte(withMarks[i])
-			i++
-		}
-	}
-	if open >= 0 || b.String() != text {
-		return nil
-	}
-	return spans
 }
 
 func (s *Session) generate(ctx context.Context, req Request, send func(Event)) error {

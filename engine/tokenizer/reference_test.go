@@ -471,6 +471,9 @@ func TestPlainSpans(t *testing.T) {
 		{"first and last", [][2]int{{0, 11}, {23, 34}}, 1},
 		{"all", [][2]int{{0, len(text)}}, 0},
 		{"span ends before the token", [][2]int{{0, 1}}, 3},
+		// A special token begun before a span may not end inside it.
+		{"token reaches into a span", [][2]int{{5, 7}}, 2},
+		{"token's last byte in a span", [][2]int{{10, 11}}, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

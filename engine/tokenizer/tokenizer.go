@@ -90,7 +90,7 @@ type EncodeOptions struct {
 	// PlainSpans are byte ranges [start, end) of the input, sorted and not
 	// overlapping, where special-token text is ordinary text (PlainSpecials
 	// for part of the input: the message contents inside a rendered chat
-	// prompt).
+	// prompt). A special token is matched only wholly outside them.
 	PlainSpans [][2]int
 }
 
@@ -125,6 +125,11 @@ func (t *Tokenizer) EncodeWith(text string, o EncodeOptions) []int32 {
 		}
 		plain := o.PlainSpecials || (len(spans) > 0 && spans[0][0] <= i)
 		a := t.matchAdded(text, i, plain)
+		if a != nil && a.special && len(spans) > 0 && i+len(a.text) > spans[0][0] {
+			// A special token may not reach into a plain span: text there
+			// must not complete one the text before it began.
+			a = t.matchAdded(text, i, true)
+		}
 		if a == nil {
 			i++
 			continue
