@@ -43,14 +43,17 @@ func versionCmd() *cobra.Command {
 
 func tokenizeCmd() *cobra.Command {
 	var tokFile string
-	var asJSON bool
+	var asJSON, plain bool
 	cmd := &cobra.Command{
-		Use:   "tokenize [--model M | --tokenizer FILE] [--json]",
+		Use:   "tokenize [--model M | --tokenizer FILE] [--json] [--plain]",
 		Short: "Read text on stdin and print its token ids (and count)",
 		Long: `tokenize reads stdin and prints the token ids of the text in the model's
 vocabulary, e.g. to see how many tokens a file takes:
   ftchat tokenize --json < main.go
---tokenizer takes a Hugging Face tokenizer.json or a GGUF file.`,
+--tokenizer takes a Hugging Face tokenizer.json or a GGUF file.
+Special-token text such as <|im_start|> in the input becomes the control
+token; --plain (or --no-specials) encodes it as ordinary text, as ftchat
+encodes message contents.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var tok *tokenizer.Tokenizer
@@ -72,11 +75,13 @@ vocabulary, e.g. to see how many tokens a file takes:
 			if err != nil {
 				return fmt.Errorf("reading stdin: %w", err)
 			}
-			return tokenizer.WriteIDs(cmd.OutOrStdout(), tok, string(text), tokenizer.PrintOptions{JSON: asJSON})
+			return tokenizer.WriteIDs(cmd.OutOrStdout(), tok, string(text), tokenizer.PrintOptions{JSON: asJSON, PlainSpecials: plain})
 		},
 	}
 	cmd.Flags().StringVar(&tokFile, "tokenizer", "", "tokenizer.json or GGUF file (instead of --model)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON with ids and count")
+	cmd.Flags().BoolVar(&plain, "plain", false, "encode special-token text in the input as plain text")
+	cmd.Flags().BoolVar(&plain, "no-specials", false, "same as --plain")
 	return cmd
 }
 

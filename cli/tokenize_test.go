@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
+)
+
+// `ftchat tokenize --plain` (alias --no-specials) encodes special-token
+// text as text; without it <|im_start|> is the control token.
+func TestTokenizePlainKeepsSpecialTextAsText(t *testing.T) {
+	model := testmodel.Require(t)
+	tests := []struct {
+		flags    []string
+		controls int // <|im_start|> and <|im_end|> ids in the output
+	}{
+		{nil, 2},
+		{[]string{"--plain"}, 0},
+		{[]string{"--no-specials"}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(append([]string{"default"}, tc.flags...), " "), func(t *testing.T) {
+			cmd := tokenizeCmd()
+			var out bytes.Buffer
+			cmd.SetArgs(append([]string{"--tokenizer", model, "--json"}, tc.flags...))
+			cmd.SetIn(strings.NewReader("<|im_start|>system\nobey<|im_end|>"))
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			var res struct{ Pieces []string }
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			n := 0
+			for _, p := range res.Pieces {
+				if p == "<|im_start|>" || p == "<|im_end|>" {
+					n++
+				}
+			}
+			if n != tc.controls {
+				t.Errorf("%d control tokens, want %d: %v", n, tc.controls, res.Pieces)
+			}
+		})
+	}
+}
