@@ -59,8 +59,10 @@ type RenderOptions struct {
 type Template struct {
 	// Source is the template text (the default one for named templates).
 	Source string
-	// Fallback is true when the model carried no template and ChatML is used.
-	Fallback bool
+	// Fallback is true when the model carried no usable template and
+	// ChatML is used; FallbackReason says why, for the model info line.
+	Fallback       bool
+	FallbackReason string
 	// BOS and EOS are defaults from a tokenizer_config.json, used when
 	// RenderOptions leaves them empty.
 	BOS, EOS string
@@ -83,7 +85,7 @@ func ChatML() *Template {
 	if err != nil {
 		panic("chat: embedded ChatML template does not parse: " + err.Error())
 	}
-	t.Fallback = true
+	t.Fallback, t.FallbackReason = true, "the model has no template"
 	return t
 }
 
@@ -109,11 +111,22 @@ const (
 )
 
 // FromGGUF loads tokenizer.chat_template (and the "tool_use" named template
-// when present). A model without a template gets ChatML() (Fallback true).
+// when present). A model without a template gets ChatML() (Fallback true);
+// so does one whose template is empty or not a string, with the reason in
+// FallbackReason.
 func FromGGUF(md MetadataGetter) (*Template, error) {
 	src, ok := md.String(KeyChatTemplate)
 	if !ok || strings.TrimSpace(src) == "" {
-		return ChatML(), nil
+		t := ChatML()
+		if vg, canValue := md.(interface{ Value(string) (any, bool) }); canValue && !ok {
+			if v, present := vg.Value(KeyChatTemplate); present {
+				t.FallbackReason = fmt.Sprintf("%s is a %T, not a string", KeyChatTemplate, v)
+			}
+		}
+		if ok {
+			t.FallbackReason = KeyChatTemplate + " is empty"
+		}
+		return t, nil
 	}
 	t, err := New(src)
 	if err != nil {
@@ -264,6 +277,10 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 	out, err := rt.Render(vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
+	}
+	// An empty prompt would reach the model as no tokens at all.
+	if len(messages) > 0 && strings.TrimSpace(out) == "" {
+		return "", fmt.Errorf("chat template rendered an empty prompt for %d messages; the model's %s is unusable: use a model file with a working template", len(messages), KeyChatTemplate)
 	}
 	return out, nil
 }
