@@ -3,9 +3,11 @@ package engine
 import (
 	"fmt"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
@@ -28,6 +30,9 @@ type Options struct {
 // (docs/kv-cache.md explains the choice: page sizes 16–256 measured within
 // 2% of each other in GPU decode attention; 64 keeps page tables short).
 const DefaultPageSize = kvcache.DefaultPageSize
+
+// MaxThreads bounds --threads.
+const MaxThreads = cpu.MaxThreads
 
 // DefaultPrefillChunk bounds the activations of one prefill step.
 const DefaultPrefillChunk = 256
@@ -92,6 +97,11 @@ func (o Options) Validate(hw Hardware) error {
 		if c.v < 0 {
 			return fmt.Errorf("%s %d: must be 0 (default) or positive", c.name, c.v)
 		}
+	}
+	// Each thread is a goroutine and a queue slot: a huge count exhausts
+	// memory before any work starts.
+	if o.Threads > MaxThreads {
+		return fmt.Errorf("--threads %d: at most %d (this machine has %d cores; 0 uses them all)", o.Threads, MaxThreads, runtime.NumCPU())
 	}
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)

@@ -53,3 +53,18 @@ func TestPoolSizeBeyondMemoryRefusedAtLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadCountBeyondLimitRefused guards --threads: each thread is a
+// goroutine and a queue slot, so --threads 1000000000 exhausted memory
+// starting the CPU backend.
+func TestThreadCountBeyondLimitRefused(t *testing.T) {
+	for _, c := range []struct {
+		threads int
+		ok      bool
+	}{{1e9, false}, {MaxThreads + 1, false}, {MaxThreads, true}, {4, true}, {0, true}} {
+		err := Options{Threads: c.threads}.Validate(Hardware{})
+		if c.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "--threads") {
+			t.Errorf("--threads %d: %v", c.threads, err)
+		}
+	}
+}

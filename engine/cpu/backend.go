@@ -39,12 +39,18 @@ var (
 	_ model.RowGatherer = (*Backend)(nil)
 )
 
-// New returns a CPU backend with its worker pool started.
+// MaxThreads bounds the worker pool: each worker is a goroutine and a
+// queue slot, and more than this only adds contention.
+const MaxThreads = 1024
+
+// New returns a CPU backend with its worker pool started (at most
+// MaxThreads workers).
 func New(opts Options) *Backend {
 	n := opts.Threads
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
+	n = min(n, MaxThreads)
 	return &Backend{threads: n, pool: newPool(n), f32kv: opts.F32KV}
 }
 
