@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unsafe"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // kernelFS holds gpu/kernels: the CUDA C sources and the PTX generated from
@@ -44,8 +46,13 @@ func KernelPTX(name string, arch int) ([]byte, error) {
 	}
 	if dir := os.Getenv("FTCHAT_PTX_DIR"); dir != "" {
 		for _, t := range ts {
-			if b, err := os.ReadFile(filepath.Join(dir, name+"_"+t+".ptx")); err == nil {
+			// safefile: a FIFO or device there must not block or fill memory.
+			b, err := safefile.ReadFile(filepath.Join(dir, name+"_"+t+".ptx"), 64<<20, "FTCHAT_PTX_DIR")
+			if err == nil {
 				return append(b, 0), nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
 			}
 		}
 	}
