@@ -112,9 +112,9 @@ type File struct {
 // file yields a *FormatError naming the file and the problem.
 func Open(path string) (*File, error) {
 	// safefile refuses a FIFO or device, which would block or never end.
-	fh, st, err := safefile.Open(path, "model")
+	fh, st, err := safefile.Open(path, "GGUF file")
 	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
+		return nil, err
 	}
 	defer fh.Close()
 	size := st.Size()
