@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.entries = nil
 		m.piped = ""
 		m.sessName, m.created = newSessionName(time.Now()), time.Time{}
-		m.unsaved = false
+		m.unsaved, m.snapSeq = false, 0
 		m.stats = m.eng.Stats()
 		if m.ag != nil {
 			m.addInfo("conversation cleared (the agent's and the KV cache's); new session " + m.sessName + "; \"allow for this session\" approvals are kept")
@@ -121,12 +122,11 @@ func (m *model) command(line string) tea.Cmd {
 			}
 			m.sessName = arg
 		}
-		f := m.sessionFile()
-		if err := m.store.Save(f, m.nextSeq()); err != nil {
-			m.addError("/save: " + err.Error())
+		f, seq := m.snapshot()
+		if err := m.store.Save(f, seq); err != nil {
+			m.addError("/save: " + err.Error() + "; the session stays unsaved (saving is retried after the next turn and at exit)")
 			return nil
 		}
-		m.unsaved = false
 		m.addInfo(fmt.Sprintf("saved as %q in %s", m.sessName, m.store.Dir))
 	case "/load":
 		if arg == "" {
@@ -260,6 +260,26 @@ func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
 
 func (m *model) nextSeq() uint64 { m.saveSeq++; return m.saveSeq }
 
+// snapshot takes the session file to save and its sequence number. The
+// session counts as saved only once the store has written that sequence
+// (see needsSave), so a save that fails or never finishes keeps it dirty.
+func (m *model) snapshot() (*SessionFile, uint64) {
+	f, seq := m.sessionFile(), m.nextSeq()
+	m.snapSeq, m.unsaved = seq, false
+	return f, seq
+}
+
+// needsSave reports whether the conversation on screen is not known to be
+// in its session file: changed since the last snapshot, the snapshot not
+// written (failed, or still in flight), or the file gone.
+func (m *model) needsSave() bool {
+	if m.unsaved || m.store.savedThrough(m.sessName) < m.snapSeq {
+		return true
+	}
+	_, err := os.Stat(m.store.path(m.sessName))
+	return err != nil
+}
+
 func (m *model) sessionFile() *SessionFile {
 	now := time.Now().UTC()
 	if m.created.IsZero() {
@@ -288,8 +308,8 @@ func (m *model) autosave() tea.Cmd {
 	if len(m.msgs) == 0 || m.cfg.NoSave {
 		return nil
 	}
-	f, seq, st := m.sessionFile(), m.nextSeq(), m.store
-	m.unsaved = false
+	f, seq := m.snapshot()
+	st := m.store
 	return func() tea.Msg {
 		return savedMsg{name: f.Name, err: st.Save(f, seq)}
 	}
@@ -321,7 +341,7 @@ func (m *model) applySession(f *SessionFile) {
 	}
 	m.histDraft = ""
 	m.sessName, m.created = f.Name, f.Created
-	m.unsaved = false
+	m.unsaved, m.snapSeq = false, 0 // it is the file just read
 	m.scrollBottom()
 	m.addInfo(fmt.Sprintf("resumed session %q (%d messages); the next message re-prefills it", f.Name, len(m.msgs)))
 	if m.ag != nil {

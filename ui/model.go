@@ -113,7 +113,8 @@ type model struct {
 	sessName string
 	created  time.Time
 	saveSeq  uint64
-	unsaved  bool
+	snapSeq  uint64 // sequence of the latest snapshot handed to the store
+	unsaved  bool   // changed since that snapshot
 
 	statusCache struct {
 		stats engine.Stats
@@ -305,7 +306,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onReconfDone(msg)
 	case savedMsg:
 		if msg.err != nil {
-			m.setNotice(msg.err.Error(), true)
+			m.setNotice(msg.err.Error()+" · the session is unsaved; saving is retried after the next turn and at exit", true)
 		}
 		return m, nil
 	case copiedMsg:
@@ -463,6 +464,7 @@ func (m *model) abandon() {
 		go drain(g.ch) // let the engine finish its last send
 	}
 	m.gen = nil
+	m.unsaved = true // the turn ends here, unsaved
 	if answer := g.text.String(); strings.TrimSpace(answer) != "" {
 		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
 	} else {

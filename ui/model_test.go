@@ -791,3 +791,28 @@ func TestQuitDuringAnswer(t *testing.T) {
 		d.settle()
 	}
 }
+
+// A failed autosave keeps the session dirty (so exit retries it) and says
+// so; a later successful save makes it clean again.
+func TestFailedAutosaveKeepsSessionUnsaved(t *testing.T) {
+	base := t.TempDir()
+	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
+	d := newDriver(t, func(c *Config) { c.SessionDir = filepath.Join(base, "file", "sessions") })
+	d.sess.push(text("answer"), done(engine.StopEOS))
+	d.submit("question")
+	d.settle()
+	if !d.m.needsSave() {
+		t.Fatal("a failed autosave left the session marked saved")
+	}
+	if !d.m.noticeErr || !strings.Contains(d.m.notice, "unsaved") || !strings.Contains(d.m.notice, "not a directory") {
+		t.Fatalf("notice = %q", d.m.notice)
+	}
+	d.m.store.Dir = filepath.Join(base, "sessions")
+	d.submit("/save")
+	if d.m.needsSave() {
+		t.Fatal("still unsaved after a successful /save")
+	}
+	if _, err := os.Stat(filepath.Join(base, "sessions", d.m.sessName+".json")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,9 @@ type Config struct {
 	// as /dev/tty when stdin is a pipe. Out nil: os.Stdout.
 	In  io.Reader
 	Out io.Writer
+	// Err receives a conversation that could be saved nowhere at exit;
+	// nil: os.Stderr.
+	Err io.Writer
 	// Width and Height fix the initial size (tests); 0: ask the terminal.
 	Width, Height int
 	// ColorProfile forces a color profile (tests); 0: detect.
@@ -84,6 +88,9 @@ func (c *Config) check() error {
 	}
 	if c.Out == nil {
 		c.Out = os.Stdout
+	}
+	if c.Err == nil {
+		c.Err = os.Stderr
 	}
 	return nil
 }
@@ -125,21 +132,48 @@ func Run(ctx context.Context, cfg Config) error {
 	m.abandon() // the context ended the program, or it was killed
 	m.waitAgent(5 * time.Second)
 	if len(m.msgs) > 0 && !m.cfg.NoSave {
-		if m.unsaved {
-			if serr := m.store.Save(m.sessionFile(), m.nextSeq()); serr != nil {
-				fmt.Fprintf(cfg.Out, "could not save the session: %v\n", serr)
-			}
-		}
-		resume := "ftchat --continue"
-		if m.ag != nil {
-			resume = "ftchat --agent --continue"
-		}
-		fmt.Fprintf(cfg.Out, "session %q saved · resume with: %s\n", m.sessName, resume)
+		m.saveOnExit(cfg.Out, cfg.Err)
 	}
 	if err != nil && !errors.Is(err, tea.ErrInterrupted) && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// saveOnExit saves the conversation unless it is known to be on disk
+// already, and says where it is. "saved" is printed only when the session
+// file was written; otherwise the conversation goes to a fallback file, or
+// as a last resort to errOut, so that it is never lost silently.
+func (m *model) saveOnExit(out, errOut io.Writer) {
+	var err error
+	f, seq := m.sessionFile(), uint64(0)
+	if m.needsSave() {
+		f, seq = m.snapshot()
+		err = m.store.Save(f, seq)
+	}
+	if err == nil {
+		resume := "ftchat --continue"
+		if m.ag != nil {
+			resume = "ftchat --agent --continue"
+		}
+		fmt.Fprintf(out, "session %q saved · resume with: %s\n", m.sessName, resume)
+		return
+	}
+	fmt.Fprintf(out, "session %q was NOT saved: %v\n", m.sessName, err)
+	f.Version = sessionVersion
+	data, merr := json.MarshalIndent(f, "", "  ")
+	if merr != nil { // cannot happen for strings; say so rather than lose it silently
+		fmt.Fprintf(out, "the conversation could not be encoded either: %v\n", merr)
+		return
+	}
+	data = append(data, '\n')
+	p, ferr := writeFallback(m.sessName, data)
+	if ferr == nil {
+		fmt.Fprintf(out, "the conversation was written to %s; to resume it, fix the problem above and move that file to %s\n", p, m.store.path(m.sessName))
+		return
+	}
+	fmt.Fprintf(out, "no fallback copy could be written either (%v); the session file follows on stderr: save it as %s to resume it\n", ferr, m.store.path(m.sessName))
+	errOut.Write(data)
 }
 
 // PrintMode answers InitialPrompt (with Piped context) without a UI: it

@@ -3,8 +3,11 @@ package ui
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +221,101 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// runTurnAndQuit runs the UI over pipes: one message, its answer, then
+// ctrl+d. It returns what Run printed to Out and to Err.
+func runTurnAndQuit(t *testing.T, sessionDir string) (out, errOut string) {
+	t.Helper()
+	eng, sess := newFakeEngine(), &fakeSession{}
+	sess.push(text("an answer worth keeping"), done(engine.StopEOS))
+	pr, pw := io.Pipe()
+	var o, e bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(context.Background(), Config{Engine: eng, Session: sess, SessionDir: sessionDir, In: pr, Out: &o, Err: &e, Width: 80, Height: 24, Style: "dark"})
+	}()
+	pw.Write([]byte("keep this question\r"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sess.mu.Lock()
+		n := len(sess.reqs)
+		sess.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the message was not sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the answer and its autosave attempt
+	pw.Write([]byte{0x04})             // ctrl+d
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctrl+d")
+	}
+	return o.String(), e.String()
+}
+
+// A session directory that cannot be written (here: under a regular file,
+// which stops root too) must not end with "saved": exit says it was not,
+// and the conversation is recovered to a fallback file, or to Err when
+// that cannot be written either.
+func TestRunFailedSaveIsNotReportedAsSaved(t *testing.T) {
+	tests := []struct {
+		name          string
+		fallbackWorks bool
+	}{
+		{"fallback file", true},
+		{"fallback impossible, stderr", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			blocker := filepath.Join(base, "not-a-dir")
+			if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cache := filepath.Join(base, "cache")
+			if !tc.fallbackWorks {
+				cache = filepath.Join(blocker, "cache")
+				t.Setenv("TMPDIR", filepath.Join(blocker, "tmp"))
+			}
+			t.Setenv("XDG_CACHE_HOME", cache)
+			out, errOut := runTurnAndQuit(t, filepath.Join(blocker, "sessions"))
+			end := tail(out, 1500)
+			if strings.Contains(out, "saved · resume with") {
+				t.Fatalf("a failed save was reported as saved: %q", end)
+			}
+			if !strings.Contains(end, "was NOT saved") || !strings.Contains(end, "not a directory") {
+				t.Fatalf("exit does not say plainly that the session was not saved and why: %q", end)
+			}
+			if !tc.fallbackWorks {
+				if !strings.Contains(errOut, "keep this question") || !strings.Contains(errOut, "an answer worth keeping") {
+					t.Fatalf("the conversation is not on stderr: %q", errOut)
+				}
+				return
+			}
+			matches, _ := filepath.Glob(filepath.Join(cache, "ftchat", "unsaved", "ftchat-session-*.json"))
+			if len(matches) != 1 || !strings.Contains(end, matches[0]) {
+				t.Fatalf("fallback files %v, exit text %q", matches, end)
+			}
+			data, err := os.ReadFile(matches[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var f SessionFile
+			if err := json.Unmarshal(data, &f); err != nil {
+				t.Fatalf("the fallback is not a session file: %v", err)
+			}
+			if len(f.Messages) != 2 || f.Messages[0].Content != "keep this question" || f.Messages[1].Content != "an answer worth keeping" {
+				t.Fatalf("fallback holds %+v", f.Messages)
+			}
+		})
+	}
 }

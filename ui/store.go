@@ -40,7 +40,13 @@ type Store struct {
 
 	mu      sync.Mutex
 	written map[string]uint64 // name -> highest save sequence written
+	cleaned sync.Once         // stale temporary files removed
 }
+
+// staleTempAge is how old a save's temporary file must be before it is
+// taken for the leftover of a killed save: a save takes milliseconds, so a
+// younger one may belong to another ftchat saving right now.
+const staleTempAge = time.Minute
 
 // DefaultSessionDir is $XDG_DATA_HOME/ftchat/sessions, or
 // ~/.local/share/ftchat/sessions when XDG_DATA_HOME is unset.
@@ -78,6 +84,7 @@ func (s *Store) Save(f *SessionFile, seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("save session %q: %w", f.Name, err)
 	}
+	s.removeStaleTemps()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.written == nil {
@@ -91,6 +98,78 @@ func (s *Store) Save(f *SessionFile, seq uint64) error {
 	}
 	s.written[f.Name] = seq
 	return nil
+}
+
+// savedThrough is the highest save sequence written for name in this
+// process: a snapshot with a higher one is not on disk (yet).
+func (s *Store) savedThrough(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written[name]
+}
+
+// removeStaleTemps deletes, once per Store, the temporary files that a
+// save killed between create and rename left behind (see writeFileAtomic).
+func (s *Store) removeStaleTemps() {
+	s.cleaned.Do(func() {
+		ents, err := os.ReadDir(s.Dir)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			n := e.Name()
+			if !strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".tmp") || !e.Type().IsRegular() {
+				continue
+			}
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTempAge {
+				os.Remove(filepath.Join(s.Dir, n))
+			}
+		}
+	})
+}
+
+// writeFallback writes data, a session file that could not be saved in the
+// store, to a new file in the user's cache directory or else the temporary
+// directory, and returns its path.
+func writeFallback(name string, data []byte) (string, error) {
+	var dirs []string
+	if d, err := os.UserCacheDir(); err == nil {
+		dirs = append(dirs, filepath.Join(d, "ftchat", "unsaved"))
+	}
+	dirs = append(dirs, os.TempDir())
+	var errs []string
+	for _, dir := range dirs {
+		p, err := writeNewFile(dir, "ftchat-session-"+name+"-*.json", data)
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return "", errors.New(strings.Join(errs, "; "))
+}
+
+// writeNewFile writes data to a new file named after pattern (see
+// os.CreateTemp) in dir, and syncs it.
+func writeNewFile(dir, pattern string, data []byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // writeFileAtomic replaces dir/name with data so that readers (and a crash
@@ -160,6 +239,7 @@ func (s *Store) Load(name string) (*SessionFile, error) {
 
 // List returns the saved session names, most recently modified first.
 func (s *Store) List() ([]string, error) {
+	s.removeStaleTemps()
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

@@ -182,3 +182,74 @@ func currentGen(path string) int {
 	g, _ := strconv.Atoi(strings.TrimPrefix(f.Model, "gen-"))
 	return g
 }
+
+// A save killed between create and rename leaves a temporary file; the
+// next start (the first List or Save) removes it once it is clearly stale,
+// and leaves young ones (another ftchat may be saving) and sessions alone.
+func TestStoreRemovesStaleTempFiles(t *testing.T) {
+	for _, first := range []string{"list", "save"} {
+		t.Run(first, func(t *testing.T) {
+			dir := t.TempDir()
+			old := time.Now().Add(-10 * time.Minute)
+			files := map[string]bool{ // name -> kept
+				".a.json.123.tmp": false,
+				".b.json.9.tmp":   false,
+				".c.json.77.tmp":  true, // young
+				"a.json":          true,
+				"notes.tmp":       true, // not a save's temp file
+			}
+			for n, kept := range files {
+				p := filepath.Join(dir, n)
+				os.WriteFile(p, []byte(`{"version":1,"messages":[]}`), 0o600)
+				if !kept || n == "a.json" || n == "notes.tmp" {
+					os.Chtimes(p, old, old)
+				}
+			}
+			st := &Store{Dir: dir}
+			switch first {
+			case "list":
+				if names, err := st.List(); err != nil || len(names) != 1 {
+					t.Fatalf("list = %v, %v", names, err)
+				}
+			case "save":
+				if err := st.Save(&SessionFile{Name: "z"}, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n, kept := range files {
+				_, err := os.Stat(filepath.Join(dir, n))
+				if got := err == nil; got != kept {
+					t.Errorf("%s: kept = %v, want %v", n, got, kept)
+				}
+			}
+		})
+	}
+}
+
+// A save that fails at any step returns the error and leaves no temporary
+// file behind: the target is a directory (rename fails), or the session
+// directory is under a regular file (mkdir fails, root included).
+func TestStoreFailedSaveReportsErrorAndLeavesNoTemp(t *testing.T) {
+	base := t.TempDir()
+	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
+	os.MkdirAll(filepath.Join(base, "d", "x.json", "inner"), 0o700)
+	tests := []struct{ name, dir, errHas string }{
+		{"target is a directory", filepath.Join(base, "d"), `save session "x"`},
+		{"dir under a file", filepath.Join(base, "file", "sessions"), "not a directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &Store{Dir: tc.dir}
+			err := st.Save(&SessionFile{Name: "x"}, 1)
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Fatalf("error = %v, want %q", err, tc.errHas)
+			}
+			if st.savedThrough("x") != 0 {
+				t.Error("a failed save was recorded as written")
+			}
+			if tmps, _ := filepath.Glob(filepath.Join(tc.dir, ".*.tmp")); len(tmps) != 0 {
+				t.Errorf("temporary files left: %v", tmps)
+			}
+		})
+	}
+}
