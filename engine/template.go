@@ -53,7 +53,7 @@ func newRenderer(f *gguf.File, tok *tokenizer.Tokenizer) (renderer, string, erro
 	ct.format = chat.ToolFormatFor(arch, src)
 	name := "gguf"
 	if t.Fallback {
-		name = "chatml (fallback: the model has no template)"
+		name = "chatml (fallback: " + t.FallbackReason + ")"
 	}
 	return ct, name, nil
 }
