@@ -126,9 +126,15 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 		send(Event{Kind: EventProgress, Done: done, Total: newTokens})
 	})
 	prefillDur := time.Since(turnStart)
+	if err != nil {
+		newTokens = done // a cut-short prefill counts only what it computed
+	}
 	e.recordPrefill(start, newTokens, prefillDur)
 	if err != nil {
 		if ctx.Err() != nil {
+			// Release the uncomputed tail before the final stats, or they
+			// show the whole prompt as held in the cache.
+			seq.Truncate(computed)
 			send(Event{Kind: EventDone, Stop: StopCancelled, Stats: e.Stats()})
 			return nil
 		}
