@@ -15,7 +15,8 @@ import (
 )
 
 // waitCancel is a scripted event kind: the session blocks until its
-// context is cancelled, then ends the stream as the engine does.
+// context is cancelled, then ends the stream as the engine does (the
+// EventDone carries the scripted event's Stats).
 const waitCancel engine.EventKind = -1
 
 // fakeEngine is a deterministic engine double: tokens are words.
@@ -107,7 +108,7 @@ func (s *fakeSession) Generate(ctx context.Context, req engine.Request) <-chan e
 		for _, ev := range script {
 			if ev.Kind == waitCancel {
 				<-ctx.Done()
-				ch <- engine.Event{Kind: engine.EventDone, Stop: engine.StopCancelled}
+				ch <- engine.Event{Kind: engine.EventDone, Stop: engine.StopCancelled, Stats: ev.Stats}
 				return
 			}
 			select {

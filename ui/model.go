@@ -712,7 +712,9 @@ func (m *model) finishGen() tea.Cmd {
 	}
 	m.gen = nil
 	g.cancel()
-	if !g.final {
+	// A stopped turn's final event may predate the engine releasing what
+	// it never computed: show what the engine holds now the stream closed.
+	if !g.final || g.stopped {
 		m.stats = m.eng.Stats()
 	}
 	if g.stopped || m.notice == "stopping…" {

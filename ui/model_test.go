@@ -816,3 +816,28 @@ func TestFailedAutosaveKeepsSessionUnsaved(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Esc during a prefill: the status pane shows what the engine holds once
+// the stream closed, even when the final event still counted the
+// cancelled prompt as cached.
+func TestStatusPaneAfterCancelledPrefillIsNotCached(t *testing.T) {
+	d := newDriver(t, nil)
+	held := d.eng.Stats()
+	stale := held
+	stale.TokensUsed += 800
+	stale.BytesUsed += 800 * int64(stale.BytesPerToken)
+	stale.LastPrefillTokens = 800
+	d.sess.push(engine.Event{Kind: engine.EventProgress, Done: 16, Total: 800}, engine.Event{Kind: waitCancel, Stats: stale})
+	d.submit("a long prompt")
+	d.key(keyEsc)
+	d.settle()
+	if d.m.gen != nil {
+		t.Fatal("still generating after Esc")
+	}
+	if d.m.stats != held {
+		t.Errorf("status stats: %d tokens used, %d last prefilled; the engine holds %d", d.m.stats.TokensUsed, d.m.stats.LastPrefillTokens, held.TokensUsed)
+	}
+	if f := d.frame(); !strings.Contains(f, "16,000 / 65,536 tok") {
+		t.Errorf("status pane does not show the engine's 16,000 held tokens:\n%s", f)
+	}
+}
