@@ -18,29 +18,46 @@ const sniffLen = 8000
 
 func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), sniffLen)], 0) >= 0 }
 
-// readText reads a resolved regular text file.
+// readText reads a resolved regular text file whole, for edit and
+// write_file, which refuse files larger than FileSize.
 func (t *Tools) readText(rel string) ([]byte, error) {
-	st, err := t.ws.fs.Stat(orDot(rel))
+	b, size, cut, err := t.readTextHead(rel)
+	if err == nil && cut {
+		err = fmt.Errorf("%s is %s, more than the %s that edit and write_file handle; change it with run_shell", display(rel), byteSize(size), byteSize(t.limits.FileSize))
+	}
+	return b, err
+}
+
+// readTextHead reads at most FileSize bytes of a resolved regular text
+// file; cut says the file is longer (the text then ends at a line end).
+func (t *Tools) readTextHead(rel string) (b []byte, size int64, cut bool, err error) {
+	b, size, err = t.ws.readHead(rel, t.limits.FileSize+1)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s does not exist; use list or glob to find files", display(rel))
-		}
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory; use list to see its entries", display(rel))
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", display(rel))
-	}
-	b, err := t.ws.readFile(rel)
-	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
 	if isBinary(b) {
-		return nil, fmt.Errorf("%s is a binary file (%d bytes); read_file shows text only", display(rel), len(b))
+		return nil, 0, false, fmt.Errorf("%s is a binary file (%s); read_file shows text only", display(rel), byteSize(size))
 	}
-	return b, nil
+	if cut = int64(len(b)) > t.limits.FileSize; cut {
+		b = b[:t.limits.FileSize]
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			b = b[:i+1]
+		}
+	}
+	return b, size, cut, nil
+}
+
+// byteSize prints a size for people: 512 bytes, 4.0 MiB, 6.0 GiB.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // splitLines splits text into lines that keep their "\n", so joining them
@@ -63,13 +80,17 @@ func planRead(t *Tools, args map[string]any) (*Plan, error) {
 	}
 	start, end := intArg(args, "start_line", 1), intArg(args, "end_line", 0)
 	return &Plan{Summary: "read_file " + display(rel), run: func(context.Context) (string, error) {
-		b, err := t.readText(rel)
+		b, size, cut, err := t.readTextHead(rel)
 		if err != nil {
 			return "", err
 		}
 		lines := splitLines(string(b))
 		n := len(lines)
-		if n == 0 {
+		of := fmt.Sprint(n)
+		if cut {
+			of = fmt.Sprintf("%d read; the file is %s and read_file reads only its first %s", n, byteSize(size), byteSize(t.limits.FileSize))
+		}
+		if n == 0 && !cut {
 			return display(rel) + " is empty", nil
 		}
 		if start < 1 {
@@ -79,6 +100,9 @@ func planRead(t *Tools, args map[string]any) (*Plan, error) {
 			end = n
 		}
 		if start > n {
+			if cut {
+				return "", fmt.Errorf("start_line %d is past the %d lines read_file reads of %s (%s); use grep or run_shell for the rest", start, n, display(rel), byteSize(size))
+			}
 			return "", fmt.Errorf("%s has %d lines; start_line %d is past the end", display(rel), n, start)
 		}
 		if end < start {
@@ -102,7 +126,7 @@ func planRead(t *Tools, args map[string]any) (*Plan, error) {
 			body.WriteString("\n")
 			last = start
 		}
-		head := fmt.Sprintf("%s (lines %d-%d of %d)\n", display(rel), start, last, n)
+		head := fmt.Sprintf("%s (lines %d-%d of %s)\n", display(rel), start, last, of)
 		out := head + body.String()
 		if !strings.HasSuffix(out, "\n") {
 			out += "\n"
@@ -119,26 +143,37 @@ func planList(t *Tools, args map[string]any) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{Summary: "list " + display(rel), run: func(context.Context) (string, error) {
-		dir := rel
-		if dir == "" {
-			dir = "."
-		}
-		f, err := t.ws.fs.Open(dir)
+	return &Plan{Summary: "list " + display(rel), run: func(ctx context.Context) (string, error) {
+		f, _, err := t.ws.openChecked(rel, true)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return "", fmt.Errorf("%s does not exist", display(rel))
-			}
 			return "", err
 		}
 		defer f.Close()
-		ents, err := f.ReadDir(-1)
-		if err != nil {
-			return "", fmt.Errorf("%s is not a directory", display(rel))
+		// Read in chunks, up to WalkEntries: a directory of millions of
+		// entries is neither held in memory nor read past cancellation.
+		var ents []fs.DirEntry
+		more := false
+		for {
+			if err := ctx.Err(); err != nil {
+				return "", fmt.Errorf("cancelled: %w", err)
+			}
+			chunk, err := f.ReadDir(1024)
+			ents = append(ents, chunk...)
+			if err != nil || len(chunk) == 0 {
+				break
+			}
+			if len(ents) >= t.limits.WalkEntries {
+				more = true
+				break
+			}
 		}
 		sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s: %d entries\n", display(rel), len(ents))
+		if more {
+			fmt.Fprintf(&b, "%s: more than %d entries; these are the first read, sorted among themselves\n", display(rel), len(ents))
+		} else {
+			fmt.Fprintf(&b, "%s: %d entries\n", display(rel), len(ents))
+		}
 		for i, e := range ents {
 			if i == t.limits.ListEntries {
 				fmt.Fprintf(&b, "... and %d more\n", len(ents)-i)
@@ -157,33 +192,6 @@ func planList(t *Tools, args map[string]any) (*Plan, error) {
 	}}, nil
 }
 
-// walk visits the regular files under rel (a resolved path), skipping .git
-// and symlinks, in lexical order.
-func (t *Tools) walk(rel string, visit func(p string, d fs.DirEntry) error) error {
-	start := rel
-	if start == "" {
-		start = "."
-	}
-	return fs.WalkDir(t.ws.fs.FS(), start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == start {
-				return err
-			}
-			return nil // unreadable entries are skipped
-		}
-		if d.IsDir() {
-			if d.Name() == ".git" && p != start {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		return visit(p, d)
-	})
-}
-
 var errEnough = errors.New("enough results")
 
 // matchGlob matches a slash-separated path against a pattern in which "**"
@@ -197,31 +205,50 @@ func matchGlob(pattern, p string) bool {
 	return matchSegs(strings.Split(strings.TrimPrefix(pattern, "./"), "/"), strings.Split(p, "/"))
 }
 
+// matchSegs matches path segments against pattern segments. Failed
+// (pattern, segment) positions are remembered: without that, each "**"
+// tries every split of what is left, and "**/**/**/..." over a deep tree
+// takes time exponential in the number of "**".
 func matchSegs(pat, segs []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(segs); i++ {
-				if matchSegs(pat[1:], segs[i:]) {
-					return true
+	failed := make([]bool, (len(pat)+1)*(len(segs)+1))
+	var match func(i, j int) bool
+	match = func(i, j int) bool {
+		for ; i < len(pat); i, j = i+1, j+1 {
+			if pat[i] == "**" {
+				key := i*(len(segs)+1) + j
+				if failed[key] {
+					return false
 				}
+				for k := j; k <= len(segs); k++ {
+					if match(i+1, k) {
+						return true
+					}
+				}
+				failed[key] = true
+				return false
 			}
-			return false
+			if j == len(segs) {
+				return false
+			}
+			if ok, _ := path.Match(pat[i], segs[j]); !ok {
+				return false
+			}
 		}
-		if len(segs) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], segs[0]); !ok {
-			return false
-		}
-		pat, segs = pat[1:], segs[1:]
+		return j == len(segs)
 	}
-	return len(segs) == 0
+	return match(0, 0)
 }
+
+// maxPatternLen bounds glob patterns (and so the matcher's memo).
+const maxPatternLen = 1024
 
 func planGlob(t *Tools, args map[string]any) (*Plan, error) {
 	pattern := strings.TrimSpace(strArg(args, "pattern", ""))
 	if pattern == "" {
 		return nil, errors.New("empty pattern; try **/*.go")
+	}
+	if len(pattern) > maxPatternLen {
+		return nil, fmt.Errorf("pattern is %d bytes, more than %d; give a shorter one", len(pattern), maxPatternLen)
 	}
 	if _, err := path.Match(strings.ReplaceAll(pattern, "**", "*"), ""); err != nil {
 		return nil, fmt.Errorf("bad pattern %q: %v", pattern, err)
@@ -229,10 +256,10 @@ func planGlob(t *Tools, args map[string]any) (*Plan, error) {
 	if path.IsAbs(pattern) || strings.HasPrefix(pattern, "../") || strings.Contains(pattern, "/../") {
 		return nil, fmt.Errorf("pattern %q: patterns are relative to the project root and cannot leave it", pattern)
 	}
-	return &Plan{Summary: "glob " + pattern, run: func(context.Context) (string, error) {
+	return &Plan{Summary: "glob " + pattern, run: func(ctx context.Context) (string, error) {
 		var hits []string
 		more := 0
-		err := t.walk("", func(p string, _ fs.DirEntry) error {
+		err := t.walk(ctx, "", func(p string) error {
 			if matchGlob(pattern, p) {
 				if len(hits) < t.limits.ListEntries {
 					hits = append(hits, p)
@@ -242,15 +269,22 @@ func planGlob(t *Tools, args map[string]any) (*Plan, error) {
 			}
 			return nil
 		})
-		if err != nil {
+		var stop *walkStop
+		if err != nil && !errors.As(err, &stop) {
 			return "", err
 		}
-		if len(hits) == 0 {
+		if len(hits) == 0 && stop == nil {
 			return "no files match " + pattern, nil
 		}
 		out := strings.Join(hits, "\n") + "\n"
+		if len(hits) == 0 {
+			out = "no files match " + pattern + " so far\n"
+		}
 		if more > 0 {
 			out += fmt.Sprintf("... and %d more\n", more)
+		}
+		if stop != nil {
+			out += "[" + stop.reason + "]\n"
 		}
 		return out, nil
 	}}, nil
@@ -269,25 +303,30 @@ func planGrep(t *Tools, args map[string]any) (*Plan, error) {
 		return nil, err
 	}
 	filter := strArg(args, "glob", "")
+	if len(filter) > maxPatternLen {
+		return nil, fmt.Errorf("glob is %d bytes, more than %d; give a shorter one", len(filter), maxPatternLen)
+	}
 	return &Plan{Summary: fmt.Sprintf("grep %q in %s", re.String(), display(rel)), run: func(ctx context.Context) (string, error) {
 		var b strings.Builder
 		n := 0
-		search := func(p string) error {
+		search := func(p string, single bool) error {
 			if err := ctx.Err(); err != nil {
-				return err
+				return fmt.Errorf("cancelled: %w", err)
 			}
 			if filter != "" && !matchGlob(filter, p) {
 				return nil
 			}
-			st, err := t.ws.fs.Stat(p)
-			if err != nil || st.Size() > t.limits.GrepFileSize {
-				return nil
+			data, size, err := t.ws.readHead(p, t.limits.GrepFileSize+1)
+			if single && err != nil {
+				return err
 			}
-			data, err := t.ws.readFile(p)
-			if err != nil || isBinary(data) {
+			if err != nil || size > t.limits.GrepFileSize || int64(len(data)) > t.limits.GrepFileSize || isBinary(data) {
 				return nil
 			}
 			for i, line := range splitLines(string(data)) {
+				if i%4096 == 0 && ctx.Err() != nil {
+					return fmt.Errorf("cancelled: %w", ctx.Err())
+				}
 				line = strings.TrimRight(line, "\r\n")
 				if !re.MatchString(line) {
 					continue
@@ -303,18 +342,24 @@ func planGrep(t *Tools, args map[string]any) (*Plan, error) {
 			}
 			return nil
 		}
-		st, err := t.ws.fs.Stat(orDot(rel))
+		st, err := t.ws.fs.Lstat(orDot(rel))
 		if err != nil {
 			return "", fmt.Errorf("%s does not exist", display(rel))
 		}
 		if st.IsDir() {
-			err = t.walk(rel, func(p string, _ fs.DirEntry) error { return search(p) })
+			err = t.walk(ctx, rel, func(p string) error { return search(p, false) })
 		} else {
-			err = search(rel)
+			err = search(rel, true)
 		}
+		var stop *walkStop
 		switch {
 		case errors.Is(err, errEnough):
 			fmt.Fprintf(&b, "[stopped after %d matches; narrow the pattern or path]\n", n)
+		case errors.As(err, &stop):
+			if n == 0 {
+				fmt.Fprintf(&b, "no matches for %s so far\n", re.String())
+			}
+			fmt.Fprintf(&b, "[%s]\n", stop.reason)
 		case err != nil:
 			return "", err
 		case n == 0:
@@ -334,18 +379,14 @@ func orDot(rel string) string {
 // existing returns the current content of a resolved path for a write: nil
 // and no error when it does not exist.
 func (t *Tools) existing(rel string) ([]byte, bool, error) {
-	st, err := t.ws.fs.Stat(orDot(rel))
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := t.ws.fs.Lstat(orDot(rel)); errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
-	if err != nil {
-		return nil, false, err
+	b, size, err := t.ws.readHead(rel, t.limits.FileSize+1)
+	if err == nil && int64(len(b)) > t.limits.FileSize {
+		err = fmt.Errorf("%s is %s, more than the %s that edit and write_file handle; change it with run_shell", display(rel), byteSize(size), byteSize(t.limits.FileSize))
 	}
-	if !st.Mode().IsRegular() {
-		return nil, false, fmt.Errorf("%s is not a regular file", display(rel))
-	}
-	b, err := t.ws.readFile(rel)
-	return b, true, err
+	return b, err == nil, err
 }
 
 func planWrite(t *Tools, args map[string]any) (*Plan, error) {
@@ -407,7 +448,7 @@ func planEdit(t *Tools, args map[string]any) (*Plan, error) {
 		Summary: "edit " + display(rel),
 		Preview: UnifiedDiff(display(rel), src, updated, true),
 		run: func(context.Context) (string, error) {
-			now, err := t.ws.readFile(rel)
+			now, err := t.readText(rel)
 			if err != nil {
 				return "", err
 			}

@@ -4,6 +4,8 @@ package agent
 
 import "os/exec"
 
+const oNonblock = 0
+
 func setProcessGroup(*exec.Cmd) {}
 
 // killTree kills the command (no process groups or sessions here: its

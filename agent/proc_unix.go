@@ -11,6 +11,9 @@ import (
 	"syscall"
 )
 
+// oNonblock opens a FIFO without waiting for a writer (see openChecked).
+const oNonblock = syscall.O_NONBLOCK
+
 // setProcessGroup starts the shell in a session of its own (so also its
 // own process group, and no controlling terminal to read keys from).
 func setProcessGroup(cmd *exec.Cmd) {

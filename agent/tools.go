@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/prompts"
@@ -22,12 +23,16 @@ type Limits struct {
 	ShellOutput  int   // run_shell output, head and tail kept
 	ShellTimeout int   // seconds, default for run_shell
 	ShellMaxTime int   // seconds, the most a call may ask for
+	FileSize     int64 // read_file reads at most this much; edit and write_file refuse larger files
+	WalkEntries  int   // directory entries a list, glob or grep reads at most
+	WalkTime     time.Duration
 }
 
 // DefaultLimits suit a model with an 8K context.
 var DefaultLimits = Limits{
 	ReadBytes: 8 << 10, ListEntries: 200, GrepMatches: 100, GrepFileSize: 4 << 20,
 	ShellOutput: 8 << 10, ShellTimeout: 30, ShellMaxTime: 300,
+	FileSize: 4 << 20, WalkEntries: 200_000, WalkTime: 10 * time.Second,
 }
 
 // Plan is a validated tool call, ready to run. Planning has no side
@@ -62,6 +67,16 @@ type Tools struct {
 
 // NewTools builds the tool set; descriptions come from prompts/tools.
 func NewTools(ws *Workspace, limits Limits) (*Tools, error) {
+	// Limits set before a bound existed keep the default for it.
+	if limits.FileSize <= 0 {
+		limits.FileSize = DefaultLimits.FileSize
+	}
+	if limits.WalkEntries <= 0 {
+		limits.WalkEntries = DefaultLimits.WalkEntries
+	}
+	if limits.WalkTime <= 0 {
+		limits.WalkTime = DefaultLimits.WalkTime
+	}
 	t := &Tools{ws: ws, limits: limits, specs: specs()}
 	for _, s := range t.specs {
 		desc, err := prompts.Tool(s.name)

@@ -122,11 +122,6 @@ func display(rel string) string {
 	return filepath.ToSlash(rel)
 }
 
-// readFile reads a resolved file through the root.
-func (w *Workspace) readFile(rel string) ([]byte, error) {
-	return w.fs.ReadFile(rel)
-}
-
 // writeFile replaces rel's content atomically: the bytes go to a temporary
 // file in the same directory, which is synced and renamed over the target,
 // so a failure at any point leaves the old file as it was. The mode of an
