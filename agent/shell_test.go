@@ -31,16 +31,28 @@ func TestRunShellKillsSetsidChildren(t *testing.T) {
 	for _, how := range []string{"timeout", "cancel"} {
 		t.Run(how, func(t *testing.T) {
 			p1, p2 := filepath.Join(dir, how+"1.pid"), filepath.Join(dir, how+"2.pid")
-			cmd := fmt.Sprintf(`setsid sh -c 'echo $$ > %s; exec sleep 60' </dev/null >/dev/null 2>&1 &
-setsid sh -c '(sleep 60 </dev/null >/dev/null 2>&1 & echo $! > %s)' &
+			// The shell waits until both children have written their pids,
+			// so a slow machine cannot time it out before they exist.
+			cmd := fmt.Sprintf(`setsid sh -c 'echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60' </dev/null >/dev/null 2>&1 &
+setsid sh -c '(sleep 60 </dev/null >/dev/null 2>&1 & echo $! > %[2]s.tmp; mv %[2]s.tmp %[2]s)' &
+while [ ! -e %[1]s ] || [ ! -e %[2]s ]; do sleep 0.05; done
 sleep 60`, p1, p2)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			args := map[string]any{"command": cmd, "timeout": 60}
 			if how == "timeout" {
-				args["timeout"] = 2
+				args["timeout"] = 3
 			} else {
-				time.AfterFunc(1500*time.Millisecond, cancel)
+				go func() { // cancel once both children run
+					for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+						if _, err := os.Stat(p2); err == nil {
+							if _, err := os.Stat(p1); err == nil {
+								break
+							}
+						}
+					}
+					cancel()
+				}()
 			}
 			p, err := tools.Plan(engine.ToolCall{Name: "run_shell", Arguments: args})
 			if err != nil {

@@ -305,9 +305,16 @@ func TestRunShell(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		args := map[string]any{"command": cmd, "timeout": 60}
 		if how == "timeout" {
-			args["timeout"] = 1
+			args["timeout"] = 2
 		} else {
-			time.AfterFunc(500*time.Millisecond, cancel)
+			go func() { // cancel once the child runs: a loaded machine may take a while to start it
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+						break
+					}
+				}
+				cancel()
+			}()
 		}
 		p, err := tools.Plan(engine.ToolCall{Name: "run_shell", Arguments: args})
 		if err != nil {
@@ -315,7 +322,7 @@ func TestRunShell(t *testing.T) {
 		}
 		got, err := p.Run(ctx)
 		cancel()
-		if how == "timeout" && (err != nil || !strings.Contains(got, "timed out after 1s")) {
+		if how == "timeout" && (err != nil || !strings.Contains(got, "timed out after 2s")) {
 			t.Fatalf("timeout: %q %v", got, err)
 		}
 		if how == "cancel" && (err == nil || !strings.Contains(err.Error(), "cancelled")) {
