@@ -71,6 +71,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	if err != nil {
 		return err
 	}
+	tools.AllowShellEnv(cfg.ShellEnv...)
 	eng, err := loadEngine(ctx, cfg, printMode)
 	if err != nil {
 		return err

@@ -43,6 +43,7 @@ type Config struct {
 	Continue bool   // resume the latest session
 	Agent    bool
 	Yolo     bool
+	ShellEnv []string // names (or PREFIX*) run_shell passes on beyond the defaults
 
 	configErr error
 }
@@ -67,6 +68,7 @@ func ChatFlags(f *pflag.FlagSet) {
 	f.Bool("continue", false, "resume the most recent saved session")
 	f.Bool("agent", false, "run as a coding agent in the current directory")
 	f.Bool("yolo", false, "agent: run tools without asking for approval (never the default)")
+	f.String("shell-env", "", "agent: extra environment variables run_shell passes on, comma-separated names or PREFIX* (the rest of the environment is withheld)")
 	f.Float32("temperature", 0.7, "sampling temperature (0 = greedy)")
 	f.Int("top-k", 40, "top-k sampling (0 = off)")
 	f.Float32("top-p", 0.95, "top-p sampling (1 = off)")
@@ -106,6 +108,7 @@ func ConfigFrom(v *viper.Viper) Config {
 		Continue:  v.GetBool("continue"),
 		Agent:     v.GetBool("agent"),
 		Yolo:      v.GetBool("yolo"),
+		ShellEnv:  splitList(v.GetString("shell-env")),
 	}
 	if c.GPUMemoryText != "" {
 		n, err := ParseBytes(c.GPUMemoryText)
@@ -115,6 +118,17 @@ func ConfigFrom(v *viper.Viper) Config {
 		c.Engine.GPUMemory = n
 	}
 	return c
+}
+
+// splitList reads a comma-separated setting; blanks are dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Err reports a setting that could not be parsed.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -235,6 +236,32 @@ func TestConfigFileMustBeASmallRegularFile(t *testing.T) {
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("reading the config file blocked")
+			}
+		})
+	}
+}
+
+func TestShellEnvAllowlistSetting(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"unset", "", nil, nil, nil},
+		{"config file", "shell-env: \"AWS_PROFILE, MY_*\"\n", nil, nil, []string{"AWS_PROFILE", "MY_*"}},
+		{"env", "", map[string]string{"FTCHAT_SHELL_ENV": "GOPATH,,GOFLAGS"}, nil, []string{"GOPATH", "GOFLAGS"}},
+		{"flag over file", "shell-env: A\n", nil, []string{"--shell-env", "B"}, []string{"B"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := settingsRun(t, tc.cfg, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cfg.ShellEnv, tc.want) {
+				t.Errorf("ShellEnv = %q, want %q", cfg.ShellEnv, tc.want)
 			}
 		})
 	}
