@@ -38,6 +38,9 @@ func newRenderer(f *gguf.File, tok *tokenizer.Tokenizer) (renderer, string, erro
 	if err != nil {
 		return nil, "", err
 	}
+	if !t.Fallback {
+		t.Origin = f.Path // render errors (a hostile template over its limits) name the model file
+	}
 	ct := &chatTemplate{t: t, tok: tok}
 	if tok.BOS() >= 0 {
 		ct.bos = tok.Piece(tok.BOS())

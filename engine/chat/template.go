@@ -68,6 +68,9 @@ type Template struct {
 	BOS, EOS string
 	// Now is the clock strftime_now reads; nil means time.Now.
 	Now func() time.Time
+	// Origin names where the template came from (the model file) in
+	// render errors; the loader's caller sets it.
+	Origin string
 
 	def     *jinja.Template
 	toolUse *jinja.Template // transformers picks a "tool_use" named template when tools are given
@@ -274,8 +277,12 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 	}
 	rt := *jt
 	rt.Now = t.Now
+	rt.Limits = renderLimits(messages, tools)
 	out, err := rt.Render(vars)
 	if err != nil {
+		if t.Origin != "" {
+			return "", fmt.Errorf("chat template of %s: %w", t.Origin, err)
+		}
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	// An empty prompt would reach the model as no tokens at all.
@@ -283,6 +290,44 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 		return "", fmt.Errorf("chat template rendered an empty prompt for %d messages; the model's %s is unusable: use a model file with a working template", len(messages), KeyChatTemplate)
 	}
 	return out, nil
+}
+
+// renderLimits gives a render the default memory budget plus room in
+// proportion to the conversation, which templates walk a few times (a long
+// agent session must not hit a limit meant for hostile templates).
+func renderLimits(messages []Message, tools []Tool) jinja.Limits {
+	n := int64(0)
+	for _, m := range messages {
+		n += int64(len(m.Content) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
+		for _, c := range m.ToolCalls {
+			n += int64(len(c.ID)+len(c.Name)) + approxSize(c.Arguments)
+		}
+	}
+	for _, tl := range tools {
+		n += int64(len(tl.Name)+len(tl.Description)) + approxSize(tl.Parameters)
+	}
+	return jinja.Limits{MaxBytes: jinja.DefaultMaxBytes + 16*n}
+}
+
+// approxSize is about the JSON size of v.
+func approxSize(v any) int64 {
+	switch x := v.(type) {
+	case string:
+		return int64(len(x)) + 2
+	case map[string]any:
+		n := int64(2)
+		for k, e := range x {
+			n += int64(len(k)) + 4 + approxSize(e)
+		}
+		return n
+	case []any:
+		n := int64(2)
+		for _, e := range x {
+			n += 2 + approxSize(e)
+		}
+		return n
+	}
+	return 8
 }
 
 func firstNonEmpty(a, b string) string {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Template is a parsed template; it is safe for concurrent Render calls.
@@ -22,6 +23,8 @@ type Template struct {
 	body []node
 	// Now is the clock strftime_now reads (time.Now when nil).
 	Now func() time.Time
+	// Limits bound the memory and time of each Render (zero: defaults).
+	Limits Limits
 }
 
 // Parse compiles template source.
@@ -40,11 +43,9 @@ func Parse(src string) (*Template, error) {
 // maxDepth bounds macro recursion so a template cannot overflow the stack.
 const maxDepth = 200
 
-// maxOutput bounds the rendered size (a runaway loop is an error, not OOM).
-const maxOutput = 64 << 20
-
-// maxSteps bounds loop iterations and macro calls, so nested loops over
-// large ranges fail instead of running for hours (a var so tests can lower it).
+// maxSteps is the default Limits.MaxSteps: loops over large ranges, huge
+// sorts and comparisons fail instead of running for hours (a var so tests
+// can lower it).
 var maxSteps = 1 << 24
 
 type frame struct {
@@ -64,32 +65,31 @@ func (f *frame) lookup(name string) (any, bool) {
 type renderer struct {
 	t     *Template
 	depth int
-	size  int
-	steps int
-	alloc int // bytes of strings built by expressions
+
+	// budget (limits.go): bytes charged so far, steps taken, the first
+	// limit error (sticky)
+	maxBytes, used  int64
+	maxSteps, steps int
+	timeout         time.Duration
+	deadline        time.Time
+	err             error
 }
 
-// maxAlloc bounds the bytes of intermediate strings one render may build.
-const maxAlloc = 1 << 28
-
-// charge counts a string an expression produced against maxAlloc.
-func (r *renderer) charge(v any, line int) error {
-	if s, ok := v.(string); ok {
-		r.alloc += len(s)
-		if r.alloc > maxAlloc {
-			return errorf(line, "template builds more than %d bytes of strings", maxAlloc)
-		}
-	}
-	return nil
-}
-
+// step counts one loop iteration or macro call; it charges the scope it
+// gets and checks the deadline every time, as one iteration can be slow.
 func (r *renderer) step(line int) error {
-	r.steps++
-	if r.steps > maxSteps {
-		return errorf(line, "template runs more than %d loop iterations and macro calls", maxSteps)
+	if err := r.work(1); err != nil {
+		return at(line, err, nil)
 	}
-	return nil
+	if err := r.grow(frameSize, "a loop iteration or macro call"); err != nil {
+		return at(line, err, nil)
+	}
+	return at(line, r.checkDeadline(), nil)
 }
+
+// frameSize is what a loop iteration or macro call is charged: its scope
+// map and loop object.
+const frameSize = 128
 
 var (
 	errBreak    = errors.New("break")
@@ -110,6 +110,7 @@ func (e *ExceptionError) Error() string {
 // the globals: namespace, dict, range, raise_exception, strftime_now.
 func (t *Template) Render(vars map[string]any) (string, error) {
 	r := &renderer{t: t}
+	r.setLimits(t.Limits)
 	globals := &frame{vars: r.globals()}
 	root := &frame{vars: map[string]any{}, parent: globals}
 	for k, v := range vars {
@@ -117,6 +118,10 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 	}
 	var b strings.Builder
 	err := r.exec(t.body, root, &b)
+	if r.err != nil {
+		// a limit was hit; whatever error surfaced, that is the cause
+		err = r.err
+	}
 	if err == errBreak || err == errContinue {
 		err = &Error{Msg: "{% break %} or {% continue %} outside a loop"}
 	}
@@ -127,9 +132,8 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 }
 
 func (r *renderer) write(b *strings.Builder, s string, line int) error {
-	r.size += len(s)
-	if r.size > maxOutput {
-		return errorf(line, "output exceeds %d bytes", maxOutput)
+	if err := r.grow(int64(len(s)), "writing %d bytes of output", len(s)); err != nil {
+		return at(line, err, nil)
 	}
 	b.WriteString(s)
 	return nil
@@ -153,7 +157,11 @@ func (r *renderer) execNode(n node, f *frame, b *strings.Builder) error {
 		if err != nil {
 			return err
 		}
-		return r.write(b, toStr(v), n.line)
+		s, err := r.str(v, "printing")
+		if err != nil {
+			return at(n.line, err, nil)
+		}
+		return r.write(b, s, n.line)
 	case *ifNode:
 		for i, c := range n.conds {
 			v, err := r.eval(c, f)
@@ -188,9 +196,9 @@ func (r *renderer) execNode(n node, f *frame, b *strings.Builder) error {
 			f.vars[n.targets[0]] = v
 			return nil
 		}
-		items, err := iterate(v)
+		items, err := r.iter(v)
 		if err != nil {
-			return errorf(n.line, "cannot unpack: %v", err)
+			return at(n.line, err, func() error { return errorf(n.line, "cannot unpack: %v", err) })
 		}
 		if len(items) != len(n.targets) {
 			return errorf(n.line, "cannot unpack %d values into %d names", len(items), len(n.targets))
@@ -228,7 +236,11 @@ func (r *renderer) execNode(n node, f *frame, b *strings.Builder) error {
 				return err
 			}
 		}
-		return r.write(b, toStr(v), n.line)
+		s, err := r.str(v, "printing")
+		if err != nil {
+			return at(n.line, err, nil)
+		}
+		return r.write(b, s, n.line)
 	case *breakNode:
 		return errBreak
 	case *continueNode:
@@ -248,18 +260,18 @@ func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
 	if err != nil {
 		return err
 	}
-	items, err := iterate(it)
+	items, err := r.iter(it)
 	if err != nil {
-		return errorf(n.line, "{%% for %%}: %v", err)
+		return at(n.line, err, func() error { return errorf(n.line, "{%% for %%}: %v", err) })
 	}
 	bind := func(fr *frame, item any) error {
 		if len(n.targets) == 1 {
 			fr.vars[n.targets[0]] = item
 			return nil
 		}
-		parts, err := iterate(item)
+		parts, err := r.iter(item)
 		if err != nil {
-			return errorf(n.line, "cannot unpack loop item: %v", err)
+			return at(n.line, err, func() error { return errorf(n.line, "cannot unpack loop item: %v", err) })
 		}
 		if len(parts) != len(n.targets) {
 			return errorf(n.line, "cannot unpack %d values into %d loop variables", len(parts), len(n.targets))
@@ -321,6 +333,10 @@ func (r *renderer) makeMacro(n *macroNode, def *frame) Func {
 		}
 		if err := r.step(n.line); err != nil {
 			return nil, err
+		}
+		// a call builds more than a loop iteration: its output builder
+		if err := r.grow(3*frameSize, "a call of macro %s", n.name); err != nil {
+			return nil, at(n.line, err, nil)
 		}
 		if r.depth >= maxDepth {
 			return nil, errorf(n.line, "macro %s: recursion deeper than %d", n.name, maxDepth)
@@ -408,6 +424,9 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 		}
 		return Undefined{hint: fmt.Sprintf("'%s' is undefined", e.name)}, nil
 	case *listExpr:
+		if err := r.growN(int64(len(e.items)), elemSize, "a list literal"); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(e.items))
 		for i, it := range e.items {
 			v, err := r.eval(it, f)
@@ -421,6 +440,9 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 		}
 		return out, nil
 	case *dictExpr:
+		if err := r.growN(int64(len(e.keys)), 2*elemSize, "a dict literal"); err != nil {
+			return nil, err
+		}
 		d := NewDict()
 		for i := range e.keys {
 			k, err := r.eval(e.keys[i], f)
@@ -513,11 +535,11 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := binOp(e.op, l, rv)
+		v, err := r.binOp(e.op, l, rv)
 		if err != nil {
-			return nil, errorf(e.line, "%v", err)
+			return nil, at(e.line, err, func() error { return errorf(e.line, "%v", err) })
 		}
-		return v, r.charge(v, e.line)
+		return v, nil
 	case *compareExpr:
 		l, err := r.eval(e.first, f)
 		if err != nil {
@@ -528,9 +550,9 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			ok, err := compare(op, l, rv)
+			ok, err := r.compare(op, l, rv)
 			if err != nil {
-				return nil, errorf(e.line, "%v", err)
+				return nil, at(e.line, err, func() error { return errorf(e.line, "%v", err) })
 			}
 			if !ok {
 				return false, nil
@@ -554,19 +576,19 @@ func (r *renderer) eval(x expr, f *frame) (any, error) {
 	return nil, fmt.Errorf("jinja: internal error: unknown expression %T", x)
 }
 
-func compare(op string, l, r any) (bool, error) {
+func (r *renderer) compare(op string, a, b any) (bool, error) {
 	switch op {
 	case "==":
-		return valuesEqual(l, r), nil
+		return r.equal(a, b), r.err
 	case "!=":
-		return !valuesEqual(l, r), nil
+		return !r.equal(a, b), r.err
 	case "in":
-		return contains(r, l)
+		return r.contains(b, a)
 	case "notin":
-		ok, err := contains(r, l)
+		ok, err := r.contains(b, a)
 		return !ok, err
 	}
-	c, err := compareOrder(l, r)
+	c, err := r.order(a, b)
 	if err != nil {
 		return false, err
 	}
@@ -588,7 +610,7 @@ func (r *renderer) getAttr(obj any, name string, line int) (any, error) {
 	case Undefined:
 		return nil, undefErr(line, x)
 	case *Dict:
-		if m := dictMethod(x, name); m != nil {
+		if m := r.dictMethod(x, name); m != nil {
 			return m, nil
 		}
 		if v, ok := x.m[name]; ok {
@@ -600,11 +622,11 @@ func (r *renderer) getAttr(obj any, name string, line int) (any, error) {
 			return v, nil
 		}
 	case string:
-		if m := strMethod(x, name); m != nil {
+		if m := r.strMethod(x, name); m != nil {
 			return m, nil
 		}
 	case []any:
-		if m := listMethod(x, name); m != nil {
+		if m := r.listMethod(x, name); m != nil {
 			return m, nil
 		}
 	case *loopObj:
@@ -625,7 +647,7 @@ func (r *renderer) getItem(obj, key any, line int) (any, error) {
 			return v, nil
 		}
 		if s, ok := key.(string); ok {
-			if m := dictMethod(x, s); m != nil {
+			if m := r.dictMethod(x, s); m != nil {
 				return m, nil
 			}
 		}
@@ -648,15 +670,23 @@ func (r *renderer) getItem(obj, key any, line int) (any, error) {
 			}
 			return l[i], nil
 		}
-		rs := []rune(x.(string))
-		n := int64(len(rs))
+		// walk to the i-th character rather than convert the string to
+		// runes: content[0] on a long message allocates nothing
+		str := x.(string)
+		n := int64(utf8.RuneCountInString(str))
 		if i < 0 {
 			i += n
 		}
 		if i < 0 || i >= n {
 			return Undefined{hint: fmt.Sprintf("string index %d out of range", i)}, nil
 		}
-		return string(rs[i]), nil
+		for k := range str {
+			if i == 0 {
+				c, _ := utf8.DecodeRuneInString(str[k:])
+				return string(c), nil
+			}
+			i--
+		}
 	case *Namespace, *loopObj:
 		if s, ok := key.(string); ok {
 			return r.getAttr(obj, s, line)
@@ -689,30 +719,41 @@ func (r *renderer) evalSlice(e *sliceExpr, f *frame) (any, error) {
 		bounds[i] = &n
 	}
 	var items []any
-	isStr := false
+	var runes []rune
+	n, isStr := 0, false
 	switch x := unTuple(obj).(type) {
 	case Undefined:
 		return nil, undefErr(e.line, x)
 	case []any:
 		items = x
+		n = len(x)
 	case string:
-		isStr = true
-		for _, r := range x {
-			items = append(items, string(r))
+		if err := r.growN(int64(len(x)), 4, "slicing a string of %d bytes", len(x)); err != nil {
+			return nil, at(e.line, err, nil)
+		}
+		runes, isStr = []rune(x), true
+		n = len(runes)
+		if err := r.growN(int64(n), 8, "slicing a string of %d bytes", len(x)); err != nil {
+			return nil, at(e.line, err, nil)
 		}
 	default:
 		return nil, errorf(e.line, "'%s' object is not subscriptable", typeName(obj))
 	}
-	idx, err := sliceIndices(len(items), bounds[0], bounds[1], bounds[2])
+	if !isStr {
+		if err := r.growN(int64(n), 8+elemSize, "slicing a list of %d items", n); err != nil {
+			return nil, at(e.line, err, nil)
+		}
+	}
+	idx, err := sliceIndices(n, bounds[0], bounds[1], bounds[2])
 	if err != nil {
 		return nil, errorf(e.line, "%v", err)
 	}
 	if isStr {
-		var sb strings.Builder
-		for _, i := range idx {
-			sb.WriteString(items[i].(string))
+		out := make([]rune, len(idx))
+		for k, i := range idx {
+			out[k] = runes[i]
 		}
-		return sb.String(), nil
+		return string(out), nil
 	}
 	out := make([]any, len(idx))
 	for k, i := range idx {
@@ -802,9 +843,13 @@ func (r *renderer) evalCall(e *callExpr, f *frame) (any, error) {
 	case Func:
 		v, err := c(args, kw)
 		if err == nil {
-			err = r.charge(v, e.line)
+			err = r.err // a method may have hit a limit and returned a partial value
 		}
 		if err != nil {
+			var le *LimitError
+			if errors.As(err, &le) {
+				return nil, at(e.line, le, nil)
+			}
 			var je *Error
 			var ee *ExceptionError
 			if errors.As(err, &ee) {
@@ -887,6 +932,10 @@ func (r *renderer) globals() map[string]any {
 			if !ok {
 				return nil, fmt.Errorf("strftime_now: format must be a string, not %s", typeName(args[0]))
 			}
+			// a directive expands to at most 9 bytes ("Wednesday" for %A)
+			if err := r.growN(int64(len(s)), 5, "strftime_now of a %d-byte format", len(s)); err != nil {
+				return nil, err
+			}
 			return strftime(now(), s), nil
 		}),
 		"namespace": Func(func(args []any, kw map[string]any) (any, error) {
@@ -895,6 +944,9 @@ func (r *renderer) globals() map[string]any {
 				src, ok := a.(*Dict)
 				if !ok {
 					return nil, fmt.Errorf("namespace() takes a dict or keyword arguments, not %s", typeName(a))
+				}
+				if err := r.growN(int64(src.Len()), 2*elemSize, "namespace() of %d keys", src.Len()); err != nil {
+					return nil, err
 				}
 				for _, k := range src.keys {
 					d.set(k, src.m[k])
@@ -914,6 +966,9 @@ func (r *renderer) globals() map[string]any {
 				src, ok := a.(*Dict)
 				if !ok {
 					return nil, fmt.Errorf("dict() takes a dict or keyword arguments, not %s", typeName(a))
+				}
+				if err := r.growN(int64(src.Len()), 2*elemSize, "dict() of %d keys", src.Len()); err != nil {
+					return nil, err
 				}
 				for _, k := range src.keys {
 					d.set(k, src.m[k])
@@ -944,11 +999,23 @@ func (r *renderer) globals() map[string]any {
 			if step == 0 {
 				return nil, fmt.Errorf("range() step must not be zero")
 			}
-			var out []any
-			for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-				if len(out) >= 1<<20 {
-					return nil, fmt.Errorf("range() too long")
-				}
+			// the length first (in uint64: stop-start can overflow int64),
+			// so range(10**12) is refused before anything is allocated
+			var count uint64
+			switch {
+			case step > 0 && stop > start:
+				count = (uint64(stop-start) + uint64(step) - 1) / uint64(step)
+			case step < 0 && stop < start:
+				count = (uint64(start-stop) + uint64(-step) - 1) / uint64(-step)
+			}
+			if count > 1<<20 {
+				return nil, fmt.Errorf("range() too long: %d items, at most %d", count, 1<<20)
+			}
+			if err := r.growN(int64(count), elemSize, "range() of %d items", count); err != nil {
+				return nil, err
+			}
+			out := make([]any, 0, count)
+			for i := start; uint64(len(out)) < count; i += step {
 				out = append(out, i)
 			}
 			return out, nil

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"math/bits"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 type filterFunc func(r *renderer, v any, args []any, kw map[string]any) (any, error)
@@ -32,7 +34,7 @@ func init() {
 		"last":       fLast,
 		"items":      fItems,
 		"list":       fList,
-		"string":     func(_ *renderer, v any, _ []any, _ map[string]any) (any, error) { return toStr(v), nil },
+		"string":     func(r *renderer, v any, _ []any, _ map[string]any) (any, error) { return r.str(v, "string") },
 		"safe":       func(_ *renderer, v any, _ []any, _ map[string]any) (any, error) { return v, nil },
 		"e":          fEscape,
 		"escape":     fEscape,
@@ -54,8 +56,9 @@ func init() {
 		"min":        fMinMax(-1),
 		"max":        fMinMax(1),
 		"indent":     fIndent,
-		"wordcount": func(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-			return int64(len(strings.Fields(toStr(v)))), nil
+		"wordcount": func(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+			s, err := r.str(v, "wordcount")
+			return int64(fieldCount(s)), err
 		},
 		"center": fCenter,
 		"attr":   fAttr,
@@ -76,9 +79,12 @@ func (r *renderer) applyFilter(fe *filterExpr, v any, f *frame) (any, error) {
 	}
 	out, err := fn(r, v, args, kw)
 	if err == nil {
-		err = r.charge(out, fe.line)
+		err = r.err // a filter may have hit a limit and returned a partial value
 	}
 	if err != nil {
+		if le, ok := err.(*LimitError); ok {
+			return nil, at(fe.line, le, nil)
+		}
 		if je, ok := err.(*Error); ok {
 			return nil, je
 		}
@@ -99,7 +105,17 @@ func param(args []any, kw map[string]any, i int, name string, def any) any {
 }
 
 func strFilter(fn func(string) string) filterFunc {
-	return func(_ *renderer, v any, _ []any, _ map[string]any) (any, error) { return fn(toStr(v)), nil }
+	return func(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+		s, err := r.str(v, "a string filter")
+		if err != nil {
+			return nil, err
+		}
+		// case mapping grows UTF-8 by at most half; runes take 4 bytes
+		if err := r.growN(int64(len(s)), 5, "a string filter on %d bytes", len(s)); err != nil {
+			return nil, err
+		}
+		return fn(s), nil
+	}
 }
 
 func fLength(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
@@ -107,13 +123,16 @@ func fLength(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	return int64(n), err
 }
 
-func fToJSON(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
+func fToJSON(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 	o := jsonOpts{itemSep: ", ", keySep: ": "}
 	o.ensureASCII = truthy(param(args, kw, 0, "ensure_ascii", false))
 	ind := param(args, kw, 1, "indent", nil)
 	switch x := ind.(type) {
 	case nil:
 	case int64:
+		if err := r.grow(max(x, 0), "tojson indent %d", x); err != nil {
+			return nil, err
+		}
 		o.indent = strings.Repeat(" ", int(max(x, 0)))
 		o.hasIndent = true
 		o.itemSep = ","
@@ -137,16 +156,18 @@ func fToJSON(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 		o.itemSep, o.keySep = a, b
 	}
 	o.sortKeys = truthy(param(args, kw, 3, "sort_keys", false))
-	var b strings.Builder
-	if err := writeJSON(&b, v, o, 0); err != nil {
-		return nil, err
-	}
-	return b.String(), nil
+	// built within what is left of the budget: indent * depth * items
+	// and nested repetitions stop at the budget, not at out-of-memory
+	return r.build(func(b *sink) error { return writeJSON(r, b, v, o, 0) }, "tojson of a %s", typeName(v))
 }
 
-func fTrim(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
+func fTrim(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 	chars := param(args, kw, 0, "chars", nil)
-	return pyStrip(toStr(v), chars, true, true)
+	s, err := r.str(v, "trim")
+	if err != nil {
+		return nil, err
+	}
+	return pyStrip(s, chars, true, true)
 }
 
 func fDefault(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
@@ -159,9 +180,15 @@ func fDefault(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 }
 
 func fJoin(r *renderer, v any, args []any, kw map[string]any) (any, error) {
-	sep := toStr(param(args, kw, 0, "d", ""))
-	items, err := iterate(v)
+	sep, err := r.str(param(args, kw, 0, "d", ""), "join")
 	if err != nil {
+		return nil, err
+	}
+	items, err := r.iter(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "join of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	attr := param(args, kw, 1, "attribute", nil)
@@ -172,13 +199,15 @@ func fJoin(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 				return nil, err
 			}
 		}
-		parts[i] = toStr(it)
+		if parts[i], err = r.str(it, "join"); err != nil {
+			return nil, err
+		}
 	}
-	return strings.Join(parts, sep), nil
+	return r.join(parts, sep)
 }
 
-func fFirst(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-	items, err := iterate(v)
+func fFirst(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	items, err := r.iter(v)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +217,8 @@ func fFirst(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	return items[0], nil
 }
 
-func fLast(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-	items, err := iterate(v)
+func fLast(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	items, err := r.iter(v)
 	if err != nil {
 		return nil, err
 	}
@@ -199,49 +228,67 @@ func fLast(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	return items[len(items)-1], nil
 }
 
-func fItems(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
+func fItems(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	switch x := v.(type) {
 	case Undefined:
 		return []any{}, nil
 	case *Dict:
-		out := make([]any, len(x.keys))
-		for i, k := range x.keys {
-			out[i] = Tuple{k, x.m[k]}
-		}
-		return out, nil
+		return r.items(x)
 	}
 	return nil, fmt.Errorf("can only get item pairs from a mapping, not %s", typeName(v))
 }
 
-func fList(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-	items, err := iterate(v)
+func fList(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	items, err := r.iter(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "list of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	return append([]any{}, items...), nil
 }
 
-func fEscape(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-	s := html.EscapeString(toStr(v)) // & < > " '  (jinja2 uses &#34; &#39; too)
-	return s, nil
+func fEscape(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	s, err := r.str(v, "escape")
+	if err != nil {
+		return nil, err
+	}
+	// each of & < > " ' becomes at most 5 bytes
+	special := int64(strings.Count(s, "&") + strings.Count(s, "<") + strings.Count(s, ">") + strings.Count(s, `"`) + strings.Count(s, "'"))
+	if err := r.grow(int64(len(s))+4*special, "escape of %d bytes", len(s)); err != nil {
+		return nil, err
+	}
+	return html.EscapeString(s), nil // & < > " '  (jinja2 uses &#34; &#39; too)
 }
 
-func fReplace(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
-	s := toStr(v)
+func fReplace(r *renderer, v any, args []any, kw map[string]any) (any, error) {
+	s, err := r.str(v, "replace")
+	if err != nil {
+		return nil, err
+	}
 	oldV := param(args, kw, 0, "old", nil)
 	newV := param(args, kw, 1, "new", nil)
 	if oldV == nil || newV == nil {
 		return nil, fmt.Errorf("replace needs old and new strings")
 	}
-	n := -1
+	n := int64(-1)
 	if c := param(args, kw, 2, "count", nil); c != nil {
 		i, _, isF, ok := asNumber(c)
 		if !ok || isF {
 			return nil, fmt.Errorf("count must be an integer")
 		}
-		n = int(i)
+		n = i
 	}
-	return strings.Replace(s, toStr(oldV), toStr(newV), n), nil
+	o, err := r.str(oldV, "replace")
+	if err != nil {
+		return nil, err
+	}
+	nw, err := r.str(newV, "replace")
+	if err != nil {
+		return nil, err
+	}
+	return r.replace(s, o, nw, n)
 }
 
 // getItemPath looks up "a.b" paths (and integer indices) like jinja2's
@@ -265,8 +312,11 @@ func (r *renderer) getItemPath(v any, attr any) (any, error) {
 }
 
 func fMap(r *renderer, v any, args []any, kw map[string]any) (any, error) {
-	items, err := iterate(v)
+	items, err := r.iter(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "map of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	out := make([]any, len(items))
@@ -296,6 +346,9 @@ func fMap(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 		return nil, fmt.Errorf("no filter named '%s'", name)
 	}
 	for i, it := range items {
+		if err := r.work(1); err != nil {
+			return nil, err
+		}
 		if out[i], err = fn(r, it, args[1:], kw); err != nil {
 			return nil, err
 		}
@@ -305,8 +358,11 @@ func fMap(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 
 func fSelectAttr(keep bool) filterFunc {
 	return func(r *renderer, v any, args []any, _ map[string]any) (any, error) {
-		items, err := iterate(v)
+		items, err := r.iter(v)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.growN(int64(len(items)), elemSize, "selectattr of %d items", len(items)); err != nil {
 			return nil, err
 		}
 		if len(args) == 0 {
@@ -322,7 +378,7 @@ func fSelectAttr(keep bool) filterFunc {
 			if len(args) == 1 {
 				ok = truthy(x)
 			} else {
-				if ok, err = runTest(toStr(args[1]), x, args[2:]); err != nil {
+				if ok, err = r.runTest(toStr(args[1]), x, args[2:]); err != nil {
 					return nil, err
 				}
 			}
@@ -335,9 +391,12 @@ func fSelectAttr(keep bool) filterFunc {
 }
 
 func fSelect(keep bool) filterFunc {
-	return func(_ *renderer, v any, args []any, _ map[string]any) (any, error) {
-		items, err := iterate(v)
+	return func(r *renderer, v any, args []any, _ map[string]any) (any, error) {
+		items, err := r.iter(v)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.growN(int64(len(items)), elemSize, "select of %d items", len(items)); err != nil {
 			return nil, err
 		}
 		out := []any{}
@@ -345,7 +404,7 @@ func fSelect(keep bool) filterFunc {
 			var ok bool
 			if len(args) == 0 {
 				ok = truthy(it)
-			} else if ok, err = runTest(toStr(args[0]), it, args[1:]); err != nil {
+			} else if ok, err = r.runTest(toStr(args[0]), it, args[1:]); err != nil {
 				return nil, err
 			}
 			if ok == keep {
@@ -427,16 +486,22 @@ func fRound(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 	return nil, fmt.Errorf("method must be common, ceil or floor")
 }
 
-func fReverse(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
+func fReverse(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	if s, ok := v.(string); ok {
+		if err := r.growN(int64(len(s)), 5, "reverse of %d bytes", len(s)); err != nil {
+			return nil, err
+		}
 		rs := []rune(s)
 		for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
 			rs[i], rs[j] = rs[j], rs[i]
 		}
 		return string(rs), nil
 	}
-	items, err := iterate(v)
+	items, err := r.iter(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "reverse of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	out := make([]any, len(items))
@@ -446,16 +511,22 @@ func fReverse(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	return out, nil
 }
 
-func fUnique(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-	items, err := iterate(v)
+func fUnique(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	items, err := r.iter(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "unique of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	out := []any{}
 	for _, it := range items {
 		dup := false
+		if r.err != nil {
+			return nil, r.err
+		}
 		for _, o := range out {
-			if valuesEqual(o, it) {
+			if r.equal(o, it) {
 				dup = true
 				break
 			}
@@ -467,11 +538,28 @@ func fUnique(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
 	return out, nil
 }
 
-func sortValues(items []any, reverse bool, key func(any) any) error {
+// sortValues sorts items stably by key. Keys are computed once, and the
+// comparisons a sort needs (n log n) are charged up front, so sorting a
+// huge list fails at once instead of after minutes.
+func (r *renderer) sortValues(items []any, reverse bool, key func(any) (any, error)) error {
+	n := len(items)
+	if err := r.work(n * bits.Len(uint(n))); err != nil {
+		return err
+	}
+	if err := r.growN(int64(n), 2*elemSize, "sort of %d items", n); err != nil {
+		return err
+	}
+	keys := make([]any, n)
+	for i, it := range items {
+		k, err := key(it)
+		if err != nil {
+			return err
+		}
+		keys[i] = k
+	}
 	var serr error
-	sort.SliceStable(items, func(i, j int) bool {
-		a, b := key(items[i]), key(items[j])
-		c, err := compareOrder(a, b)
+	sort.Stable(&keyed{items, keys, func(a, b any) bool {
+		c, err := r.order(a, b)
 		if err != nil && serr == nil {
 			serr = err
 		}
@@ -479,40 +567,62 @@ func sortValues(items []any, reverse bool, key func(any) any) error {
 			return c > 0
 		}
 		return c < 0
-	})
+	}})
 	return serr
 }
 
+type keyed struct {
+	items, keys []any
+	less        func(a, b any) bool
+}
+
+func (k *keyed) Len() int           { return len(k.items) }
+func (k *keyed) Less(i, j int) bool { return k.less(k.keys[i], k.keys[j]) }
+func (k *keyed) Swap(i, j int) {
+	k.items[i], k.items[j] = k.items[j], k.items[i]
+	k.keys[i], k.keys[j] = k.keys[j], k.keys[i]
+}
+
+// foldKey lower-cases string sort keys unless case-sensitive (charged).
+func (r *renderer) foldKey(x any, caseSens bool) (any, error) {
+	if s, ok := x.(string); ok && !caseSens {
+		if err := r.growN(int64(len(s)), 2, "a sort key of %d bytes", len(s)); err != nil {
+			return nil, err
+		}
+		return strings.ToLower(s), nil
+	}
+	return x, nil
+}
+
 func fSort(r *renderer, v any, args []any, kw map[string]any) (any, error) {
-	items, err := iterate(v)
+	items, err := r.iter(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.growN(int64(len(items)), elemSize, "sort of %d items", len(items)); err != nil {
 		return nil, err
 	}
 	items = append([]any(nil), items...)
 	reverse := truthy(param(args, kw, 0, "reverse", false))
 	caseSens := truthy(param(args, kw, 1, "case_sensitive", false))
 	attr := param(args, kw, 2, "attribute", nil)
-	var kerr error
-	key := func(x any) any {
+	key := func(x any) (any, error) {
 		if attr != nil {
 			y, err := r.getItemPath(x, attr)
-			if err != nil && kerr == nil {
-				kerr = err
+			if err != nil {
+				return nil, err
 			}
 			x = y
 		}
-		if s, ok := x.(string); ok && !caseSens {
-			return strings.ToLower(s)
-		}
-		return x
+		return r.foldKey(x, caseSens)
 	}
-	if err := sortValues(items, reverse, key); err != nil {
+	if err := r.sortValues(items, reverse, key); err != nil {
 		return nil, err
 	}
-	return items, kerr
+	return items, nil
 }
 
-func fDictSort(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
+func fDictSort(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 	d, ok := v.(*Dict)
 	if !ok {
 		return nil, fmt.Errorf("dictsort needs a mapping, got %s", typeName(v))
@@ -520,26 +630,22 @@ func fDictSort(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 	caseSens := truthy(param(args, kw, 0, "case_sensitive", false))
 	by := toStr(param(args, kw, 1, "by", "key"))
 	reverse := truthy(param(args, kw, 2, "reverse", false))
-	pairs := make([]any, len(d.keys))
-	for i, k := range d.keys {
-		pairs[i] = Tuple{k, d.m[k]}
+	pairs, err := r.items(d)
+	if err != nil {
+		return nil, err
 	}
 	idx := 0
 	if by == "value" {
 		idx = 1
 	}
-	err := sortValues(pairs, reverse, func(x any) any {
-		y := x.(Tuple)[idx]
-		if s, ok := y.(string); ok && !caseSens {
-			return strings.ToLower(s)
-		}
-		return y
+	err = r.sortValues(pairs, reverse, func(x any) (any, error) {
+		return r.foldKey(x.(Tuple)[idx], caseSens)
 	})
 	return pairs, err
 }
 
 func fSum(r *renderer, v any, args []any, kw map[string]any) (any, error) {
-	items, err := iterate(v)
+	items, err := r.iter(v)
 	if err != nil {
 		return nil, err
 	}
@@ -551,7 +657,7 @@ func fSum(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 				return nil, err
 			}
 		}
-		if acc, err = binOp("+", acc, it); err != nil {
+		if acc, err = r.binOp("+", acc, it); err != nil {
 			return nil, err
 		}
 	}
@@ -559,8 +665,8 @@ func fSum(r *renderer, v any, args []any, kw map[string]any) (any, error) {
 }
 
 func fMinMax(sign int) filterFunc {
-	return func(_ *renderer, v any, _ []any, _ map[string]any) (any, error) {
-		items, err := iterate(v)
+	return func(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+		items, err := r.iter(v)
 		if err != nil {
 			return nil, err
 		}
@@ -569,7 +675,7 @@ func fMinMax(sign int) filterFunc {
 		}
 		best := items[0]
 		for _, it := range items[1:] {
-			c, err := compareOrder(it, best)
+			c, err := r.order(it, best)
 			if err != nil {
 				return nil, err
 			}
@@ -581,19 +687,37 @@ func fMinMax(sign int) filterFunc {
 	}
 }
 
-func fIndent(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
-	s := toStr(v)
+func fIndent(r *renderer, v any, args []any, kw map[string]any) (any, error) {
+	s, err := r.str(v, "indent")
+	if err != nil {
+		return nil, err
+	}
 	width := param(args, kw, 0, "width", int64(4))
+	// every line may get the pad: charge that before building anything
+	lines64 := int64(strings.Count(s, "\n")) + 1
 	var pad string
 	switch w := width.(type) {
 	case string:
+		if err := r.growN(lines64, int64(len(w)), "indent of %d lines by %d bytes", lines64, len(w)); err != nil {
+			return nil, err
+		}
 		pad = w
 	default:
 		n, _, _, ok := asNumber(w)
 		if !ok {
 			return nil, fmt.Errorf("width must be an integer or string")
 		}
-		pad = strings.Repeat(" ", int(max(n, 0)))
+		n = max(n, 0)
+		if err := r.growN(lines64+1, n, "indent width %d", n); err != nil {
+			return nil, err
+		}
+		pad = strings.Repeat(" ", int(n))
+	}
+	if err := r.growN(lines64, 2*elemSize, "indent of %d lines", lines64); err != nil {
+		return nil, err
+	}
+	if err := r.grow(int64(len(s)), "indent of %d bytes", len(s)); err != nil {
+		return nil, err
 	}
 	first := truthy(param(args, kw, 1, "first", false))
 	blank := truthy(param(args, kw, 2, "blank", false))
@@ -610,13 +734,21 @@ func fIndent(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 	return strings.Join(lines, "\n"), nil
 }
 
-func fCenter(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
-	s := toStr(v)
+func fCenter(r *renderer, v any, args []any, kw map[string]any) (any, error) {
+	s, err := r.str(v, "center")
+	if err != nil {
+		return nil, err
+	}
 	w, _, _, _ := asNumber(param(args, kw, 0, "width", int64(80)))
-	n := int(w) - len([]rune(s))
-	if n <= 0 {
+	runes := int64(utf8.RuneCountInString(s))
+	if w <= runes {
 		return s, nil
 	}
+	// the padding is w - runes bytes: charge it before strings.Repeat
+	if err := r.growN(2, max(w-runes, int64(len(s))), "center width %d", w); err != nil {
+		return nil, err
+	}
+	n := int(w - runes)
 	left := n / 2
 	if n%2 == 1 && int(w)%2 == 1 { // Python's str.center puts the odd space on the left for odd widths
 		left++
@@ -624,15 +756,19 @@ func fCenter(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
 	return strings.Repeat(" ", left) + s + strings.Repeat(" ", n-left), nil
 }
 
-func fFormat(_ *renderer, v any, args []any, kw map[string]any) (any, error) {
+func fFormat(r *renderer, v any, args []any, kw map[string]any) (any, error) {
+	f, err := r.str(v, "format")
+	if err != nil {
+		return nil, err
+	}
 	if len(kw) > 0 {
 		d := NewDict()
 		for _, k := range sortedKeys(kw) {
 			d.set(k, kw[k])
 		}
-		return pyPercent(toStr(v), d)
+		return r.pyPercent(f, d)
 	}
-	return pyPercent(toStr(v), Tuple(args))
+	return r.pyPercent(f, Tuple(args))
 }
 
 func fAttr(r *renderer, v any, args []any, _ map[string]any) (any, error) {

@@ -28,60 +28,67 @@ type jsonOpts struct {
 
 const maxJSONDepth = 500
 
-func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
+// writeJSON writes into b, a sink bounded by the render budget; once it is
+// over, the caller reports that.
+func writeJSON(r *renderer, b *sink, v any, o jsonOpts, level int) error {
+	if b.over {
+		return nil
+	}
 	if level > maxJSONDepth {
 		return fmt.Errorf("tojson: nesting deeper than %d", maxJSONDepth)
 	}
 	newline := func(l int) {
 		if o.hasIndent {
-			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(o.indent, l))
+			b.putByte('\n')
+			for range l {
+				b.put(o.indent)
+			}
 		}
 	}
 	switch x := unTuple(v).(type) {
 	case nil:
-		b.WriteString("null")
+		b.put("null")
 	case bool:
 		if x {
-			b.WriteString("true")
+			b.put("true")
 		} else {
-			b.WriteString("false")
+			b.put("false")
 		}
 	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
+		b.put(strconv.FormatInt(x, 10))
 	case float64:
 		switch {
 		case math.IsNaN(x):
-			b.WriteString("NaN")
+			b.put("NaN")
 		case math.IsInf(x, 1):
-			b.WriteString("Infinity")
+			b.put("Infinity")
 		case math.IsInf(x, -1):
-			b.WriteString("-Infinity")
+			b.put("-Infinity")
 		default:
-			b.WriteString(pyFloatRepr(x))
+			b.put(pyFloatRepr(x))
 		}
 	case string:
 		writeJSONString(b, x, o.ensureASCII)
 	case []any:
 		if len(x) == 0 {
-			b.WriteString("[]")
+			b.put("[]")
 			return nil
 		}
-		b.WriteByte('[')
+		b.putByte('[')
 		for i, e := range x {
 			if i > 0 {
-				b.WriteString(o.itemSep)
+				b.put(o.itemSep)
 			}
 			newline(level + 1)
-			if err := writeJSON(b, e, o, level+1); err != nil {
+			if err := writeJSON(r, b, e, o, level+1); err != nil {
 				return err
 			}
 		}
 		newline(level)
-		b.WriteByte(']')
+		b.putByte(']')
 	case *Dict:
 		if x.Len() == 0 {
-			b.WriteString("{}")
+			b.put("{}")
 			return nil
 		}
 		keys := x.keys
@@ -89,7 +96,7 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
 			keys = append([]any(nil), keys...)
 			var serr error
 			sort.SliceStable(keys, func(i, j int) bool {
-				c, err := compareOrder(keys[i], keys[j])
+				c, err := r.order(keys[i], keys[j])
 				if err != nil {
 					serr = err
 				}
@@ -99,10 +106,10 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
 				return fmt.Errorf("tojson: sort_keys: %v", serr)
 			}
 		}
-		b.WriteByte('{')
+		b.putByte('{')
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(o.itemSep)
+				b.put(o.itemSep)
 			}
 			newline(level + 1)
 			var ks string
@@ -121,13 +128,13 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
 				return fmt.Errorf("tojson: keys must be str, int, float, bool or None, not %s", typeName(k))
 			}
 			writeJSONString(b, ks, o.ensureASCII)
-			b.WriteString(o.keySep)
-			if err := writeJSON(b, x.m[k], o, level+1); err != nil {
+			b.put(o.keySep)
+			if err := writeJSON(r, b, x.m[k], o, level+1); err != nil {
 				return err
 			}
 		}
 		newline(level)
-		b.WriteByte('}')
+		b.putByte('}')
 	case *Namespace:
 		return fmt.Errorf("object of type Namespace is not JSON serializable")
 	case Undefined:
@@ -138,44 +145,52 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, level int) error {
 	return nil
 }
 
-func writeJSONString(b *strings.Builder, s string, ascii bool) {
+func writeJSONString(b *sink, s string, ascii bool) {
 	const hex = "0123456789abcdef"
-	b.WriteByte('"')
+	b.putByte('"')
+	if plainASCII(s, '"') { // the common case, in one write
+		b.put(s)
+		b.putByte('"')
+		return
+	}
 	for _, r := range s {
+		if b.over {
+			return
+		}
 		switch r {
 		case '"':
-			b.WriteString(`\"`)
+			b.put(`\"`)
 		case '\\':
-			b.WriteString(`\\`)
+			b.put(`\\`)
 		case '\n':
-			b.WriteString(`\n`)
+			b.put(`\n`)
 		case '\r':
-			b.WriteString(`\r`)
+			b.put(`\r`)
 		case '\t':
-			b.WriteString(`\t`)
+			b.put(`\t`)
 		case '\b':
-			b.WriteString(`\b`)
+			b.put(`\b`)
 		case '\f':
-			b.WriteString(`\f`)
+			b.put(`\f`)
 		default:
 			switch {
 			case r < 0x20 || (ascii && r == 0x7f):
-				b.WriteString(`\u00`)
-				b.WriteByte(hex[r>>4])
-				b.WriteByte(hex[r&0xf])
+				b.put(`\u00`)
+				b.putByte(hex[r>>4])
+				b.putByte(hex[r&0xf])
 			case ascii && r > 0x7f:
 				if r > 0xffff {
 					r1, r2 := utf16.EncodeRune(r)
-					fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
+					b.put(fmt.Sprintf(`\u%04x\u%04x`, r1, r2))
 				} else {
-					fmt.Fprintf(b, `\u%04x`, r)
+					b.put(fmt.Sprintf(`\u%04x`, r))
 				}
 			default:
-				b.WriteRune(r)
+				b.putRune(r)
 			}
 		}
 	}
-	b.WriteByte('"')
+	b.putByte('"')
 }
 
 // strftime implements the C/Python strftime directives templates use.

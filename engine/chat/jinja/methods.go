@@ -2,8 +2,10 @@ package jinja
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Python methods that chat templates call on str, dict and list values.
@@ -179,7 +181,7 @@ func intArg(name string, v any) (int64, error) {
 	return i, nil
 }
 
-func strMethod(s string, name string) Func {
+func (r *renderer) strMethod(s string, name string) Func {
 	m := func(fn func(args []any, kw map[string]any) (any, error)) Func { return Func(fn) }
 	switch name {
 	case "strip", "lstrip", "rstrip":
@@ -198,11 +200,22 @@ func strMethod(s string, name string) Func {
 			if err != nil {
 				return nil, err
 			}
-			return pySplit(s, param(args, kw, 0, "sep", nil), ms, name == "rsplit")
+			sep := param(args, kw, 0, "sep", nil)
+			parts := int64(fieldCount(s)) // sep None: whitespace runs
+			if sp, ok := sep.(string); ok && sp != "" {
+				parts = int64(strings.Count(s, sp)) + 1
+			}
+			if err := r.growN(parts, 2*elemSize, "%s() of a string of %d bytes", name, len(s)); err != nil {
+				return nil, err
+			}
+			return pySplit(s, sep, ms, name == "rsplit")
 		})
 	case "splitlines":
 		return m(func(args []any, kw map[string]any) (any, error) {
 			keep := truthy(param(args, kw, 0, "keepends", false))
+			if err := r.growN(int64(strings.Count(s, "\n")+strings.Count(s, "\r")+1), 2*elemSize, "splitlines() of a string of %d bytes", len(s)); err != nil {
+				return nil, err
+			}
 			var out []any
 			rest := s
 			for rest != "" {
@@ -257,11 +270,15 @@ func strMethod(s string, name string) Func {
 					return nil, err
 				}
 			}
-			return strings.Replace(s, o, n, int(cnt)), nil
+			return r.replace(s, o, n, cnt)
 		})
 	case "upper", "lower", "title", "capitalize", "swapcase":
 		return m(func(args []any, _ map[string]any) (any, error) {
 			if err := wantArgs(name, args, 0, 0); err != nil {
+				return nil, err
+			}
+			// case mapping grows UTF-8 by at most half; runes take 4 bytes
+			if err := r.growN(int64(len(s)), 5, "%s() of a string of %d bytes", name, len(s)); err != nil {
 				return nil, err
 			}
 			switch name {
@@ -297,7 +314,7 @@ func strMethod(s string, name string) Func {
 			switch name {
 			case "count":
 				if sub == "" {
-					return int64(len([]rune(s)) + 1), nil
+					return int64(utf8.RuneCountInString(s) + 1), nil
 				}
 				return int64(strings.Count(s, sub)), nil
 			case "find", "index":
@@ -311,14 +328,14 @@ func strMethod(s string, name string) Func {
 				}
 				return int64(-1), nil
 			}
-			return int64(len([]rune(s[:i]))), nil
+			return int64(utf8.RuneCountInString(s[:i])), nil
 		})
 	case "join":
 		return m(func(args []any, _ map[string]any) (any, error) {
 			if err := wantArgs(name, args, 1, 1); err != nil {
 				return nil, err
 			}
-			items, err := iterate(args[0])
+			items, err := r.iter(args[0])
 			if err != nil {
 				return nil, err
 			}
@@ -328,7 +345,7 @@ func strMethod(s string, name string) Func {
 					return nil, err
 				}
 			}
-			return strings.Join(parts, s), nil
+			return r.join(parts, s)
 		})
 	case "isdigit", "isnumeric", "isdecimal", "isalpha", "isalnum", "isspace", "isupper", "islower":
 		return m(func(args []any, _ map[string]any) (any, error) {
@@ -387,22 +404,21 @@ func strMethod(s string, name string) Func {
 	return nil
 }
 
-func dictMethod(d *Dict, name string) Func {
+func (r *renderer) dictMethod(d *Dict, name string) Func {
 	switch name {
 	case "items":
 		return func(args []any, _ map[string]any) (any, error) {
 			if err := wantArgs(name, args, 0, 0); err != nil {
 				return nil, err
 			}
-			out := make([]any, len(d.keys))
-			for i, k := range d.keys {
-				out[i] = Tuple{k, d.m[k]}
-			}
-			return out, nil
+			return r.items(d)
 		}
 	case "keys":
 		return func(args []any, _ map[string]any) (any, error) {
 			if err := wantArgs(name, args, 0, 0); err != nil {
+				return nil, err
+			}
+			if err := r.growN(int64(d.Len()), elemSize, "keys() of %d keys", d.Len()); err != nil {
 				return nil, err
 			}
 			return append([]any{}, d.keys...), nil
@@ -410,6 +426,9 @@ func dictMethod(d *Dict, name string) Func {
 	case "values":
 		return func(args []any, _ map[string]any) (any, error) {
 			if err := wantArgs(name, args, 0, 0); err != nil {
+				return nil, err
+			}
+			if err := r.growN(int64(d.Len()), elemSize, "values() of %d keys", d.Len()); err != nil {
 				return nil, err
 			}
 			out := make([]any, len(d.keys))
@@ -435,7 +454,7 @@ func dictMethod(d *Dict, name string) Func {
 	return nil
 }
 
-func listMethod(l []any, name string) Func {
+func (r *renderer) listMethod(l []any, name string) Func {
 	switch name {
 	case "index":
 		return func(args []any, _ map[string]any) (any, error) {
@@ -443,7 +462,7 @@ func listMethod(l []any, name string) Func {
 				return nil, err
 			}
 			for i, e := range l {
-				if valuesEqual(e, args[0]) {
+				if r.equal(e, args[0]) {
 					return int64(i), nil
 				}
 			}
@@ -456,7 +475,7 @@ func listMethod(l []any, name string) Func {
 			}
 			n := int64(0)
 			for _, e := range l {
-				if valuesEqual(e, args[0]) {
+				if r.equal(e, args[0]) {
 					n++
 				}
 			}
@@ -464,4 +483,61 @@ func listMethod(l []any, name string) Func {
 		}
 	}
 	return nil
+}
+
+// fieldCount is len(s.split()) without building the fields.
+func fieldCount(s string) int {
+	n, in := 0, false
+	for _, c := range s {
+		sp := unicode.IsSpace(c)
+		if !sp && !in {
+			n++
+		}
+		in = !sp
+	}
+	return n
+}
+
+// replace is str.replace with the result's size charged first
+// (old == "" inserts new around every character, as Python does).
+func (r *renderer) replace(s, old, new string, count int64) (string, error) {
+	n := int64(strings.Count(s, old))
+	if count >= 0 && count < n {
+		n = count
+	}
+	if n > 0 && int64(len(new)) > 0 && n > math.MaxInt64/int64(len(new)) {
+		return "", r.grow(-1, "replace() of %d occurrences by %d bytes", n, len(new))
+	}
+	size := int64(len(s)) + n*(int64(len(new))-int64(len(old)))
+	if err := r.grow(size, "replace() of %d occurrences by %d bytes", n, len(new)); err != nil {
+		return "", err
+	}
+	return strings.Replace(s, old, new, int(n)), nil
+}
+
+// join is strings.Join with the result's size charged first.
+func (r *renderer) join(parts []string, sep string) (string, error) {
+	size := int64(0)
+	if len(parts) > 1 {
+		size = int64(len(parts)-1) * int64(len(sep)) // <= 2^20 items * budgeted sep: no overflow
+	}
+	for _, p := range parts {
+		size += int64(len(p))
+	}
+	if err := r.grow(size, "join of %d items", len(parts)); err != nil {
+		return "", err
+	}
+	return strings.Join(parts, sep), nil
+}
+
+// items is dict.items() charged first.
+func (r *renderer) items(d *Dict) ([]any, error) {
+	if err := r.growN(int64(d.Len()), 3*elemSize+24, "items() of %d keys", d.Len()); err != nil {
+		return nil, err
+	}
+	out := make([]any, len(d.keys))
+	for i, k := range d.keys {
+		out[i] = Tuple{k, d.m[k]}
+	}
+	return out, nil
 }

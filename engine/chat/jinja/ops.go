@@ -30,12 +30,25 @@ func opTypeError(op string, l, r any) error {
 	return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(l), typeName(r))
 }
 
-func binOp(op string, l, r any) (any, error) {
+// binOp applies a binary operator; what it builds (concatenations,
+// repetitions) is charged to the budget before it is allocated.
+func (rd *renderer) binOp(op string, l, r any) (any, error) {
 	if op == "~" {
-		return toStr(l) + toStr(r), nil
+		ls, err := rd.str(l, "'~'")
+		if err != nil {
+			return nil, err
+		}
+		rs, err := rd.str(r, "'~'")
+		if err != nil {
+			return nil, err
+		}
+		if err := rd.grow(int64(len(ls))+int64(len(rs)), "'~' of %d and %d bytes", len(ls), len(rs)); err != nil {
+			return nil, err
+		}
+		return ls + rs, nil
 	}
 	if s, ok := l.(string); ok && op == "%" {
-		return pyPercent(s, r)
+		return rd.pyPercent(s, r)
 	}
 	li, lf, lfl, lok := asNumber(l)
 	ri, rf, rfl, rok := asNumber(r)
@@ -119,36 +132,52 @@ func binOp(op string, l, r any) (any, error) {
 		switch x := l.(type) {
 		case string:
 			if y, ok := r.(string); ok {
+				if err := rd.grow(int64(len(x))+int64(len(y)), "'+' of %d and %d bytes", len(x), len(y)); err != nil {
+					return nil, err
+				}
 				return x + y, nil
 			}
 		case []any:
 			if y, ok := r.([]any); ok {
-				out := append(append([]any(nil), x...), y...)
-				return out, nil
+				n := int64(len(x)) + int64(len(y))
+				if err := rd.growN(n, elemSize, "'+' of lists of %d and %d items", len(x), len(y)); err != nil {
+					return nil, err
+				}
+				out := make([]any, 0, n)
+				return append(append(out, x...), y...), nil
 			}
 		}
 	case "*":
 		if s, ok := l.(string); ok && rok && !rfl {
-			if ri <= 0 {
+			if ri <= 0 || s == "" {
 				return "", nil
 			}
-			if int64(len(s))*ri > maxOutput {
-				return nil, fmt.Errorf("string repetition too large")
+			if err := rd.growN(ri, int64(len(s)), "a string of %d bytes * %d", len(s), ri); err != nil {
+				return nil, err
 			}
 			return strings.Repeat(s, int(ri)), nil
 		}
 		if s, ok := r.(string); ok && lok && !lfl {
-			return binOp(op, s, l)
+			return rd.binOp(op, s, l)
 		}
 		if xs, ok := l.([]any); ok && rok && !rfl {
-			if int64(len(xs))*ri > 1<<20 {
-				return nil, fmt.Errorf("list repetition too large")
+			if ri <= 0 || len(xs) == 0 {
+				return []any{}, nil
 			}
-			var out []any
+			if ri > math.MaxInt64/int64(len(xs)) {
+				return nil, rd.grow(-1, "a list of %d items * %d", len(xs), ri)
+			}
+			if err := rd.growN(int64(len(xs))*ri, elemSize, "a list of %d items * %d", len(xs), ri); err != nil {
+				return nil, err
+			}
+			out := make([]any, 0, int64(len(xs))*ri)
 			for k := int64(0); k < ri; k++ {
 				out = append(out, xs...)
 			}
 			return out, nil
+		}
+		if xs, ok := r.([]any); ok && lok && !lfl {
+			return rd.binOp(op, xs, l)
 		}
 	}
 	return nil, opTypeError(op, l, r)
@@ -192,14 +221,14 @@ func (r *renderer) evalTest(e *testExpr, f *frame) (any, error) {
 			return nil, err
 		}
 	}
-	ok, err := runTest(e.name, v, args)
+	ok, err := r.runTest(e.name, v, args)
 	if err != nil {
-		return nil, errorf(e.line, "test '%s': %v", e.name, err)
+		return nil, at(e.line, err, func() error { return errorf(e.line, "test '%s': %v", e.name, err) })
 	}
 	return ok != e.negate, nil
 }
 
-func runTest(name string, v any, args []any) (bool, error) {
+func (r *renderer) runTest(name string, v any, args []any) (bool, error) {
 	arg := func() (any, error) {
 		if len(args) != 1 {
 			return nil, fmt.Errorf("needs one argument")
@@ -273,11 +302,11 @@ func runTest(name string, v any, args []any) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		m, err := binOp("%", v, a)
+		m, err := r.binOp("%", v, a)
 		if err != nil {
 			return false, err
 		}
-		return valuesEqual(m, int64(0)), nil
+		return r.equal(m, int64(0)), nil
 	case "sameas":
 		a, err := arg()
 		if err != nil {
@@ -287,32 +316,32 @@ func runTest(name string, v any, args []any) (bool, error) {
 		case nil, bool:
 			return v == a, nil
 		}
-		return valuesEqual(v, a), nil
+		return r.equal(v, a), nil
 	case "eq", "equalto", "==":
 		a, err := arg()
 		if err != nil {
 			return false, err
 		}
-		return valuesEqual(v, a), nil
+		return r.equal(v, a), nil
 	case "ne", "!=":
 		a, err := arg()
 		if err != nil {
 			return false, err
 		}
-		return !valuesEqual(v, a), nil
+		return !r.equal(v, a), nil
 	case "lt", "lessthan", "le", "gt", "greaterthan", "ge":
 		a, err := arg()
 		if err != nil {
 			return false, err
 		}
 		op := map[string]string{"lt": "<", "lessthan": "<", "le": "<=", "gt": ">", "greaterthan": ">", "ge": ">="}[name]
-		return compare(op, v, a)
+		return r.compare(op, v, a)
 	case "in":
 		a, err := arg()
 		if err != nil {
 			return false, err
 		}
-		return contains(a, v)
+		return r.contains(a, v)
 	}
 	return false, fmt.Errorf("no test named '%s'", name)
 }
@@ -320,7 +349,7 @@ func runTest(name string, v any, args []any) (bool, error) {
 // pyPercent is Python's printf-style str % args (and jinja2's format
 // filter): conversions s r d i f F e E g G x X o c and %, with flags, width
 // and precision. A *Dict argument fills %(name)s.
-func pyPercent(format string, arg any) (string, error) {
+func (r *renderer) pyPercent(format string, arg any) (string, error) {
 	var args []any
 	var named *Dict
 	switch x := arg.(type) {
@@ -332,12 +361,18 @@ func pyPercent(format string, arg any) (string, error) {
 	default:
 		args = []any{arg}
 	}
-	var b strings.Builder
+	// the result is built within what is left of the budget; a width or
+	// precision larger than that ("%1000000000s") is refused before fmt
+	// pads or expands to it
+	b := &sink{left: r.maxBytes - r.used}
+	over := func() (string, error) {
+		return "", r.grow(-1, "format %q", truncate(format, 40))
+	}
 	next := 0
 	for i := 0; i < len(format); i++ {
 		c := format[i]
 		if c != '%' {
-			b.WriteByte(c)
+			b.putByte(c)
 			continue
 		}
 		i++
@@ -366,8 +401,13 @@ func pyPercent(format string, arg any) (string, error) {
 		}
 		spec, verb := format[start:i], format[i]
 		if verb == '%' {
-			b.WriteByte('%')
+			b.putByte('%')
 			continue
+		}
+		for _, num := range strings.Split(strings.TrimLeft(spec, "-+ 0#"), ".") {
+			if n, err := strconv.ParseInt(num, 10, 64); num != "" && (err != nil || n > b.left) {
+				return over()
+			}
 		}
 		var v any
 		if key != nil {
@@ -387,9 +427,12 @@ func pyPercent(format string, arg any) (string, error) {
 		}
 		switch verb {
 		case 's', 'r':
-			s := toStr(v)
+			s, err := r.str(v, "format %s")
 			if verb == 'r' {
-				s = repr(v)
+				s, err = r.reprStr(v, "format %r")
+			}
+			if err != nil {
+				return "", err
 			}
 			if j := strings.IndexByte(spec, '.'); j >= 0 {
 				if n, err := strconv.Atoi(spec[j+1:]); err == nil && n < len([]rune(s)) {
@@ -397,7 +440,7 @@ func pyPercent(format string, arg any) (string, error) {
 				}
 				spec = spec[:j]
 			}
-			b.WriteString(fmt.Sprintf("%"+spec+"s", s))
+			b.put(fmt.Sprintf("%"+spec+"s", s))
 		case 'd', 'i', 'x', 'X', 'o', 'c':
 			n, f, isF, ok := asNumber(v)
 			if !ok {
@@ -407,7 +450,7 @@ func pyPercent(format string, arg any) (string, error) {
 				n = int64(f)
 			}
 			gv := map[byte]string{'d': "d", 'i': "d", 'x': "x", 'X': "X", 'o': "o", 'c': "c"}[verb]
-			b.WriteString(fmt.Sprintf("%"+spec+gv, n))
+			b.put(fmt.Sprintf("%"+spec+gv, n))
 		case 'f', 'F', 'e', 'E', 'g', 'G':
 			_, f, _, ok := asNumber(v)
 			if !ok {
@@ -416,7 +459,7 @@ func pyPercent(format string, arg any) (string, error) {
 			if !strings.Contains(spec, ".") && verb != 'g' && verb != 'G' {
 				spec += ".6"
 			}
-			b.WriteString(fmt.Sprintf("%"+spec+string(verb), f))
+			b.put(fmt.Sprintf("%"+spec+string(verb), f))
 		default:
 			return "", fmt.Errorf("unsupported format character '%c'", verb)
 		}
@@ -424,5 +467,9 @@ func pyPercent(format string, arg any) (string, error) {
 	if named == nil && next < len(args) {
 		return "", fmt.Errorf("not all arguments converted during string formatting")
 	}
+	if b.over {
+		return over()
+	}
+	r.used += b.Len()
 	return b.String(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Values inside the interpreter follow Python's data model, as chat
@@ -290,85 +291,114 @@ func toStr(v any) string {
 	return repr(v)
 }
 
-// repr is Python's repr().
-func repr(v any) string { return reprDepth(v, 0) }
+// repr is Python's repr() for error messages and hints: values are cut
+// after maxHintBytes so a huge list cannot blow up an error message.
+func repr(v any) string {
+	s := &sink{left: maxHintBytes}
+	s.cur.Grow(maxHintBytes)
+	writeRepr(s, v, 0)
+	if s.over {
+		return s.String() + "..."
+	}
+	return s.String()
+}
+
+const maxHintBytes = 200
 
 // maxReprDepth stops runaway recursion (a namespace can contain itself).
 const maxReprDepth = 100
 
-func reprDepth(v any, depth int) string {
+// writeRepr writes Python's repr() of v into s, stopping once s is over
+// its limit (the caller reports that).
+func writeRepr(s *sink, v any, depth int) {
+	if s.over {
+		return
+	}
 	if depth > maxReprDepth {
-		return "..."
+		s.put("...")
+		return
 	}
 	switch x := v.(type) {
 	case *Namespace:
-		return "<Namespace " + reprDepth(x.d, depth+1) + ">"
+		s.put("<Namespace ")
+		writeRepr(s, x.d, depth+1)
+		s.putByte('>')
 	case Tuple:
-		if len(x) == 1 {
-			return "(" + reprDepth(x[0], depth+1) + ",)"
-		}
-		s := reprDepth([]any(x), depth)
-		return "(" + s[1:len(s)-1] + ")"
-	case string:
-		return pyStrRepr(x)
-	case []any:
-		var b strings.Builder
-		b.WriteByte('[')
+		s.putByte('(')
 		for i, e := range x {
 			if i > 0 {
-				b.WriteString(", ")
+				s.put(", ")
 			}
-			b.WriteString(reprDepth(e, depth+1))
+			writeRepr(s, e, depth+1)
 		}
-		b.WriteByte(']')
-		return b.String()
+		if len(x) == 1 {
+			s.putByte(',')
+		}
+		s.putByte(')')
+	case string:
+		writePyStr(s, x)
+	case []any:
+		s.putByte('[')
+		for i, e := range x {
+			if i > 0 {
+				s.put(", ")
+			}
+			writeRepr(s, e, depth+1)
+		}
+		s.putByte(']')
 	case *Dict:
-		var b strings.Builder
-		b.WriteByte('{')
+		s.putByte('{')
 		for i, k := range x.keys {
 			if i > 0 {
-				b.WriteString(", ")
+				s.put(", ")
 			}
-			b.WriteString(reprDepth(k, depth+1))
-			b.WriteString(": ")
-			b.WriteString(reprDepth(x.m[k], depth+1))
+			writeRepr(s, k, depth+1)
+			s.put(": ")
+			writeRepr(s, x.m[k], depth+1)
 		}
-		b.WriteByte('}')
-		return b.String()
+		s.putByte('}')
 	case Undefined:
-		return "Undefined"
+		s.put("Undefined")
+	default:
+		s.put(toStr(v))
 	}
-	return toStr(v)
 }
 
-func pyStrRepr(s string) string {
+func writePyStr(b *sink, s string) {
 	q := byte('\'')
 	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
 		q = '"'
 	}
-	var b strings.Builder
-	b.WriteByte(q)
+	b.putByte(q)
+	if plainASCII(s, q) { // the common case, in one write
+		b.put(s)
+		b.putByte(q)
+		return
+	}
+	const hex = "0123456789abcdef"
 	for _, r := range s {
+		if b.over {
+			return
+		}
 		switch {
 		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
+			b.putByte('\\')
+			b.putByte(byte(r))
 		case r == '\n':
-			b.WriteString(`\n`)
+			b.put(`\n`)
 		case r == '\r':
-			b.WriteString(`\r`)
+			b.put(`\r`)
 		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x80 && r < 0xa0:
-			fmt.Fprintf(&b, `\x%02x`, r)
+			b.put(`\t`)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			b.put(`\x`)
+			b.putByte(hex[r>>4])
+			b.putByte(hex[r&0xf])
 		default:
-			b.WriteRune(r)
+			b.putRune(r)
 		}
 	}
-	b.WriteByte(q)
-	return b.String()
+	b.putByte(q)
 }
 
 // pyFloatRepr formats like Python's float.__repr__: the shortest digits that
@@ -440,7 +470,12 @@ func asNumber(v any) (i int64, f float64, isFloat, ok bool) {
 	return 0, 0, false, false
 }
 
-func valuesEqual(a, b any) bool {
+// equal is Python's ==; every element compared counts as a step, so
+// comparing huge shared structures fails instead of running for hours.
+func (r *renderer) equal(a, b any) bool {
+	if r.work(1) != nil {
+		return false
+	}
 	a, b = unTuple(a), unTuple(b)
 	if ai, af, afl, ok := asNumber(a); ok {
 		if bi, bf, bfl, ok := asNumber(b); ok {
@@ -466,7 +501,7 @@ func valuesEqual(a, b any) bool {
 			return false
 		}
 		for i := range x {
-			if !valuesEqual(x[i], y[i]) {
+			if !r.equal(x[i], y[i]) {
 				return false
 			}
 		}
@@ -478,7 +513,7 @@ func valuesEqual(a, b any) bool {
 		}
 		for _, k := range x.keys {
 			yv, ok := y.m[k]
-			if !ok || !valuesEqual(x.m[k], yv) {
+			if !ok || !r.equal(x.m[k], yv) {
 				return false
 			}
 		}
@@ -489,7 +524,10 @@ func valuesEqual(a, b any) bool {
 
 // compareOrder returns -1, 0, 1 for a <op> b ordering, or an error when
 // Python would raise TypeError.
-func compareOrder(a, b any) (int, error) {
+func (r *renderer) order(a, b any) (int, error) {
+	if err := r.work(1); err != nil {
+		return 0, err
+	}
 	a, b = unTuple(a), unTuple(b)
 	if ai, af, afl, ok := asNumber(a); ok {
 		if bi, bf, bfl, ok := asNumber(b); ok {
@@ -519,8 +557,8 @@ func compareOrder(a, b any) (int, error) {
 	case []any:
 		if y, ok := b.([]any); ok {
 			for i := 0; i < len(x) && i < len(y); i++ {
-				if !valuesEqual(x[i], y[i]) {
-					return compareOrder(x[i], y[i])
+				if !r.equal(x[i], y[i]) {
+					return r.order(x[i], y[i])
 				}
 			}
 			switch {
@@ -562,7 +600,7 @@ func iterate(v any) ([]any, error) {
 	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
 }
 
-func contains(container, item any) (bool, error) {
+func (r *renderer) contains(container, item any) (bool, error) {
 	switch x := unTuple(container).(type) {
 	case string:
 		s, ok := item.(string)
@@ -575,7 +613,7 @@ func contains(container, item any) (bool, error) {
 		return strings.Contains(x, s), nil
 	case []any:
 		for _, e := range x {
-			if valuesEqual(e, item) {
+			if r.equal(e, item) {
 				return true, nil
 			}
 		}
@@ -592,7 +630,7 @@ func contains(container, item any) (bool, error) {
 func length(v any) (int, error) {
 	switch x := unTuple(v).(type) {
 	case string:
-		return len([]rune(x)), nil
+		return utf8.RuneCountInString(x), nil
 	case []any:
 		return len(x), nil
 	case *Dict:
@@ -601,4 +639,15 @@ func length(v any) (int, error) {
 		return 0, nil
 	}
 	return 0, fmt.Errorf("object of type '%s' has no len()", typeName(v))
+}
+
+// plainASCII reports whether s is printable ASCII without q or a backslash,
+// which repr copies unchanged.
+func plainASCII(s string, q byte) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == q || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

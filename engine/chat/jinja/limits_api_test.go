@@ -1,0 +1,49 @@
+package jinja
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLimitsAreConfigurable: Template.Limits sets the budget, step count
+// and deadline of each Render, and a limit error is a *LimitError with the
+// line where it surfaced.
+func TestLimitsAreConfigurable(t *testing.T) {
+	cases := []struct {
+		name   string
+		src    string
+		limits Limits
+		want   string // "" renders
+	}{
+		{"default budget fits", `{{ "x" * 1000000 }}`, Limits{}, ""},
+		{"small budget", `{{ "x" * 1000000 }}`, Limits{MaxBytes: 1 << 20}, "exceeds the 1 MiB budget"},
+		{"output counts", strings.Repeat(`{{ "x" }}`, 100), Limits{MaxBytes: 50}, "exceeds the 50 bytes budget for what a render may build (writing 1 bytes of output)"},
+		{"steps", `{% for i in range(100) %}{% endfor %}`, Limits{MaxSteps: 10}, "more than 10 loop iterations"},
+		{"deadline", "{% set s = 'x' * 10000000 %}{% for i in range(1000000) %}{{ s.count('y') }}{% endfor %}", Limits{Timeout: 20 * time.Millisecond}, "takes longer than 20ms"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tmpl, err := Parse(c.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.Limits = c.limits
+			_, err = tmpl.Render(nil)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var le *LimitError
+			if !errors.As(err, &le) || le.Line != 1 {
+				t.Fatalf("want a *LimitError on line 1, got %#v", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
