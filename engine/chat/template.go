@@ -294,7 +294,7 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 
 // renderLimits gives a render the default memory budget plus room in
 // proportion to the conversation, which templates walk a few times (a long
-// agent session must not hit a limit meant for hostile templates).
+// agent session must not hit a limit meant for hostile templates), ...
 func renderLimits(messages []Message, tools []Tool) jinja.Limits {
 	n := int64(0)
 	for _, m := range messages {
@@ -306,7 +306,8 @@ func renderLimits(messages []Message, tools []Tool) jinja.Limits {
 	for _, tl := range tools {
 		n += int64(len(tl.Name)+len(tl.Description)) + approxSize(tl.Parameters)
 	}
-	return jinja.Limits{MaxBytes: jinja.DefaultMaxBytes + 16*n}
+	// and time: a second more per MiB, for a loaded machine
+	return jinja.Limits{MaxBytes: jinja.DefaultMaxBytes + 16*n, Timeout: jinja.DefaultTimeout + time.Duration(n>>20)*time.Second}
 }
 
 // approxSize is about the JSON size of v.

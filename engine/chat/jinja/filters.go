@@ -5,7 +5,6 @@ import (
 	"html"
 	"math"
 	"math/bits"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -297,6 +296,9 @@ func (r *renderer) getItemPath(v any, attr any) (any, error) {
 	s, ok := attr.(string)
 	if !ok {
 		return r.getItem(v, attr, 0)
+	}
+	if err := r.growN(int64(strings.Count(s, "."))+1, elemSize, "an attribute path of %d bytes", len(s)); err != nil {
+		return nil, err
 	}
 	for _, part := range strings.Split(s, ".") {
 		var key any = part
@@ -778,19 +780,23 @@ func fAttr(r *renderer, v any, args []any, _ map[string]any) (any, error) {
 	return r.getAttr(v, toStr(args[0]), 0)
 }
 
-var titleSplit = regexp.MustCompile(`[-\s({\[<]+`)
-
 // jinjaTitle is jinja2's title filter: upper-case the first letter of each
-// word (words start after whitespace, '-', or an opening bracket).
+// word (words start after whitespace, '-', or an opening bracket: jinja2's
+// regex [-\s({\[<]+). It scans instead of collecting regexp matches, which
+// would allocate far more than the string for "a a a ...".
 func jinjaTitle(s string) string {
 	var b strings.Builder
-	last := 0
-	for _, m := range titleSplit.FindAllStringIndex(s, -1) {
-		b.WriteString(pyCapitalize(s[last:m[0]]))
-		b.WriteString(s[m[0]:m[1]])
-		last = m[1]
+	b.Grow(len(s))
+	word := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '-', ' ', '\t', '\n', '\f', '\r', '(', '{', '[', '<': // RE2's \s is ASCII-only
+			b.WriteString(pyCapitalize(s[word:i]))
+			b.WriteByte(s[i])
+			word = i + 1
+		}
 	}
-	b.WriteString(pyCapitalize(s[last:]))
+	b.WriteString(pyCapitalize(s[word:]))
 	return b.String()
 }
 
