@@ -8,6 +8,10 @@
 // Not supported (an error names them): template inheritance and includes
 // ({% extends %}, {% include %}, {% import %}, {% block %}), {% call %},
 // recursive loops, and autoescaping.
+//
+// Templates come with model files and are untrusted: every Render is bounded
+// by Template.Limits (a memory budget charged before each allocation, a step
+// count and a deadline) and fails with a *LimitError past them.
 package jinja
 
 import (
