@@ -1,14 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 )
 
 // FuzzConfigFile feeds mutated config.yaml files through LoadSettings on a
@@ -34,20 +30,8 @@ func FuzzConfigFile(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		v := viper.New()
 		var cfg Config
-		var configFile string
-		root := &cobra.Command{
-			Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
-			PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) },
-			RunE:              func(*cobra.Command, []string) error { cfg = ConfigFrom(v); return nil },
-		}
-		root.PersistentFlags().StringVar(&configFile, "config", "", "")
-		EngineFlags(root.PersistentFlags())
-		ChatFlags(root.Flags())
-		var stderr bytes.Buffer
-		root.SetOut(io.Discard)
-		root.SetErr(&stderr)
+		root := settingsRoot(&cfg, io.Discard)
 		root.SetArgs([]string{"--config", path})
 		if err := root.Execute(); err != nil {
 			return

@@ -72,24 +72,32 @@ func settingsRun(t *testing.T, cfgYAML string, env map[string]string, args ...st
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	v := viper.New()
 	var cfg Config
+	var stderr bytes.Buffer
+	root := settingsRoot(&cfg, &stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	return cfg, stderr.String(), err
+}
+
+// settingsRoot builds a command shaped like ftchat's root, and a config
+// subcommand, whose runs resolve the settings into *cfg.
+func settingsRoot(cfg *Config, stderr io.Writer) *cobra.Command {
+	v := viper.New()
 	var configFile string
+	resolve := func(*cobra.Command, []string) error { *cfg = ConfigFrom(v); return nil }
 	root := &cobra.Command{
 		Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) },
-		RunE:              func(*cobra.Command, []string) error { cfg = ConfigFrom(v); return nil },
+		RunE:              resolve,
 	}
 	root.PersistentFlags().StringVar(&configFile, "config", "", "")
 	EngineFlags(root.PersistentFlags())
 	ChatFlags(root.Flags())
-	root.AddCommand(&cobra.Command{Use: "config", RunE: func(*cobra.Command, []string) error { cfg = ConfigFrom(v); return nil }})
-	var stderr bytes.Buffer
+	root.AddCommand(&cobra.Command{Use: "config", RunE: resolve})
 	root.SetOut(io.Discard)
-	root.SetErr(&stderr)
-	root.SetArgs(args)
-	err := root.Execute()
-	return cfg, stderr.String(), err
+	root.SetErr(stderr)
+	return root
 }
 
 const yoloIgnored = "--yolo must be given on the command line of each run"
