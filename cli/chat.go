@@ -40,9 +40,16 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 	sess := eng.NewSession()
 	defer sess.Close()
 	info := eng.Info()
+	modelInfo := fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device)
+	if printMode && cfg.Verbose {
+		fmt.Fprintf(os.Stderr, "ftchat: %s · temperature %g · %s\n", modelInfo, cfg.Sampling.Temperature, seedNote(cfg))
+	}
+	if cfg.Sampling.Temperature > 0 { // greedy answers do not depend on it
+		modelInfo += " · " + seedNote(cfg)
+	}
 	uc := ui.Config{
 		Engine: eng, Session: sess,
-		ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
+		ModelInfo:     modelInfo,
 		Piped:         piped,
 		InitialPrompt: prompt,
 		System:        cfg.System,
@@ -54,6 +61,14 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		return ui.PrintMode(ctx, uc)
 	}
 	return ui.Run(ctx, uc)
+}
+
+// seedNote names the sampling seed so an answer can be reproduced.
+func seedNote(cfg Config) string {
+	if cfg.SeedDrawn {
+		return fmt.Sprintf("seed %d (random; --seed %d repeats it)", cfg.Sampling.Seed, cfg.Sampling.Seed)
+	}
+	return fmt.Sprintf("seed %d", cfg.Sampling.Seed)
 }
 
 // loadEngine loads the model with a progress line on stderr (quiet in print

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -35,10 +36,13 @@ type Config struct {
 	// GPUMemoryText keeps the user's spelling for error messages.
 	GPUMemoryText string
 
-	Sampling  engine.Sampling
+	Sampling engine.Sampling
+	// SeedDrawn: --seed was 0, so Sampling.Seed was drawn for this run.
+	SeedDrawn bool
 	MaxTokens int
 
 	Print    bool   // -p: print only the answer and exit
+	Verbose  bool   // -p: also print the settings that reproduce the answer on stderr
 	System   string // system prompt override
 	Continue bool   // resume the latest session
 	Agent    bool
@@ -75,7 +79,8 @@ func ChatFlags(f *pflag.FlagSet) {
 	f.Float32("min-p", 0.05, "min-p sampling (0 = off)")
 	f.Float32("repeat-penalty", 1.1, "repetition penalty (1 = off)")
 	f.Int("repeat-last-n", 64, "tokens considered by the repetition penalty")
-	f.Uint64("seed", 0, "sampling seed (0 = random)")
+	f.Uint64("seed", 0, "sampling seed (0 = a new random one each run, shown by -p --verbose and the chat's model line)")
+	f.Bool("verbose", false, "-p: print the seed and model used on stderr")
 	f.Int("max-tokens", 0, "maximum tokens per answer (0 = until done or the pool is full)")
 }
 
@@ -104,11 +109,15 @@ func ConfigFrom(v *viper.Viper) Config {
 		},
 		MaxTokens: v.GetInt("max-tokens"),
 		Print:     v.GetBool("print"),
+		Verbose:   v.GetBool("verbose"),
 		System:    v.GetString("system"),
 		Continue:  v.GetBool("continue"),
 		Agent:     v.GetBool("agent"),
 		Yolo:      v.GetBool("yolo"),
 		ShellEnv:  splitList(v.GetString("shell-env")),
+	}
+	if c.Sampling.Seed == 0 {
+		c.Sampling.Seed, c.SeedDrawn = drawSeed(), true
 	}
 	if c.GPUMemoryText != "" {
 		n, err := ParseBytes(c.GPUMemoryText)
@@ -118,6 +127,16 @@ func ConfigFrom(v *viper.Viper) Config {
 		c.Engine.GPUMemory = n
 	}
 	return c
+}
+
+// drawSeed returns a random nonzero seed: 0 would mean "random" again
+// when the user passes the printed seed back to reproduce a run.
+func drawSeed() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
 }
 
 // splitList reads a comma-separated setting; blanks are dropped.

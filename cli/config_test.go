@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -272,5 +273,31 @@ func TestShellEnvAllowlistSetting(t *testing.T) {
 				t.Errorf("ShellEnv = %q, want %q", cfg.ShellEnv, tc.want)
 			}
 		})
+	}
+}
+
+// TestSeedZeroDrawsARandomSeedPerRun: --seed 0 (the default) is documented
+// as random, so each run gets its own nonzero seed (recorded for -p
+// --verbose); a fixed seed is used as given.
+func TestSeedZeroDrawsARandomSeedPerRun(t *testing.T) {
+	cfgFor := func(seed string) Config {
+		v := viper.New()
+		v.Set("seed", seed)
+		return ConfigFrom(v)
+	}
+	a, b := cfgFor("0"), cfgFor("0")
+	if !a.SeedDrawn || a.Sampling.Seed == 0 || b.Sampling.Seed == 0 {
+		t.Fatalf("seed 0: got %d (drawn %v) and %d, want two drawn nonzero seeds", a.Sampling.Seed, a.SeedDrawn, b.Sampling.Seed)
+	}
+	if a.Sampling.Seed == b.Sampling.Seed {
+		t.Fatalf("two runs with seed 0 both got seed %d", a.Sampling.Seed)
+	}
+	if !strings.Contains(seedNote(a), fmt.Sprintf("--seed %d", a.Sampling.Seed)) {
+		t.Errorf("seedNote(%d) = %q, want it to say how to repeat the run", a.Sampling.Seed, seedNote(a))
+	}
+	for range 2 {
+		if c := cfgFor("42"); c.SeedDrawn || c.Sampling.Seed != 42 {
+			t.Fatalf("seed 42: got %d (drawn %v), want 42 as given", c.Sampling.Seed, c.SeedDrawn)
+		}
 	}
 }
