@@ -6,7 +6,8 @@
 // One Run is one user request: Generate with the tools offered; when the
 // answer holds tool calls, run them (asking for approval where needed),
 // append the calls and their results to the conversation and Generate
-// again, until the model answers without a call or the step limit is hit.
+// again, until the model answers without a call or a limit is hit: model
+// turns (MaxSteps) and tokens per answer (MaxTokens) are capped by default.
 package agent
 
 import (
@@ -32,8 +33,14 @@ type Fitter interface {
 	CountTokens(text string) int
 }
 
-// DefaultMaxSteps bounds the generations of one request.
-const DefaultMaxSteps = 8
+// DefaultMaxSteps bounds the generations (model turns) of one request:
+// room for a task of many tool calls, and an end for a model that loops.
+const DefaultMaxSteps = 20
+
+// DefaultMaxTokens bounds one generation when Config.MaxTokens is 0: a
+// small model that never stops (or answers a task with pages of made-up
+// code) ends in minutes, not when the KV pool is full.
+const DefaultMaxTokens = 2048
 
 // Config configures an Agent. Gen, Tools and Sink are required.
 type Config struct {
@@ -48,8 +55,16 @@ type Config struct {
 	// when the template has no tool format.
 	System    string
 	MaxSteps  int // 0: DefaultMaxSteps
-	MaxTokens int // per generation; 0: no limit
+	MaxTokens int // per generation; 0: DefaultMaxTokens, < 0: no limit
 	Sampling  engine.Sampling
+	// MaxStepsFlag and MaxTokensFlag name the settings that raise the
+	// limits (e.g. "--agent-max-steps"), for the note when one stops a run.
+	MaxStepsFlag, MaxTokensFlag string
+	// NoToolHint, when set, is noted once per Agent when the first answer
+	// to a request holds no tool call and the model has called none yet:
+	// models too small to call tools answer from imagination, and the user
+	// should learn that from the first task, not the sixth.
+	NoToolHint string
 }
 
 // Stop says why a Run ended.
@@ -77,6 +92,9 @@ type Agent struct {
 	msgs   []engine.Message
 	turns  []int // index in msgs where each user request starts
 	nextID int
+	// calledTool: the model has written a tool call (well-formed or not);
+	// hinted: NoToolHint was noted.
+	calledTool, hinted bool
 }
 
 // New checks cfg and starts a conversation with the system prompt.
@@ -86,6 +104,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = DefaultMaxSteps
+	}
+	switch {
+	case cfg.MaxTokens == 0:
+		cfg.MaxTokens = DefaultMaxTokens
+	case cfg.MaxTokens < 0:
+		cfg.MaxTokens = 0 // the engine's "no limit"
 	}
 	a := &Agent{cfg: cfg, perms: permissions{approver: cfg.Approver}}
 	if cfg.System != "" {
@@ -137,7 +161,8 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 	for {
 		if res.Steps == a.cfg.MaxSteps {
 			res.Stop = StopStepLimit
-			a.cfg.Sink.Note(fmt.Sprintf("stopped: the step limit of %d generations was reached and the model was still calling tools; the results so far are above", a.cfg.MaxSteps))
+			a.cfg.Sink.Note(fmt.Sprintf("stopped after %d model turns (%s); the model was still calling tools; the results so far are above",
+				a.cfg.MaxSteps, orDefault(a.cfg.MaxStepsFlag, "the step limit")))
 			return res, nil
 		}
 		req, err := a.fit()
@@ -150,6 +175,10 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 			return res, err
 		}
 		res.Answer = out.text
+		firstAnswer := res.Steps == 1
+		if len(out.calls) > 0 || len(out.malformed) > 0 {
+			a.calledTool = true
+		}
 		if len(out.calls) == 0 && len(out.malformed) == 0 {
 			a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text})
 			switch out.stop {
@@ -158,12 +187,17 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 				a.cfg.Sink.Note("stopped: the KV cache is full; the answer above is cut short")
 			case engine.StopMaxTokens:
 				res.Stop = StopLength
-				a.cfg.Sink.Note("stopped: the answer reached the token limit")
+				a.cfg.Sink.Note(fmt.Sprintf("stopped: the answer reached %d tokens (%s); it is cut short",
+					a.cfg.MaxTokens, orDefault(a.cfg.MaxTokensFlag, "the token limit")))
 			default:
 				res.Stop = StopAnswer
 				if out.text == "" {
 					a.cfg.Sink.Note("the model ended its turn without writing an answer")
 				}
+			}
+			if firstAnswer && !a.calledTool && !a.hinted && a.cfg.NoToolHint != "" {
+				a.hinted = true
+				a.cfg.Sink.Note(a.cfg.NoToolHint)
 			}
 			return res, nil
 		}
@@ -287,6 +321,13 @@ func (a *Agent) newCall(name string, args map[string]any) engine.ToolCall {
 		args = map[string]any{}
 	}
 	return engine.ToolCall{ID: fmt.Sprintf("call_%d", a.nextID), Name: name, Arguments: args}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func clip(s string, n int) string {

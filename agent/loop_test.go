@@ -254,8 +254,102 @@ func TestStepLimit(t *testing.T) {
 	if res.Stop != StopStepLimit || res.Steps != 3 || len(s.reqs) != 3 {
 		t.Fatalf("result %+v after %d generations", res, len(s.reqs))
 	}
-	if !strings.Contains(out.String(), "step limit of 3") {
+	if !strings.Contains(out.String(), "[agent] stopped after 3 model turns (the step limit)") {
 		t.Fatalf("no step-limit note:\n%s", out)
+	}
+}
+
+// The caps are on by default: a zero Config still bounds model turns and
+// the tokens of each answer (issue 15: an uncapped -p --agent ran for 10
+// minutes), and a negative MaxTokens lifts the token cap.
+func TestDefaultCaps(t *testing.T) {
+	s := &script{steps: [][]engine.Event{answer("ok")}}
+	a, _, _ := newTestAgent(t, s, nil)
+	if a.cfg.MaxSteps != DefaultMaxSteps || a.cfg.MaxTokens != DefaultMaxTokens {
+		t.Fatalf("defaults: %d steps, %d tokens", a.cfg.MaxSteps, a.cfg.MaxTokens)
+	}
+	if _, err := a.Run(context.Background(), "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.reqs[0].MaxTokens; got != DefaultMaxTokens {
+		t.Fatalf("request MaxTokens %d, want %d", got, DefaultMaxTokens)
+	}
+	b, err := New(Config{Gen: s, Tools: a.cfg.Tools, Sink: &TextSink{W: io.Discard}, MaxTokens: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.cfg.MaxTokens != 0 {
+		t.Fatalf("MaxTokens -1 became %d, want 0 (no limit)", b.cfg.MaxTokens)
+	}
+}
+
+// When a cap stops a run, the note says which cap and the setting that
+// raises it.
+func TestCapNotesNameTheFlag(t *testing.T) {
+	loop := [][]engine.Event{
+		{call("list", map[string]any{}), done(engine.StopToolCall)},
+		{call("list", map[string]any{}), done(engine.StopToolCall)},
+	}
+	s := &script{steps: loop}
+	a, out, _ := newTestAgent(t, s, nil)
+	a.cfg.MaxSteps, a.cfg.MaxStepsFlag = 2, "--agent-max-steps"
+	res, err := a.Run(context.Background(), "loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != StopStepLimit || !strings.Contains(out.String(), "[agent] stopped after 2 model turns (--agent-max-steps)") {
+		t.Fatalf("stop %s, transcript:\n%s", res.Stop, out)
+	}
+
+	s = &script{steps: [][]engine.Event{{text("public class Main {"), done(engine.StopMaxTokens)}}}
+	a, out, _ = newTestAgent(t, s, nil)
+	a.cfg.MaxTokens, a.cfg.MaxTokensFlag = 16, "--max-tokens"
+	res, err = a.Run(context.Background(), "list the Go files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != StopLength || !strings.Contains(out.String(), "[agent] stopped: the answer reached 16 tokens (--max-tokens)") {
+		t.Fatalf("stop %s, transcript:\n%s", res.Stop, out)
+	}
+}
+
+// A model that answers its first task without a tool call gets the hint
+// once per agent, and never one that has called a tool.
+func TestNoToolHintOnce(t *testing.T) {
+	const hint = "the model answered without calling a tool"
+	s := &script{steps: [][]engine.Event{
+		{text("public class Main {"), done(engine.StopMaxTokens)},
+		answer("Here are the files: a.go, b.go"),
+	}}
+	a, out, _ := newTestAgent(t, s, nil)
+	a.cfg.NoToolHint = hint
+	for _, task := range []string{"list the Go files", "list them again"} {
+		if _, err := a.Run(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(out.String(), "[agent] "+hint); n != 1 {
+		t.Fatalf("hint noted %d times, want 1:\n%s", n, out)
+	}
+	// The hint follows the stop note, so it is the last word of the run.
+	if !strings.Contains(out.String(), "cut short\n[agent] "+hint) {
+		t.Fatalf("hint not after the stop note:\n%s", out)
+	}
+
+	s = &script{steps: [][]engine.Event{
+		{call("list", map[string]any{}), done(engine.StopToolCall)},
+		answer("hello.txt"),
+		answer("You're welcome."),
+	}}
+	a, out, _ = newTestAgent(t, s, nil)
+	a.cfg.NoToolHint = hint
+	for _, task := range []string{"list the files", "thanks"} {
+		if _, err := a.Run(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(out.String(), hint) {
+		t.Fatalf("hint for a model that calls tools:\n%s", out)
 	}
 }
 
