@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/ftchat/ftchat/agent"
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/internal/safefile"
 )
@@ -49,6 +50,8 @@ type Config struct {
 	Yolo     bool
 	ShellEnv []string // names (or PREFIX*) run_shell passes on beyond the defaults
 
+	AgentMaxSteps int // model turns per agent request
+
 	configErr error
 }
 
@@ -72,6 +75,7 @@ func ChatFlags(f *pflag.FlagSet) {
 	f.Bool("continue", false, "resume the most recent saved session")
 	f.Bool("agent", false, "run as a coding agent in the current directory")
 	f.Bool("yolo", false, "agent: run tools without asking for approval (never the default)")
+	f.Int("agent-max-steps", agent.DefaultMaxSteps, fmt.Sprintf("agent: model turns per task before it stops (each answer is capped at --max-tokens, %d when that is 0)", agent.DefaultMaxTokens))
 	f.String("shell-env", "", "agent: extra environment variables run_shell passes on, comma-separated names or PREFIX* (the rest of the environment is withheld)")
 	f.Float32("temperature", 0.7, "sampling temperature (0 = greedy)")
 	f.Int("top-k", 40, "top-k sampling (0 = off)")
@@ -116,6 +120,7 @@ func ConfigFrom(v *viper.Viper) Config {
 		Yolo:      v.GetBool("yolo"),
 		ShellEnv:  splitList(v.GetString("shell-env")),
 	}
+	c.AgentMaxSteps = v.GetInt("agent-max-steps")
 	if c.Sampling.Seed == 0 {
 		c.Sampling.Seed, c.SeedDrawn = drawSeed(), true
 	}
@@ -205,6 +210,8 @@ var settingChecks = map[string]func(string) string{
 	"ctx-size":       atLeast(0),
 	"kv-tokens":      atLeast(0),
 	"threads":        atLeast(0),
+
+	"agent-max-steps": atLeast(1),
 	"gpu-memory": func(s string) string {
 		if s == "" {
 			return "" // empty: what the device has free
