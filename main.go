@@ -51,6 +51,7 @@ With -p (or when stdout is not a terminal) only the answer is printed.
 
 Settings come from flags, then FTCHAT_* environment variables (FTCHAT_KV_CACHE_DTYPE=fp8_e4m3),
 then the config file, then defaults.`,
+		Version:       cli.Version(),
 		Args:          cobra.ArbitraryArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -61,6 +62,7 @@ then the config file, then defaults.`,
 			return cli.Chat(cmd.Context(), cli.ConfigFrom(v), strings.Join(args, " "))
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n") // cobra's default repeats the name
 	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (default $XDG_CONFIG_HOME/ftchat/config.yaml)")
 	cli.EngineFlags(root.PersistentFlags())
 	cli.ChatFlags(root.Flags())

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/cli"
 )
 
 // runConfig runs `ftchat config` with args and returns the printed settings.
@@ -183,5 +185,24 @@ func TestConfigFileNamedPipeDoesNotBlock(t *testing.T) {
 				t.Fatal("reading the config file blocked")
 			}
 		})
+	}
+}
+
+// TestVersionFlagsAndCommand: --version, -v and `ftchat version` all print
+// the same version line (version, commit, build date).
+func TestVersionFlagsAndCommand(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"version"}} {
+		root := newRoot(viper.New())
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out.String())
+		}
+		if got, want := out.String(), cli.Version()+"\n"; got != want {
+			t.Errorf("%v printed %q, want %q", args, got, want)
+		}
 	}
 }

@@ -16,12 +16,6 @@ import (
 	"github.com/ftchat/ftchat/engine/tokenizer"
 )
 
-// Set by the release build (goreleaser ldflags).
-var (
-	version = "dev"
-	commit  = ""
-)
-
 // Commands are the subcommands of the root command.
 func Commands(v *viper.Viper) []*cobra.Command {
 	return []*cobra.Command{
@@ -33,10 +27,10 @@ func Commands(v *viper.Viper) []*cobra.Command {
 func versionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the ftchat version",
+		Short: "Print the ftchat version, commit and build date (also --version, -v)",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "ftchat %s %s\n", version, commit)
+			fmt.Fprintln(cmd.OutOrStdout(), Version())
 		},
 	}
 }
