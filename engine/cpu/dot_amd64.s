@@ -78,7 +78,7 @@ GLOBL q5shifts<>(SB), RODATA|NOPTR, $128
 	VHADDPS xacc, xacc, xacc; \
 	VHADDPS xacc, xacc, xacc; \
 	VADDSS sacc, xacc, xacc; \
-	MOVSS xacc, off(BX)
+	VMOVSS xacc, off(BX)
 
 #define SETUP4 \
 	MOVQ w+0(FP), SI; \
@@ -165,7 +165,7 @@ dotQ4_1AVX2done:
 	VHADDPS X0, X0, X0
 	VADDSS X10, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ4_0AVX2(w *byte, x *float32, xs *float32, nb int) float32
@@ -213,7 +213,7 @@ dotQ4_0AVX2done:
 	VHADDPS X0, X0, X0
 	VADDSS X10, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ8_0AVX2(w *byte, x *float32, nb int) float32
@@ -254,7 +254,7 @@ q80done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+24(FP)
+	VMOVSS X0, ret+24(FP)
 	RET
 
 // func dotF32AVX2(a, b *float32, n int) float32  (n a multiple of 32)
@@ -290,7 +290,7 @@ f32done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+24(FP)
+	VMOVSS X0, ret+24(FP)
 	RET
 
 // func dotF16AVX2(w *byte, x *float32, n int) float32  (n a multiple of 16)
@@ -318,7 +318,7 @@ f16done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+24(FP)
+	VMOVSS X0, ret+24(FP)
 	RET
 
 // Four-row kernels: one weight row against four activation rows, so each
@@ -437,7 +437,7 @@ q4kdone:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ6KBlocksAVX2(b *byte, x *float32, sc *float32, nb int) float32
@@ -643,7 +643,7 @@ q6kdone:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ5KBlocksAVX2(b *byte, x *float32, sc *float32, nb int) float32
@@ -955,7 +955,7 @@ q5kdone:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ4Kx4BlocksAVX2(q *byte, x *float32, xstride int, sc *float32, nb int, out *[4]float32)
@@ -1070,22 +1070,22 @@ q4kx4done:
 	VADDPS X7, X8, X8
 	VHADDPS X8, X8, X8
 	VHADDPS X8, X8, X8
-	MOVSS X8, 0(BX)
+	VMOVSS X8, 0(BX)
 	VEXTRACTF128 $1, Y9, X7
 	VADDPS X7, X9, X9
 	VHADDPS X9, X9, X9
 	VHADDPS X9, X9, X9
-	MOVSS X9, 4(BX)
+	VMOVSS X9, 4(BX)
 	VEXTRACTF128 $1, Y10, X7
 	VADDPS X7, X10, X10
 	VHADDPS X10, X10, X10
 	VHADDPS X10, X10, X10
-	MOVSS X10, 8(BX)
+	VMOVSS X10, 8(BX)
 	VEXTRACTF128 $1, Y11, X7
 	VADDPS X7, X11, X11
 	VHADDPS X11, X11, X11
 	VHADDPS X11, X11, X11
-	MOVSS X11, 12(BX)
+	VMOVSS X11, 12(BX)
 	VZEROUPPER
 	RET
 
@@ -1350,22 +1350,22 @@ q6kx4done:
 	VADDPS X7, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	MOVSS X0, 0(BX)
+	VMOVSS X0, 0(BX)
 	VEXTRACTF128 $1, Y1, X7
 	VADDPS X7, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	MOVSS X1, 4(BX)
+	VMOVSS X1, 4(BX)
 	VEXTRACTF128 $1, Y2, X7
 	VADDPS X7, X2, X2
 	VHADDPS X2, X2, X2
 	VHADDPS X2, X2, X2
-	MOVSS X2, 8(BX)
+	VMOVSS X2, 8(BX)
 	VEXTRACTF128 $1, Y3, X7
 	VADDPS X7, X3, X3
 	VHADDPS X3, X3, X3
 	VHADDPS X3, X3, X3
-	MOVSS X3, 12(BX)
+	VMOVSS X3, 12(BX)
 	VZEROUPPER
 	RET
 
@@ -1434,7 +1434,7 @@ dotQ5_0AVX2done:
 	VHADDPS X0, X0, X0
 	VADDSS X10, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ5_1AVX2(w *byte, x *float32, xs *float32, nb int) float32
@@ -1503,5 +1503,5 @@ dotQ5_1AVX2done:
 	VHADDPS X0, X0, X0
 	VADDSS X10, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
+	VMOVSS X0, ret+32(FP)
 	RET

@@ -12,7 +12,7 @@ import "golang.org/x/sys/cpu"
 func bf16ToF32AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
-func fp8DecodeAVX2(dst *float32, src *byte, n int, shift uint64, mul float32, thrm1, infc int32)
+func fp8DecodeAVX2(dst *float32, src *byte, n int, shift uint64, ebias int32, submul float32, sublim, thrm1, infc int32)
 
 //go:noescape
 func dotF32x8(a, b *float32, n int) float32
@@ -37,15 +37,19 @@ func decodeBF16(dst []float32, src []byte) {
 }
 
 // fp8Params are fp8DecodeAVX2's arguments for a format.
+// ebias rebiases a normal code's exponent (127-bias, in place); a
+// subnormal code (magnitude below sublim) is its magnitude times submul =
+// 2^(1-bias-mantissa bits).
 type fp8Params struct {
-	shift       uint64
-	mul         float32
-	thrm1, infc int32
+	shift               uint64
+	ebias               int32
+	submul              float32
+	sublim, thrm1, infc int32
 }
 
 var (
-	e4m3Params = fp8Params{shift: 20, mul: 0x1p120, thrm1: 0x7e, infc: 0x7e} // 0x7f: NaN
-	e5m2Params = fp8Params{shift: 21, mul: 0x1p112, thrm1: 0x7b, infc: 0x7c} // 0x7c: Inf, above: NaN
+	e4m3Params = fp8Params{shift: 20, ebias: 120 << 23, submul: 0x1p-9, sublim: 8, thrm1: 0x7e, infc: 0x7e}  // 0x7f: NaN
+	e5m2Params = fp8Params{shift: 21, ebias: 112 << 23, submul: 0x1p-16, sublim: 4, thrm1: 0x7b, infc: 0x7c} // 0x7c: Inf, above: NaN
 )
 
 // decodeFP8 writes the values of the E4M3 (e4m3 true) or E5M2 codes in
@@ -61,7 +65,7 @@ func decodeFP8(dst []float32, src []byte, e4m3 bool) {
 		m = len(dst) &^ 7
 		if m > 0 {
 			_ = src[m-1]
-			fp8DecodeAVX2(&dst[0], &src[0], m, p.shift, p.mul, p.thrm1, p.infc)
+			fp8DecodeAVX2(&dst[0], &src[0], m, p.shift, p.ebias, p.submul, p.sublim, p.thrm1, p.infc)
 		}
 	}
 	decodeLUTGo(dst[m:], src[m:], lut)

@@ -56,7 +56,7 @@ dotdone:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VZEROUPPER
-	MOVSS X0, ret+24(FP)
+	VMOVSS X0, ret+24(FP)
 	RET
 
 // func axpyF32x8(y, x *float32, n int, w float32)  (n a multiple of 8)
@@ -79,47 +79,52 @@ axdone:
 	VZEROUPPER
 	RET
 
-// func fp8DecodeAVX2(dst *float32, src *byte, n int, shift uint64, mul float32, thrm1, infc int32)
-// (n a multiple of 8). A code's sign goes to bit 31 and its other 7 bits,
-// shifted left by shift, into float32's exponent and mantissa: that is the
-// value times 2^-(127-bias) for normal and subnormal codes alike, and one
-// multiply by mul = 2^(127-bias) restores it. Codes whose magnitude bits
-// exceed thrm1 are the format's specials: infinity up to infc, NaN above
+// func fp8DecodeAVX2(dst *float32, src *byte, n int, shift uint64, ebias int32, submul float32, sublim, thrm1, infc int32)
+// (n a multiple of 8). A code's sign goes to bit 31 and its other 7 bits
+// (mag), shifted left by shift, into float32's exponent and mantissa; adding
+// ebias = (127-bias)<<23 to that rebiases the exponent of a normal code.
+// Subnormal codes (mag < sublim) are float(mag)*submul instead. Both are
+// integer or normal-float work: the older way, one multiply of the shifted
+// bits, fed float32 subnormals to VMULPS for subnormal codes, which Intel
+// CPUs run through a microcode assist (~16x slower). Codes whose mag
+// exceeds thrm1 are the format's specials: infinity up to infc, NaN above
 // (the same values as the decode tables, see fp8Params).
-TEXT ·fp8DecodeAVX2(SB), NOSPLIT, $0-44
+//
+// Every instruction here is VEX-encoded (VMOVQ, VMOVD, not MOVQ, MOVD): a
+// legacy-SSE instruction next to 256-bit AVX code costs a state transition
+// or a merge on Intel CPUs, which made this loop several times slower.
+TEXT ·fp8DecodeAVX2(SB), NOSPLIT, $0-52
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVQ shift+24(FP), X9
-	VBROADCASTSS mul+32(FP), Y10
-	MOVL thrm1+36(FP), AX
-	MOVD AX, X11
-	VPBROADCASTD X11, Y11
-	MOVL infc+40(FP), AX
-	MOVD AX, X12
-	VPBROADCASTD X12, Y12
-	MOVL $0x7f, AX
-	MOVD AX, X13
-	VPBROADCASTD X13, Y13
-	MOVL $0x80, AX
-	MOVD AX, X14
-	VPBROADCASTD X14, Y14
+	VMOVQ shift+24(FP), X9
+	// (VBROADCASTSS: vet sizes VPBROADCASTD by its destination; the bits are the same)
+	VBROADCASTSS ebias+32(FP), Y13
+	VBROADCASTSS submul+36(FP), Y10
+	VBROADCASTSS sublim+40(FP), Y14
+	VBROADCASTSS thrm1+44(FP), Y11
+	VBROADCASTSS infc+48(FP), Y12
 	MOVL $0x7f800000, AX
-	MOVD AX, X15
+	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL $0x00400000, AX
-	MOVD AX, X8
+	VMOVD AX, X8
 	VPBROADCASTD X8, Y8
 	SHRQ $3, CX
 	JEQ f8done
 f8loop:
 	VPMOVZXBD (SI), Y0
-	VPAND Y13, Y0, Y1
-	VPAND Y14, Y0, Y2
-	VPSLLD $24, Y2, Y2
+	VPSLLD $25, Y0, Y1
+	VPSRLD $25, Y1, Y1 // mag
+	VPSRLD $7, Y0, Y2
+	VPSLLD $31, Y2, Y2 // sign
 	VPSLLD X9, Y1, Y3
+	VPADDD Y13, Y3, Y3 // normal codes
+	VCVTDQ2PS Y1, Y0
+	VMULPS Y10, Y0, Y0 // subnormal codes (exact)
+	VPCMPGTD Y1, Y14, Y7
+	VBLENDVPS Y7, Y0, Y3, Y3
 	VPOR Y2, Y3, Y3
-	VMULPS Y10, Y3, Y3
 	VPCMPGTD Y11, Y1, Y4
 	VPCMPGTD Y12, Y1, Y5
 	VPAND Y8, Y5, Y5
