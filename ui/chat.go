@@ -88,6 +88,7 @@ func (r *renderer) markdown(md string) []string {
 	}
 	// Tabs would be expanded by the terminal, not counted by the layout.
 	md = strings.ReplaceAll(md, "\t", "    ")
+	md = escapeHTML(md)
 	if r.tr != nil {
 		if out, err := r.tr.Render(md); err == nil {
 			return trimBlank(strings.Split(out, "\n"))
