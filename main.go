@@ -48,11 +48,13 @@ bf16, so longer conversations fit.
 Piped input becomes context for the first message:
   cat main.go | ftchat "review this"
 With -p (or when stdout is not a terminal) only the answer is printed.
+A single word close to a command name (ftchat moddels) is taken for a typo;
+send such a word as a prompt after --: ftchat -- moddels.
 
 Settings come from flags, then FTCHAT_* environment variables (FTCHAT_KV_CACHE_DTYPE=fp8_e4m3),
 then the config file, then defaults.`,
 		Version:       cli.Version(),
-		Args:          cobra.ArbitraryArgs,
+		Args:          cli.PromptArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {

@@ -173,3 +173,46 @@ func configCmd(v *viper.Viper) *cobra.Command {
 		},
 	}
 }
+
+// PromptArgs is the root command's argument check: the words are a prompt,
+// unless they are a single word that looks like a mistyped subcommand
+// (`ftchat moddels`), which would otherwise load a model to answer it.
+// Words after `--` are always a prompt.
+func PromptArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 || cmd.ArgsLenAtDash() == 0 {
+		return nil
+	}
+	if name := mistypedCommand(cmd, args[0]); name != "" {
+		return fmt.Errorf("unknown command %q for ftchat; did you mean %s? (to send it as a prompt: ftchat -- %s)", args[0], name, args[0])
+	}
+	return nil
+}
+
+// mistypedCommand is the subcommand of root that word is a likely typo of,
+// or "". Short words need a closer match (an edit distance under half the
+// name's length, at most 2) so that prompts such as "hello" (2 edits from
+// "help") stay prompts; a prefix of 3 or more letters ("mod") also counts.
+func mistypedCommand(root *cobra.Command, word string) string {
+	w := strings.ToLower(word)
+	for _, r := range w {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return "" // not a command-like word: a prompt
+		}
+	}
+	best, bestD := "", 3
+	for _, c := range root.Commands() {
+		if c.Hidden || !c.IsAvailableCommand() && c.Name() != "help" {
+			continue
+		}
+		for _, name := range append([]string{c.Name()}, c.Aliases...) {
+			d := editDistance(w, name)
+			if len(w) >= 3 && strings.HasPrefix(name, w) {
+				d = min(d, 1)
+			}
+			if d < bestD && 2*d < len(name) {
+				best, bestD = c.Name(), d
+			}
+		}
+	}
+	return best
+}
