@@ -98,10 +98,9 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	// them into the system prompt when the template has none.
 	header := fmt.Sprintf("[agent] %s in %s · %d tools · %s", info.Name, ws.Root(), len(tools.Defs()), approval)
 	newAgent := func(sink agent.Sink, approver agent.Approver) (*agent.Agent, error) {
-		return agent.New(agent.Config{
-			Gen: sess, Fit: eng, Tools: tools, Approver: approver, Sink: sink,
-			System: system, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling,
-		})
+		ac := agentConfig(cfg)
+		ac.Gen, ac.Fit, ac.Tools, ac.Approver, ac.Sink, ac.System = sess, eng, tools, approver, sink, system
+		return agent.New(ac)
 	}
 	if !printMode {
 		return pio.runTUI(ctx, ui.Config{
@@ -139,10 +138,40 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 		return err
 	}
 	reportDenied(pio.out, res, printMode)
-	if res.Stop == agent.StopStepLimit {
+	if err := sink.Err(); err != nil {
+		return err
+	}
+	return agentExit(res)
+}
+
+// noToolHint is noted once when the model answers its first task without
+// a tool call: the default model never calls one (docs/agent.md).
+const noToolHint = "the model answered without calling a tool; small models like SmolLM2-135M rarely can. " +
+	"Try a model that calls tools: ftchat pull bartowski/Qwen_Qwen3-0.6B-GGUF Qwen_Qwen3-0.6B-Q4_K_M.gguf, then --model Qwen_Qwen3-0.6B-Q4_K_M.gguf"
+
+// agentConfig holds the settings' part of the agent's configuration: the
+// caps on model turns and answer tokens, on by default, named in the note
+// when one stops a run, and the hint for a model that calls no tool.
+func agentConfig(cfg Config) agent.Config {
+	ac := agent.Config{
+		MaxSteps: cfg.AgentMaxSteps, MaxStepsFlag: "--agent-max-steps",
+		MaxTokens: cfg.MaxTokens, MaxTokensFlag: "--max-tokens",
+		Sampling: cfg.Sampling, NoToolHint: noToolHint,
+	}
+	if cfg.MaxTokens == 0 {
+		ac.MaxTokensFlag = "the agent's default when --max-tokens is 0; --max-tokens N raises it"
+	}
+	return ac
+}
+
+// agentExit is -p's exit status: a run a cap (or the KV pool) cut short
+// fails, so scripts do not take a truncated answer for a finished task.
+func agentExit(res agent.Result) error {
+	switch res.Stop {
+	case agent.StopStepLimit, agent.StopLength, agent.StopPoolFull:
 		return ExitError{Code: 2}
 	}
-	return sink.Err()
+	return nil
 }
 
 // tuiApprover is the interactive agent's approver: the TUI's dialog, or

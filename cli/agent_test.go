@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/spf13/pflag"
 
 	"github.com/ftchat/ftchat/agent"
 	"github.com/ftchat/ftchat/agent/tui"
@@ -40,6 +42,44 @@ func TestAgentNeedsATask(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "nothing to do") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// The agent's caps are on by default and the stop notes name the flag
+// that raises them; the no-tool hint points at a pullable model.
+func TestAgentConfigCapsByDefault(t *testing.T) {
+	f := pflag.NewFlagSet("chat", pflag.ContinueOnError)
+	ChatFlags(f)
+	if d := f.Lookup("agent-max-steps").DefValue; d != "20" {
+		t.Fatalf("--agent-max-steps defaults to %s", d)
+	}
+	// Zero caps are agent.New's defaults: 20 turns, 2048 tokens an answer.
+	ac := agentConfig(Config{})
+	if ac.MaxSteps != 0 || ac.MaxTokens != 0 || agent.DefaultMaxSteps != 20 || agent.DefaultMaxTokens != 2048 {
+		t.Fatalf("caps %d, %d", ac.MaxSteps, ac.MaxTokens)
+	}
+	if ac.MaxStepsFlag != "--agent-max-steps" || !strings.Contains(ac.MaxTokensFlag, "--max-tokens") {
+		t.Fatalf("flags named: %q, %q", ac.MaxStepsFlag, ac.MaxTokensFlag)
+	}
+	if !strings.Contains(ac.NoToolHint, "ftchat pull bartowski/Qwen_Qwen3-0.6B-GGUF Qwen_Qwen3-0.6B-Q4_K_M.gguf") {
+		t.Fatalf("hint: %q", ac.NoToolHint)
+	}
+	ac = agentConfig(Config{AgentMaxSteps: 5, MaxTokens: 100})
+	if ac.MaxSteps != 5 || ac.MaxTokens != 100 || ac.MaxTokensFlag != "--max-tokens" {
+		t.Fatalf("set caps not passed on: %+v", ac)
+	}
+}
+
+// -p fails when a cap or the pool cut the run short, and only then.
+func TestAgentExitOnCap(t *testing.T) {
+	for stop, want := range map[agent.Stop]bool{
+		agent.StopAnswer: false, agent.StopStepLimit: true, agent.StopLength: true, agent.StopPoolFull: true,
+	} {
+		err := agentExit(agent.Result{Stop: stop})
+		var exit ExitError
+		if got := errors.As(err, &exit) && exit.Code == 2; got != want || (!want && err != nil) {
+			t.Errorf("stop %s: %v", stop, err)
+		}
 	}
 }
 
@@ -126,7 +166,13 @@ func TestAgentEndToEnd(t *testing.T) {
 		} else {
 			c.Print = true
 		}
-		if err := agentMain(context.Background(), c, "Write hello to NOTES.md", pio); err != nil {
+		err := agentMain(context.Background(), c, "Write hello to NOTES.md", pio)
+		// 16 tokens may cut the answer short: -p then exits 2, after saying so.
+		var exit ExitError
+		if !interactive && errors.As(err, &exit) && exit.Code == 2 && strings.Contains(out.String(), "[agent] stopped") {
+			err = nil
+		}
+		if err != nil {
 			t.Fatalf("interactive=%v: %v\n%s", interactive, err, out.String())
 		}
 		if !interactive {
