@@ -277,6 +277,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 				formatInt(int64(n)), formatInt(maxInputLines)), true)
 			return m, nil
 		}
+		msg.Content = strings.ReplaceAll(msg.Content, "\t", string(tabRune))
 		var cmd tea.Cmd
 		m.input, cmd = m.input.Update(msg)
 		return m, cmd
@@ -355,7 +356,7 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	case "enter":
-		v := m.input.Value()
+		v := m.inputValue()
 		if strings.TrimSpace(v) == "" {
 			return nil
 		}
@@ -407,6 +408,25 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	return cmd
 }
 
+// tabRune stands for a tab in the textarea, whose sanitizer turns tabs
+// into four spaces: a pasted tab must reach the model as a tab (issue 15
+// item 6). It is a private-use code point, so no typed or pasted text
+// holds it; inputView shows it as tabGlyph.
+const (
+	tabRune  = '\uE009'
+	tabGlyph = "→"
+)
+
+// inputValue is the input's text with its tabs restored.
+func (m *model) inputValue() string {
+	return strings.ReplaceAll(m.input.Value(), string(tabRune), "\t")
+}
+
+// setInput sets the input's text, keeping its tabs.
+func (m *model) setInput(s string) {
+	m.input.SetValue(strings.ReplaceAll(s, "\t", string(tabRune)))
+}
+
 func (m *model) pushHistory(v string) {
 	if n := len(m.history); n == 0 || m.history[n-1] != v {
 		m.history = append(m.history, v)
@@ -420,10 +440,10 @@ func (m *model) historyPrev() bool {
 		return false
 	}
 	if m.histIdx == len(m.history) {
-		m.histDraft = m.input.Value()
+		m.histDraft = m.inputValue()
 	}
 	m.histIdx--
-	m.input.SetValue(m.history[m.histIdx])
+	m.setInput(m.history[m.histIdx])
 	m.input.MoveToBegin()
 	return true
 }
@@ -434,9 +454,9 @@ func (m *model) historyNext() bool {
 	}
 	m.histIdx++
 	if m.histIdx == len(m.history) {
-		m.input.SetValue(m.histDraft)
+		m.setInput(m.histDraft)
 	} else {
-		m.input.SetValue(m.history[m.histIdx])
+		m.setInput(m.history[m.histIdx])
 	}
 	m.input.MoveToEnd()
 	return true
@@ -532,7 +552,7 @@ func (m *model) send(text string) tea.Cmd {
 			msg = fmt.Sprintf("not sent: the piped input (%s tokens) does not fit: %v (/clear drops the piped input)", formatInt(int64(m.pipedTokens)), err)
 		}
 		m.addError(msg)
-		m.input.SetValue(text)
+		m.setInput(text)
 		m.scrollBottom()
 		return nil
 	}

@@ -318,6 +318,30 @@ func TestLongInputAndPaste(t *testing.T) {
 	}
 }
 
+// TestPastedTabsReachTheModel guards issue 15 item 6: the textarea turned
+// pasted tabs into four spaces, so the model got different code than was
+// pasted. Tabs are kept in what is sent, also after a history recall, and
+// the input shows each one as an arrow.
+func TestPastedTabsReachTheModel(t *testing.T) {
+	const code = "fix this:\nfunc f() {\n\treturn\t1\n}"
+	d := newDriver(t, nil)
+	d.send(tea.PasteMsg{Content: code})
+	if f := d.frame(); !strings.Contains(f, tabGlyph+"return"+tabGlyph+"1") {
+		t.Errorf("input does not show the tabs as %s:\n%s", tabGlyph, f)
+	}
+	for i, recall := range []bool{false, true} {
+		if recall {
+			d.key(tea.KeyPressMsg{Code: tea.KeyUp})
+		}
+		d.sess.push(text("ok"), done(engine.StopEOS))
+		d.enter()
+		d.settle()
+		if got := d.sess.lastReq().Messages[2*i].Content; got != code {
+			t.Errorf("recall=%v: sent %q, want %q", recall, got, code)
+		}
+	}
+}
+
 func TestHugePasteRefused(t *testing.T) {
 	d := newDriver(t, nil)
 	d.typeText("keep")

@@ -133,7 +133,7 @@ func (m *model) inputView() (string, *tea.Cursor) {
 	k := inputKey{val: m.input.Value(), line: m.input.Line(), col: m.input.Column(), w: m.width, h: m.input.Height(), scroll: m.input.ScrollYOffset()}
 	if !m.inputCache.ok || m.inputCache.key != k {
 		m.inputCache.key, m.inputCache.ok = k, true
-		m.inputCache.view = m.input.View()
+		m.inputCache.view = strings.ReplaceAll(m.input.View(), string(tabRune), tabGlyph)
 		m.inputCache.cursor = m.input.Cursor()
 	}
 	var cur *tea.Cursor
