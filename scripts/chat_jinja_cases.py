@@ -120,6 +120,19 @@ CASES = [
      {"params": {"type": "object", "properties": {"b": {"type": "string", "description": "bee"}, "a": {"type": "integer"}}, "required": ["a"]}}),
     ("tpl_string_compare_and_length", "{% if tool_call.id is not defined or tool_call.id|length != 9 %}bad{% else %}ok{% endif %} {{ ('x' * 3)|length }}", {"tool_call": {"id": "abc123xyz"}}),
     ("percent_format", "{{ '%s-%d' % ('a', 3) }} {{ '%05.2f|%-4s|%x|%r' % (3.14159, 'ab', 255, 'q') }} {{ '%s'|format(7) }} {{ '%(a)s+%(b)d'|format(a='x', b=2) }} {{ '%d%%' % 50 }} {{ '%.2s' % 'abc' }} {{ '%s' % [1] }}", {}),
+    # unknown filters and tests directly inside an if or a conditional
+    # expression are reported only when reached (issue 15 item 19)
+    ("unknown_filter_branch_not_taken", "{% if false %}{{ x|from_jsonx }}{% elif false %}{{ x is bogus }}{% else %}ok{% endif %}{{ x|bogus if false }}{{ 1 if true else x|bogus }}{% if false %}{% if false %}{{ 1|bogus }}{% endif %}{% set y = 1|bogus %}{% endif %}{% macro m(a=1|bogus if false) %}{% endmacro %}{% for a in [1] %}{% if false %}{{ a|bogus }}{% endif %}{% endfor %}", {}),
+    ("err_unknown_filter_reached", "a\n{% if true %}{{ x|bogus }}{% endif %}", {}),
+    ("err_unknown_test_reached", "{% if x is bogus %}{% endif %}", {}),
+    ("err_unknown_filter_cond_reached", "{{ 1 if false else x|bogus }}", {}),
+    ("err_unknown_filter_loop_in_if", "{% if false %}{% for a in b %}{{ x|bogus }}{% endfor %}{% endif %}", {}),
+    ("err_unknown_filter_macro_in_if", "{% if false %}{% macro m() %}{{ x|bogus }}{% endmacro %}{% endif %}", {}),
+    ("err_unknown_filter_block_in_if", "{% if false %}{% filter bogus %}{% endfilter %}{% endif %}", {}),
+    ("err_unknown_filter_setblock_in_if", "{% if false %}{% set y %}{{ x|bogus }}{% endset %}{% endif %}", {}),
+    ("err_unknown_filter_for_else_in_if", "{% if false %}{% for a in [] %}{% else %}{{ x|bogus }}{% endfor %}{% endif %}", {}),
+    ("err_unknown_filter_loop_cond_in_if", "{% if false %}{% for a in [] if a|bogus %}{% endfor %}{% endif %}", {}),
+    ("err_unknown_filter_also_outside_if", "{% if false %}{{ 1|bogus }}{% endif %}{{ 1|bogus }}", {}),
     # errors
     ("err_precedence_concat", "{{ 'a' ~ 1 + 2 }}", {}),
     ("err_unclosed_if", "{% if true %}x", {}),

@@ -55,6 +55,7 @@ func TestOracleCases(t *testing.T) {
 	for _, c := range loadCases(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			tmpl, err := Parse(c.Template)
+			parseErr := err != nil
 			var got string
 			if err == nil {
 				got, err = tmpl.Render(c.Vars)
@@ -62,6 +63,11 @@ func TestOracleCases(t *testing.T) {
 			if c.Out == nil {
 				if err == nil {
 					t.Fatalf("template %q: want an error like jinja2's %q, rendered %q", c.Template, c.Error, got)
+				}
+				// jinja2 fails when compiling exactly where Parse must fail
+				compileErr := strings.HasPrefix(c.Error, "TemplateSyntaxError") || strings.HasPrefix(c.Error, "TemplateAssertionError")
+				if compileErr != parseErr {
+					t.Fatalf("template %q: jinja2 failed compiling: %v, Parse failed: %v (%v)", c.Template, compileErr, parseErr, err)
 				}
 				t.Logf("jinja2: %s\nours:   %v", c.Error, err)
 				return
@@ -96,6 +102,8 @@ func TestErrorMessages(t *testing.T) {
 		{"unclosed for", "{% for m in messages %}{{ m }}", nil, []string{"{% endfor %}", "line 1"}},
 		{"unknown filter", "x\n\n{{ y | frobnicate }}", nil, []string{"line 3", "no filter named 'frobnicate'"}},
 		{"unknown test", "{{ y is frob }}", nil, []string{"no test named 'frob'"}},
+		{"unknown filter reached", "x\n{% if true %}\n{{ y | from_jsonx }}{% endif %}", nil, []string{"line 3", "no filter named 'from_jsonx'"}},
+		{"unknown test reached", "{{ 1 if y is frob }}", nil, []string{"line 1", "no test named 'frob'"}},
 		{"raise_exception", "ok\n{{ raise_exception('Conversation roles must alternate user/assistant') }}", nil,
 			[]string{"line 2", "template raised an exception: Conversation roles must alternate user/assistant"}},
 		{"undefined attribute", "{{ msg.content.x }}", map[string]any{"msg": map[string]any{}}, []string{"line 1", "no attribute 'content'"}},

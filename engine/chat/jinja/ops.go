@@ -211,6 +211,9 @@ var testNames = map[string]bool{
 func knownTest(name string) bool { return testNames[name] }
 
 func (r *renderer) evalTest(e *testExpr, f *frame) (any, error) {
+	if !knownTest(e.name) { // only in an if: reported when reached
+		return nil, errorf(e.line, "no test named '%s'", e.name)
+	}
 	v, err := r.eval(e.x, f)
 	if err != nil {
 		return nil, err

@@ -28,6 +28,8 @@ type forNode struct {
 	body    []node
 	els     []node
 	line    int
+	// recursive: the body may call loop(items) to run itself on items
+	recursive bool
 }
 
 type setNode struct {
@@ -151,6 +153,17 @@ type parser struct {
 	i      int
 	used   []usedName // filters and tests, checked after parsing
 	nest   int        // open blocks, bounded like expression nesting
+	// soft is set directly inside an {% if %} (not in a loop, macro or
+	// block nested in it): like jinja2's soft frames, unknown filters and
+	// tests there are reported only when reached.
+	soft bool
+}
+
+// setSoft sets p.soft and returns what restores it.
+func (p *parser) setSoft(v bool) func() {
+	old := p.soft
+	p.soft = v
+	return func() { p.soft = old }
 }
 
 const maxBlockDepth = 200
@@ -159,6 +172,7 @@ type usedName struct {
 	filter bool
 	name   string
 	line   int
+	soft   bool // checked only when evaluated
 }
 
 // blockEnd reports a statement tag that ends the current body.
@@ -177,8 +191,12 @@ func parse(pieces []piece) ([]node, error) {
 	if end != nil {
 		return nil, errorf(end.line, "unexpected {%% %s %%}: no block is open", end.name)
 	}
-	// jinja2 rejects unknown filters and tests when compiling, not rendering
+	// jinja2 rejects unknown filters and tests when compiling, except in
+	// an if or conditional expression, where they fail only when reached
 	for _, u := range p.used {
+		if u.soft {
+			continue
+		}
 		if u.filter && !knownFilter(u.name) {
 			return nil, errorf(u.line, "no filter named '%s'", u.name)
 		}
@@ -209,7 +227,7 @@ func (p *parser) parseBody(stops []string) ([]node, *blockEnd, error) {
 		case pText:
 			out = append(out, &textNode{pc.text})
 		case pOutput:
-			ts := &tokStream{toks: pc.toks, line: pc.line, used: &p.used}
+			ts := &tokStream{toks: pc.toks, line: pc.line, used: &p.used, soft: p.soft}
 			if len(pc.toks) == 0 {
 				return nil, nil, errorf(pc.line, "empty {{ }} expression")
 			}
@@ -222,7 +240,7 @@ func (p *parser) parseBody(stops []string) ([]node, *blockEnd, error) {
 			}
 			out = append(out, &outputNode{x: x, line: pc.line})
 		case pStmt:
-			ts := &tokStream{toks: pc.toks, line: pc.line, used: &p.used}
+			ts := &tokStream{toks: pc.toks, line: pc.line, used: &p.used, soft: p.soft}
 			kw := ts.next()
 			if kw.kind != tkName {
 				return nil, nil, errorf(pc.line, "expected a statement name after {%%, got %s", kw)
@@ -265,6 +283,8 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 	switch kw {
 	case "if":
 		n := &ifNode{}
+		defer p.setSoft(true)()
+		ts.soft = true
 		cond, err := ts.parseExpr()
 		if err != nil {
 			return nil, err
@@ -334,12 +354,15 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 			return nil, err
 		}
 		n.iter = iter
+		// the loop filter, body and else run in the loop's own frame: hard
+		defer p.setSoft(false)()
 		if ts.skipName("if") {
+			ts.soft = false
 			if n.cond, err = ts.parseExpr(); err != nil {
 				return nil, err
 			}
 		}
-		ts.skipName("recursive") // accepted; recursive loop() calls are not supported
+		n.recursive = ts.skipName("recursive")
 		if err := ts.expectEnd(); err != nil {
 			return nil, err
 		}
@@ -401,6 +424,8 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 			return nil, errorf(line, "a {%% set %%} block assigns one name")
 		}
 		n := &setBlockNode{name: targets[0], line: line}
+		defer p.setSoft(false)()
+		ts.soft = false
 		for ts.skipOp("|") {
 			f, err := ts.parseFilterCall(nil)
 			if err != nil {
@@ -426,6 +451,8 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 			return nil, errorf(line, "expected a macro name, got %s", t)
 		}
 		n := &macroNode{name: t.val, line: line}
+		defer p.setSoft(false)()
+		ts.soft = false
 		if !ts.skipOp("(") {
 			return nil, errorf(line, "expected '(' after macro name %s", t.val)
 		}
@@ -464,6 +491,8 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 		return n, end.ts.expectEnd()
 	case "filter":
 		n := &filterBlockNode{line: line}
+		defer p.setSoft(false)()
+		ts.soft = false
 		for {
 			f, err := ts.parseFilterCall(nil)
 			if err != nil {
@@ -489,6 +518,7 @@ func (p *parser) parseStmt(kw string, ts *tokStream, line int) (node, error) {
 	case "generation":
 		// transformers' {% generation %} marks assistant text for masks; it
 		// renders its body unchanged.
+		defer p.setSoft(false)()
 		if err := ts.expectEnd(); err != nil {
 			return nil, err
 		}
@@ -538,7 +568,8 @@ type tokStream struct {
 	pos   int
 	line  int
 	used  *[]usedName
-	depth int // expression nesting, bounded so deep input cannot exhaust the stack
+	soft  bool // filters and tests used here are checked when reached (parser.soft)
+	depth int  // expression nesting, bounded so deep input cannot exhaust the stack
 }
 
 const maxExprDepth = 100
@@ -625,7 +656,7 @@ func (ts *tokStream) tuple(withCond bool) (expr, error) {
 	}
 	items := []expr{first}
 	for ts.skipOp(",") {
-		if t := ts.peek(); t.kind == tkEOF || (t.kind == tkName && (t.val == "if" || t.val == "recursive")) {
+		if t := ts.peek(); t.kind == tkEOF || (t.kind == tkOp && t.val == ")") || (t.kind == tkName && (t.val == "if" || t.val == "recursive")) { // ("a",) is a 1-tuple
 			break
 		}
 		x, err := parse()
@@ -644,9 +675,14 @@ func (ts *tokStream) parseExpr() (expr, error) {
 	if ts.depth > maxExprDepth {
 		return nil, errorf(line, "expression nested deeper than %d levels", maxExprDepth)
 	}
+	start := ts.usedLen()
 	x, err := ts.parseOr()
 	if err != nil {
 		return nil, err
+	}
+	if ts.isName("if") {
+		// all of a conditional expression is soft, in jinja2 as here
+		defer ts.soften(start)
 	}
 	for ts.skipName("if") {
 		cond, err := ts.parseOr()
@@ -662,6 +698,23 @@ func (ts *tokStream) parseExpr() (expr, error) {
 		x = &condExpr{cond: cond, a: x, b: b, line: line}
 	}
 	return x, nil
+}
+
+func (ts *tokStream) usedLen() int {
+	if ts.used == nil {
+		return 0
+	}
+	return len(*ts.used)
+}
+
+// soften marks the filters and tests used since start soft.
+func (ts *tokStream) soften(start int) {
+	if ts.used == nil {
+		return
+	}
+	for i := start; i < len(*ts.used); i++ {
+		(*ts.used)[i].soft = true
+	}
 }
 
 func (ts *tokStream) parseOr() (expr, error) {
@@ -1043,7 +1096,7 @@ func (ts *tokStream) parseFilterCall(x expr) (*filterExpr, error) {
 		f.name += "." + ts.next().val
 	}
 	if ts.used != nil {
-		*ts.used = append(*ts.used, usedName{filter: true, name: f.name, line: t.line})
+		*ts.used = append(*ts.used, usedName{filter: true, name: f.name, line: t.line, soft: ts.soft})
 	}
 	if ts.skipOp("(") {
 		if err := ts.parseArgs(&f.args, &f.kwName, &f.kwVal); err != nil {
@@ -1072,7 +1125,7 @@ func (ts *tokStream) parseFilterExpr(x expr) (expr, error) {
 			}
 			te := &testExpr{x: x, name: t.val, negate: neg, line: line}
 			if ts.used != nil {
-				*ts.used = append(*ts.used, usedName{name: t.val, line: t.line})
+				*ts.used = append(*ts.used, usedName{name: t.val, line: t.line, soft: ts.soft})
 			}
 			if ts.isOp("(") {
 				ts.next()
