@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -21,18 +23,32 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	v := viper.New()
-	root := newRoot(v)
-	if err := root.ExecuteContext(ctx); err != nil {
-		var exit cli.ExitError
-		if errors.As(err, &exit) {
-			os.Exit(exit.Code)
-		}
-		fmt.Fprintln(os.Stderr, "ftchat:", err)
-		os.Exit(1)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl+C ends the process at once
+	}()
+	err := newRoot(viper.New()).ExecuteContext(ctx)
+	os.Exit(exitCode(ctx, err, os.Stderr))
+}
+
+// exitCode prints err and returns the process status: 0, 130 when a
+// signal (Ctrl+C) interrupted the run, as shells report it, ExitError's
+// code, or 1.
+func exitCode(ctx context.Context, err error, stderr io.Writer) int {
+	var exit cli.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "ftchat: interrupted")
+		return 130
+	case errors.As(err, &exit):
+		return exit.Code
 	}
+	fmt.Fprintln(stderr, "ftchat:", err)
+	return 1
 }
 
 func newRoot(v *viper.Viper) *cobra.Command {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -204,5 +207,34 @@ func TestVersionFlagsAndCommand(t *testing.T) {
 		if got, want := out.String(), cli.Version()+"\n"; got != want {
 			t.Errorf("%v printed %q, want %q", args, got, want)
 		}
+	}
+}
+
+// TestInterruptExitsWith130: a run stopped by Ctrl+C (SIGINT cancels the
+// root context) exits 130 like other command-line tools, with one short
+// line instead of "context canceled"; other errors keep their codes.
+func TestInterruptExitsWith130(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		code    int
+		message string
+	}{
+		{"ok", context.Background(), nil, 0, ""},
+		{"interrupted", canceled, fmt.Errorf("prefill: %w", context.Canceled), 130, "ftchat: interrupted\n"},
+		{"canceled without a signal", context.Background(), context.Canceled, 1, "ftchat: context canceled\n"},
+		{"exit error", context.Background(), cli.ExitError{Code: 3}, 3, ""},
+		{"error", canceled, errors.New("boom"), 1, "ftchat: boom\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if code := exitCode(tc.ctx, tc.err, &stderr); code != tc.code || stderr.String() != tc.message {
+				t.Fatalf("exit %d, stderr %q; want %d, %q", code, stderr.String(), tc.code, tc.message)
+			}
+		})
 	}
 }
