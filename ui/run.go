@@ -224,6 +224,7 @@ func PrintMode(ctx context.Context, cfg Config) error {
 	var (
 		werr    error
 		endedNL = true
+		cut     error // the pool filled up mid-answer
 	)
 	for ev := range cfg.Session.Generate(ctx, req) {
 		switch ev.Kind {
@@ -236,10 +237,9 @@ func PrintMode(ctx context.Context, cfg Config) error {
 			return ev.Err
 		case engine.EventDone:
 			if ev.Stop == engine.StopPoolFull {
-				defer func() {
-					fmt.Fprintf(os.Stderr, "ftchat: stopped, the KV pool is full (%s / %s tokens)\n",
-						formatInt(int64(ev.Stats.TokensUsed)), formatInt(int64(ev.Stats.TokensCapacity)))
-				}()
+				// A cut answer is a failure for scripts: exit non-zero.
+				cut = fmt.Errorf("the answer above is cut short: the KV pool is full (%s / %s tokens); give it more memory (--kv-tokens on the CPU, --gpu-memory on a GPU), use --kv-cache-dtype fp8_e4m3 for about twice the tokens, or shorten the prompt",
+					formatInt(int64(ev.Stats.TokensUsed)), formatInt(int64(ev.Stats.TokensCapacity)))
 			}
 		}
 	}
@@ -248,6 +248,9 @@ func PrintMode(ctx context.Context, cfg Config) error {
 	}
 	if !endedNL {
 		io.WriteString(cfg.Out, "\n")
+	}
+	if cut != nil {
+		return cut
 	}
 	return ctx.Err()
 }
