@@ -12,6 +12,8 @@ import json
 import os
 from datetime import datetime
 
+import jinja2
+
 from transformers.utils.chat_template_utils import _cached_compile_jinja_template
 
 CASES = [
@@ -133,6 +135,13 @@ CASES = [
     ("err_unknown_filter_for_else_in_if", "{% if false %}{% for a in [] %}{% else %}{{ x|bogus }}{% endfor %}{% endif %}", {}),
     ("err_unknown_filter_loop_cond_in_if", "{% if false %}{% for a in [] if a|bogus %}{% endfor %}{% endif %}", {}),
     ("err_unknown_filter_also_outside_if", "{% if false %}{{ 1|bogus }}{% endif %}{{ 1|bogus }}", {}),
+    # from_json/fromjson: not jinja2's own; engines rendering DeepSeek-V4's
+    # template register json.loads under that name (as main() does here)
+    ("filter_from_json", "{% set a = s|from_json %}{{ a }} {{ a.b[1].c }} {{ a|tojson }} {{ '[1, 2.0, 1e2, -0, \"\\u00e9\"]'|fromjson }} {{ 'null'|from_json }} {{ ' 7 '|from_json + 1 }} {% for k, v in (s|from_json).items() %}{{ k }}={{ v }};{% endfor %}",
+     {"s": '{"z": true, "b": [null, {"c": "é😀"}], "n": 12345678901234, "f": 1.5, "z": false}'}),
+    ("err_from_json_not_string", "{{ d|from_json }}", {"d": {"a": 1}}),
+    ("err_from_json_invalid", "{{ '{\"a\": }'|from_json }}", {}),
+    ("err_from_json_trailing", "{{ '[1] x'|from_json }}", {}),
     # errors
     ("err_precedence_concat", "{{ 'a' ~ 1 + 2 }}", {}),
     ("err_unclosed_if", "{% if true %}x", {}),
@@ -158,6 +167,8 @@ CASES = [
 
 
 def main():
+    jinja2.defaults.DEFAULT_FILTERS["from_json"] = json.loads
+    jinja2.defaults.DEFAULT_FILTERS["fromjson"] = json.loads
     out = []
     for name, tmpl, variables in CASES:
         case = {"name": name, "template": tmpl, "vars": variables}

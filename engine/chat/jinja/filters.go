@@ -21,6 +21,8 @@ func init() {
 		"length":     fLength,
 		"count":      fLength,
 		"tojson":     fToJSON,
+		"from_json":  fFromJSON,
+		"fromjson":   fFromJSON,
 		"trim":       fTrim,
 		"upper":      strFilter(strings.ToUpper),
 		"lower":      strFilter(strings.ToLower),

@@ -291,7 +291,11 @@ func strftime(t time.Time, f string) string {
 func DecodeJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	return decodeAll(dec, nil)
+}
+
+func decodeAll(dec *json.Decoder, charge func(n int64) error) (any, error) {
+	v, err := decodeValue(dec, 0, charge)
 	if err != nil {
 		return nil, err
 	}
@@ -301,13 +305,46 @@ func DecodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
+// fFromJSON is the from_json/fromjson filter (json.loads) some chat
+// templates use on tool-call arguments given as a string. Every value it
+// builds is charged to the render's budget and steps: a short string
+// like "[[],[],…]" builds far more than its bytes.
+func fFromJSON(r *renderer, v any, _ []any, _ map[string]any) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		return nil, fmt.Errorf("the JSON object must be str, not %s", typeName(v))
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	return decodeAll(dec, func(n int64) error {
+		if err := r.work(1); err != nil {
+			return err
+		}
+		return r.grow(n, "from_json of a string of %d bytes", len(s))
+	})
+}
+
+// decodeValue decodes one value; charge (if not nil) is told the bytes of
+// each value before it is built.
+func decodeValue(dec *json.Decoder, depth int, charge func(n int64) error) (any, error) {
 	if depth > maxJSONDepth {
 		return nil, fmt.Errorf("json: nesting deeper than %d", maxJSONDepth)
 	}
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
+	}
+	if charge != nil {
+		n := int64(elemSize)
+		switch x := tok.(type) {
+		case string:
+			n += int64(len(x))
+		case json.Delim:
+			n += 3 * elemSize // slice header or dict header
+		}
+		if err := charge(n); err != nil {
+			return nil, err
+		}
 	}
 	switch x := tok.(type) {
 	case json.Delim:
@@ -323,7 +360,12 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 				if !ok {
 					return nil, fmt.Errorf("json: object key is not a string")
 				}
-				v, err := decodeValue(dec, depth+1)
+				if charge != nil { // the key and the map entry
+					if err := charge(elemSize + int64(len(k))); err != nil {
+						return nil, err
+					}
+				}
+				v, err := decodeValue(dec, depth+1, charge)
 				if err != nil {
 					return nil, err
 				}
@@ -334,7 +376,7 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 		case '[':
 			out := []any{}
 			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
+				v, err := decodeValue(dec, depth+1, charge)
 				if err != nil {
 					return nil, err
 				}

@@ -21,6 +21,9 @@ func TestLimitsAreConfigurable(t *testing.T) {
 		{"small budget", `{{ "x" * 1000000 }}`, Limits{MaxBytes: 1 << 20}, "exceeds the 1 MiB budget"},
 		{"output counts", strings.Repeat(`{{ "x" }}`, 100), Limits{MaxBytes: 50}, "exceeds the 50 bytes budget for what a render may build (writing 1 bytes of output)"},
 		{"steps", `{% for i in range(100) %}{% endfor %}`, Limits{MaxSteps: 10}, "more than 10 loop iterations"},
+		{"from_json budget", `{{ ("[" ~ "[]," * 100000 ~ "[]]")|from_json|length }}`, Limits{MaxBytes: 1 << 20}, "exceeds the 1 MiB budget for what a render may build (from_json of a string of 300004 bytes)"},
+		{"from_json steps", `{{ "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]"|from_json }}`, Limits{MaxSteps: 10}, "more than 10 loop iterations"},
+		{"from_json fits", `{{ ("[" ~ "[]," * 1000 ~ "[]]")|from_json|length }}`, Limits{MaxBytes: 1 << 20}, ""},
 		{"deadline", "{% set s = 'x' * 10000000 %}{% for i in range(1000000) %}{{ s.count('y') }}{% endfor %}", Limits{Timeout: 20 * time.Millisecond}, "takes longer than 20ms"},
 	}
 	for _, c := range cases {
