@@ -82,6 +82,12 @@ func TestGoldenFrames(t *testing.T) {
 			d.m.reconf = &reconfState{dtype: "fp8_e4m3"}
 			d.send(reconfProgMsg{done: 12000, total: 16000})
 		}},
+		// Issue 15 item 3: a long single line grows the input (4 rows
+		// here), not only hard newlines.
+		{"long_line_input_80x24", 80, 24, func(d *driver) {
+			d.m.input.Reset()
+			d.typeText(strings.Repeat("a long single line that wraps in the input ", 6) + "end")
+		}},
 		{"scrolled_80x16", 80, 16, func(d *driver) { d.m.input.Reset(); d.key(keyPgUp) }},
 	}
 	for _, tc := range tests {

@@ -121,6 +121,13 @@ type model struct {
 		width int
 		lines []string
 	}
+	// inputRows caches the input's row count (soft wraps included) on
+	// its text and width.
+	inputRows struct {
+		val  string
+		w, n int
+		ok   bool
+	}
 	inputCache struct {
 		key    inputKey
 		ok     bool

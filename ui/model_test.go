@@ -865,3 +865,32 @@ func TestStatusPaneAfterCancelledPrefillIsNotCached(t *testing.T) {
 		t.Errorf("status pane does not show the engine's 16,000 held tokens:\n%s", f)
 	}
 }
+
+// TestInputGrowsWithWrappedLines guards issue 15 item 3: the input's height
+// counted hard newlines only, so a long single line showed one row.
+func TestInputGrowsWithWrappedLines(t *testing.T) {
+	tests := []struct {
+		name  string
+		h     int
+		paste string
+		want  int
+	}{
+		{"empty", 24, "", 1},
+		{"short", 24, "hello", 1},
+		{"two rows", 24, strings.Repeat("word ", 20), 2},
+		{"hard newlines", 24, "a\nb\nc", 3},
+		{"capped at 8", 40, strings.Repeat("word ", 400), 8},
+		{"capped at a third of the screen", 12, strings.Repeat("word ", 400), 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDriver(t, func(c *Config) { c.Width, c.Height = 80, tt.h })
+			if tt.paste != "" {
+				d.send(tea.PasteMsg{Content: tt.paste})
+			}
+			if got := d.m.inputHeight(); got != tt.want {
+				t.Errorf("input height %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

@@ -149,8 +149,19 @@ type inputKey struct {
 	line, col, w, h, scroll int
 }
 
+// inputHeight is the input's height: its rows, soft-wrapped ones included
+// (a long single line grows the input too), from 1 to 8, and at most a
+// third of the screen.
 func (m *model) inputHeight() int {
-	return min(max(m.input.LineCount(), 1), 8, max(m.height/3, 1))
+	v := m.input.Value()
+	if c := &m.inputRows; !c.ok || c.val != v || c.w != m.width {
+		// The textarea counts its wrapped rows, clamped to its MaxHeight
+		// (8), only when its width is set (with DynamicHeight); typing
+		// does not recount, so recount here when the text changed.
+		m.input.SetWidth(m.width)
+		c.val, c.w, c.n, c.ok = v, m.width, m.input.Height(), true
+	}
+	return min(max(m.inputRows.n, 1), 8, max(m.height/3, 1))
 }
 
 // layout splits the height: chat, the notice line, the input, and the
