@@ -16,6 +16,8 @@ import jinja2
 
 from transformers.utils.chat_template_utils import _cached_compile_jinja_template
 
+TREE = [{"n": "a", "ch": [{"n": "b", "ch": [{"n": "c"}]}, {"n": "d", "ch": []}]}, {"n": "e"}]
+
 CASES = [
     # name, template, vars
     ("text", "hello", {}),
@@ -142,6 +144,20 @@ CASES = [
     ("err_from_json_not_string", "{{ d|from_json }}", {"d": {"a": 1}}),
     ("err_from_json_invalid", "{{ '{\"a\": }'|from_json }}", {}),
     ("err_from_json_trailing", "{{ '[1] x'|from_json }}", {}),
+    # loop.changed, loop.depth, recursive loops (issue 15 item 19)
+    ("loop_recursive_depth", "{% for x in t recursive %}{{ loop.depth }}{{ loop.depth0 }}{{ x.n }}{{ loop.index }}/{{ loop.length }}{% if x.ch %}[{{ loop(x.ch) }}]{% endif %}{% endfor %}", {"t": TREE}),
+    ("loop_recursive_else", "{% for x in t recursive %}{{ x.n }}({{ loop(x.ch) if x.ch is defined }}){% else %}E{% endfor %}", {"t": TREE}),
+    ("loop_recursive_scopes", "{% set y = 'Y' %}{% for x in t recursive %}{% set y = x.n %}{{ y }}{% for z in [1] %}{{ loop.depth }}{% endfor %}{% if x.ch %}<{{ loop(x.ch)|upper }}>{% endif %}{{ y }}{% endfor %}{{ y }}", {"t": TREE}),
+    ("loop_recursive_filter", "{% for x in t if x.n != 'b' recursive %}{{ x.n }}{% if x.ch %}[{{ loop(x.ch) }}]{% endif %}{{ loop.last }}{% endfor %}", {"t": TREE}),
+    ("loop_recursive_items", "{% for k, v in d.items() recursive %}{{ k }}{% if v is mapping %}({{ loop(v.items()) }}){% endif %};{% endfor %}", {"d": {"a": {"b": 1, "c": {"d": 2}}, "e": 3}}),
+    ("loop_recursive_deep", "{% for x in [1, 2] recursive %}{{ x }}{% if x < 100 %}{{ loop([x * 2]) }}{% endif %}{% endfor %}", {}),
+    ("loop_changed", "{% for x in [1, 1, 2, 3, 3, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}|{% endfor %} {% for x in [1, 1, 2, 2] %}{{ loop.changed(x, loop.index0 // 3) }}{{ loop.changed(x) }} {{ loop.changed() }}{% endfor %}", {}),
+    ("loop_changed_roles", "{% for m in ms %}{% if loop.changed(m.role) %}<{{ m.role }}>{% endif %}{{ m.c }}{% endfor %}", {"ms": [{"role": "u", "c": 1}, {"role": "u", "c": 2}, {"role": "a", "c": 3}]}),
+    ("loop_changed_lists_depth", "{% for x in [[1, 2], [1, 2], [1, 2.0], [3]] %}{{ loop.changed(x) }}{% endfor %}{% for x in [1] %}{{ loop.depth }}{{ loop.depth0 }}{% for y in [2] %}{{ loop.depth }}{% endfor %}{% endfor %}", {}),
+    ("err_loop_not_recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}", {}),
+    ("err_loop_two_args", "{% for x in [1] recursive %}{{ loop([2], [3]) }}{% endfor %}", {}),
+    ("err_loop_not_iterable", "{% for x in [1] recursive %}{{ loop(x) }}{% endfor %}", {}),
+    ("err_loop_recursion_unbounded", "{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}", {}),
     # errors
     ("err_precedence_concat", "{{ 'a' ~ 1 + 2 }}", {}),
     ("err_unclosed_if", "{% if true %}x", {}),

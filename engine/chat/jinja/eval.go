@@ -7,7 +7,8 @@
 //
 // Not supported (an error names them): template inheritance and includes
 // ({% extends %}, {% include %}, {% import %}, {% block %}), {% call %},
-// recursive loops, and autoescaping.
+// and autoescaping. Filters some engines add for chat templates
+// (from_json/fromjson) are there too.
 //
 // Templates come with model files and are untrusted: every Render is bounded
 // by Template.Limits (a memory budget charged before each allocation, a step
@@ -253,10 +254,22 @@ func (r *renderer) execNode(n node, f *frame, b *strings.Builder) error {
 	return fmt.Errorf("jinja: internal error: unknown node %T", n)
 }
 
+// loopObj is the loop variable: one per run of a loop, its index moved
+// each iteration as jinja2's LoopContext is (so loop.changed remembers
+// across iterations).
 type loopObj struct {
 	items  []any
 	index  int
 	length int
+	depth  int // 0 at the top; one more in each loop(...) call of a recursive loop
+
+	last    []any // the arguments of the last loop.changed call
+	changed bool  // whether there was one
+
+	r *renderer
+	// of a recursive loop: what loop(items) runs again, and in which scope
+	n     *forNode
+	outer *frame
 }
 
 func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
@@ -264,6 +277,12 @@ func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
 	if err != nil {
 		return err
 	}
+	return r.runLoop(n, it, f, b, 0)
+}
+
+// runLoop runs the loop n over it in the scope f; depth is the recursion
+// depth of a recursive loop.
+func (r *renderer) runLoop(n *forNode, it any, f *frame, b *strings.Builder, depth int) error {
 	items, err := r.iter(it)
 	if err != nil {
 		return at(n.line, err, func() error { return errorf(n.line, "{%% for %%}: %v", err) })
@@ -309,13 +328,18 @@ func (r *renderer) execFor(n *forNode, f *frame, b *strings.Builder) error {
 	if len(items) == 0 {
 		return r.exec(n.els, f, b)
 	}
+	lo := &loopObj{items: items, length: len(items), depth: depth, r: r}
+	if n.recursive {
+		lo.n, lo.outer = n, f
+	}
 	for i, item := range items {
 		if err := r.step(n.line); err != nil {
 			return err
 		}
+		lo.index = i
 		// every iteration gets a fresh scope, as in jinja2: assignments in
 		// the body neither leak out nor survive to the next iteration
-		fr := &frame{vars: map[string]any{"loop": &loopObj{items: items, index: i, length: len(items)}}, parent: f}
+		fr := &frame{vars: map[string]any{"loop": lo}, parent: f}
 		if err := bind(fr, item); err != nil {
 			return err
 		}
@@ -843,6 +867,9 @@ func (r *renderer) evalCall(e *callExpr, f *frame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if lo, ok := fn.(*loopObj); ok {
+		fn = Func(lo.call)
+	}
 	switch c := fn.(type) {
 	case Func:
 		v, err := c(args, kw)
@@ -874,6 +901,32 @@ func (r *renderer) evalCall(e *callExpr, f *frame) (any, error) {
 	return nil, errorf(e.line, "'%s' object is not callable", typeName(fn))
 }
 
+// call is loop(items) in the body of a recursive loop: the body run on
+// items one level deeper, its output returned. It is bounded like macro
+// recursion.
+func (lo *loopObj) call(args []any, kw map[string]any) (any, error) {
+	if lo.n == nil {
+		return nil, fmt.Errorf("the loop must have the 'recursive' marker to be called recursively")
+	}
+	if len(args) != 1 || len(kw) > 0 {
+		return nil, fmt.Errorf("loop() takes one iterable, got %d arguments", len(args)+len(kw))
+	}
+	r := lo.r
+	if err := r.grow(3*frameSize, "a recursive loop() call"); err != nil {
+		return nil, at(lo.n.line, err, nil)
+	}
+	if r.depth >= maxDepth {
+		return nil, errorf(lo.n.line, "recursive loop deeper than %d levels", maxDepth)
+	}
+	r.depth++
+	defer func() { r.depth-- }()
+	var sb strings.Builder
+	if err := r.runLoop(lo.n, args[0], lo.outer, &sb, lo.depth+1); err != nil {
+		return nil, err
+	}
+	return sb.String(), nil
+}
+
 func (lo *loopObj) attr(name string) (any, bool) {
 	switch name {
 	case "index":
@@ -891,9 +944,19 @@ func (lo *loopObj) attr(name string) (any, bool) {
 	case "length":
 		return int64(lo.length), true
 	case "depth":
-		return int64(1), true
+		return int64(lo.depth + 1), true
 	case "depth0":
-		return int64(0), true
+		return int64(lo.depth), true
+	case "changed":
+		// true when the arguments differ from the last call's (or first)
+		return Func(func(args []any, _ map[string]any) (any, error) {
+			same := lo.changed && len(args) == len(lo.last)
+			for i := 0; same && i < len(args); i++ {
+				same = lo.r.equal(args[i], lo.last[i])
+			}
+			lo.last, lo.changed = args, true
+			return !same, nil
+		}), true
 	case "previtem":
 		if lo.index > 0 {
 			return lo.items[lo.index-1], true

@@ -103,6 +103,8 @@ func TestErrorMessages(t *testing.T) {
 		{"unknown filter", "x\n\n{{ y | frobnicate }}", nil, []string{"line 3", "no filter named 'frobnicate'"}},
 		{"unknown test", "{{ y is frob }}", nil, []string{"no test named 'frob'"}},
 		{"unknown filter reached", "x\n{% if true %}\n{{ y | from_jsonx }}{% endif %}", nil, []string{"line 3", "no filter named 'from_jsonx'"}},
+		{"recursive loop unbounded", "{% for x in [1] recursive %}\n{{ loop([x]) }}{% endfor %}", nil, []string{"line 1", "recursive loop deeper than 200 levels"}},
+		{"loop not recursive", "{% for x in [1] %}{{ loop([x]) }}{% endfor %}", nil, []string{"line 1", "'recursive' marker"}},
 		{"unknown test reached", "{{ 1 if y is frob }}", nil, []string{"line 1", "no test named 'frob'"}},
 		{"raise_exception", "ok\n{{ raise_exception('Conversation roles must alternate user/assistant') }}", nil,
 			[]string{"line 2", "template raised an exception: Conversation roles must alternate user/assistant"}},
