@@ -146,10 +146,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 }
 
 func modelName(c model.Config, path string) string {
-	if c.Name != "" {
-		return c.Name
-	}
-	return filepath.Base(path)
+	return displayName(c.Name, filepath.Base(path))
 }
 
 // openBackend picks the device: --device cpu, cuda[:N], or auto (CUDA when
