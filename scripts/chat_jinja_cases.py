@@ -158,6 +158,13 @@ CASES = [
     ("err_loop_two_args", "{% for x in [1] recursive %}{{ loop([2], [3]) }}{% endfor %}", {}),
     ("err_loop_not_iterable", "{% for x in [1] recursive %}{{ loop(x) }}{% endfor %}", {}),
     ("err_loop_recursion_unbounded", "{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}", {}),
+    # batch, joiner, cycler (issue 15 item 19)
+    ("filter_batch", "{{ [1, 2, 3, 4, 5]|batch(2)|list }} {{ [1, 2, 3, 4, 5]|batch(2, 'x')|list }} {{ 'abcd'|batch(3, fill_with=0)|list }} {{ []|batch(2)|list }} {{ [1, 2]|batch(0)|list }} {{ [1, 2]|batch(-1, 0)|list }} {{ [1, 2, 3]|batch(2.0)|list }} {{ [1, 2, 3]|batch(linecount=5, fill_with=none)|list }} {% for row in d|batch(2) %}{{ row|join('-') }};{% endfor %}", {"d": {"a": 1, "b": 2, "c": 3}}),
+    ("global_joiner", "{% set pipe = joiner(' | ') %}{% for x in [1, 2, 3] %}{{ pipe() }}{{ x }}{% endfor %} {% set j = joiner() %}{{ j() }}{{ j() }}{{ j() }} {% set k = joiner(sep=0) %}{{ k() }}{{ k() }}", {}),
+    ("global_cycler", "{% set c = cycler('odd', 'even') %}{{ c.current }} {% for x in [1, 2, 3] %}{{ c.next() }}{{ c.current }},{% endfor %}{{ c.reset() }}{{ c.next() }} {{ c['current'] }} {% set one = cycler(7) %}{{ one.next() }}{{ one.next() }}", {}),
+    ("err_batch_no_linecount", "{{ [1]|batch }}", {}),
+    ("err_cycler_empty", "{{ cycler() }}", {}),
+    ("err_joiner_args", "{% set j = joiner() %}{{ j(1) }}", {}),
     # errors
     ("err_precedence_concat", "{{ 'a' ~ 1 + 2 }}", {}),
     ("err_unclosed_if", "{% if true %}x", {}),

@@ -661,6 +661,10 @@ func (r *renderer) getAttr(obj any, name string, line int) (any, error) {
 		if v, ok := x.attr(name); ok {
 			return v, nil
 		}
+	case *cycler:
+		if v, ok := x.attr(name); ok {
+			return v, nil
+		}
 	}
 	return Undefined{hint: fmt.Sprintf("'%s object' has no attribute '%s'", typeName(obj), name)}, nil
 }
@@ -715,7 +719,7 @@ func (r *renderer) getItem(obj, key any, line int) (any, error) {
 			}
 			i--
 		}
-	case *Namespace, *loopObj:
+	case *Namespace, *loopObj, *cycler:
 		if s, ok := key.(string); ok {
 			return r.getAttr(obj, s, line)
 		}
@@ -1004,6 +1008,13 @@ func (r *renderer) globals() map[string]any {
 				return nil, err
 			}
 			return strftime(now(), s), nil
+		}),
+		"joiner": Func(joiner),
+		"cycler": Func(func(args []any, kw map[string]any) (any, error) {
+			if err := r.growN(int64(len(args))+2, elemSize, "cycler() of %d items", len(args)); err != nil {
+				return nil, err
+			}
+			return newCycler(args, kw)
 		}),
 		"namespace": Func(func(args []any, kw map[string]any) (any, error) {
 			d := NewDict()

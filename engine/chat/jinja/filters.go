@@ -23,6 +23,7 @@ func init() {
 		"tojson":     fToJSON,
 		"from_json":  fFromJSON,
 		"fromjson":   fFromJSON,
+		"batch":      fBatch,
 		"trim":       fTrim,
 		"upper":      strFilter(strings.ToUpper),
 		"lower":      strFilter(strings.ToLower),

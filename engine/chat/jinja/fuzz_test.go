@@ -20,6 +20,9 @@ func FuzzParseRender(f *testing.F) {
 		"{% for a, b in [[1, 2]] if a %}{{ loop.cycle('x') }}{% else %}e{% endfor %}",
 		"{{ ((((((1)))))) }}{{ [[[[]]]] }}{{ s[1:2:3] }}",
 		"{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}",
+		"{% for x in t recursive %}{{ loop.depth }}{{ loop(x) if x is iterable }}{{ loop.changed(x) }}{% endfor %}",
+		"{% set c = cycler(1, 2) %}{% set j = joiner('|') %}{{ j() }}{{ c.next() }}{{ '[[1], {\"a\": 2}]'|from_json|batch(2, 0)|list }}",
+		"{% if false %}{{ x|nosuch }}{% endif %}{{ y if x is nosuch }}",
 	} {
 		f.Add(c)
 	}

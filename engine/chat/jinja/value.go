@@ -239,6 +239,8 @@ func typeName(v any) string {
 		return "function"
 	case *loopObj:
 		return "LoopContext"
+	case *cycler:
+		return "Cycler"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -287,6 +289,8 @@ func toStr(v any) string {
 		return "<function>"
 	case *loopObj:
 		return "<LoopContext " + strconv.Itoa(x.index+1) + "/" + strconv.Itoa(x.length) + ">"
+	case *cycler:
+		return "<Cycler>"
 	}
 	return repr(v)
 }
