@@ -58,7 +58,7 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		MaxTokens:     cfg.MaxTokens,
 	}
 	if printMode {
-		return ui.PrintMode(ctx, uc)
+		return engine.ForPrintMode(ui.PrintMode(ctx, uc))
 	}
 	return ui.Run(ctx, uc)
 }

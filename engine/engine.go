@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -352,12 +354,49 @@ func (e *Engine) FitCheck(req Request) error {
 // ContextFullError says a conversation is longer than the model's context.
 type ContextFullError struct {
 	Need, ContextLen int
-	pool             *kvcache.PoolFullError
+	// NoChat words the advice for a run without the chat (-p).
+	NoChat bool
+	pool   *kvcache.PoolFullError
 }
 
 func (e *ContextFullError) Error() string {
+	if e.NoChat {
+		return fmt.Sprintf("the prompt needs %d tokens but the context is %d tokens: shorten the prompt or the piped input (or raise --ctx-size if it is set lower than the model's context)", e.Need, e.ContextLen)
+	}
 	return fmt.Sprintf("the conversation needs %d tokens but the model's context is %d tokens: /clear, or drop older turns", e.Need, e.ContextLen)
 }
+
+// ForPrintMode rewords the pool or context error in err's chain for a run
+// without the chat (-p), whose user cannot type slash commands. Wrappers
+// format their text when made, so the new message is err's with the
+// inner error's text swapped; err stays reachable through Unwrap.
+func ForPrintMode(err error) error {
+	reword := func(inner error, noChat *bool) error {
+		full, old := err.Error(), inner.Error()
+		if !strings.HasSuffix(full, old) {
+			return err
+		}
+		*noChat = true
+		return &rewordedError{msg: strings.TrimSuffix(full, old) + inner.Error(), err: err}
+	}
+	var cf *ContextFullError
+	if errors.As(err, &cf) {
+		return reword(cf, &cf.NoChat)
+	}
+	var pf *kvcache.PoolFullError
+	if errors.As(err, &pf) {
+		return reword(pf, &pf.NoChat)
+	}
+	return err
+}
+
+type rewordedError struct {
+	msg string
+	err error
+}
+
+func (e *rewordedError) Error() string { return e.msg }
+func (e *rewordedError) Unwrap() error { return e.err }
 
 // Unwrap exposes the numbers as a PoolFullError (Fit is the context length).
 func (e *ContextFullError) Unwrap() error { return e.pool }

@@ -238,8 +238,12 @@ func PrintMode(ctx context.Context, cfg Config) error {
 		case engine.EventDone:
 			if ev.Stop == engine.StopPoolFull {
 				// A cut answer is a failure for scripts: exit non-zero.
-				cut = fmt.Errorf("the answer above is cut short: the KV pool is full (%s / %s tokens); give it more memory (--kv-tokens on the CPU, --gpu-memory on a GPU), use --kv-cache-dtype fp8_e4m3 for about twice the tokens, or shorten the prompt",
-					formatInt(int64(ev.Stats.TokensUsed)), formatInt(int64(ev.Stats.TokensCapacity)))
+				fp8 := ", use --kv-cache-dtype fp8_e4m3 for about twice the tokens"
+				if strings.HasPrefix(ev.Stats.KVDType, "fp8") {
+					fp8 = ""
+				}
+				cut = fmt.Errorf("the answer above is cut short: the KV pool is full (%s / %s tokens); give it more memory (--kv-tokens on the CPU, --gpu-memory on a GPU)%s, or shorten the prompt",
+					formatInt(int64(ev.Stats.TokensUsed)), formatInt(int64(ev.Stats.TokensCapacity)), fp8)
 			}
 		}
 	}
