@@ -228,26 +228,51 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 	}
 	l.Pages = int(e.kvBudget / l.BytesPerPage())
 	if l.Pages < 1 {
-		return l, fmt.Errorf("KV pool: the budget of %s holds no page of %d tokens (%s); raise --gpu-memory or --kv-tokens",
-			kvcache.FormatBytes(e.kvBudget), ps, kvcache.FormatBytes(l.BytesPerPage()))
+		return l, e.noPageError(l, ps)
 	}
 	return l, l.Validate()
+}
+
+// noPageError says which setting leaves the pool without a single page
+// and the smallest value that holds one.
+func (e *Engine) noPageError(l kvcache.Layout, ps int) error {
+	page := l.BytesPerPage()
+	if e.budget > 0 {
+		return fmt.Errorf("KV pool: the %s of --gpu-memory left for the KV cache holds no page of %d tokens (%s); raise --gpu-memory by at least %s",
+			kvcache.FormatBytes(e.kvBudget), ps, kvcache.FormatBytes(page), kvcache.FormatBytes(page-e.kvBudget))
+	}
+	c := e.mdl.Config
+	bf16 := int64(kvcache.BytesPerToken(c.AttnLayers, c.KVHeads, c.HeadDim, kvcache.BF16, kvcache.DynamicScales))
+	minTokens := (page + bf16 - 1) / bf16 // the budget counts bf16 tokens
+	flag, n := "--kv-tokens", e.opts.KVTokens
+	if n == 0 {
+		flag, n = "--ctx-size", e.info.ContextLen
+	}
+	return fmt.Errorf("%s %d is too small for the KV pool: the smallest holds one page of %d tokens, so use %s %d or more (or a smaller --page-size)",
+		flag, n, ps, flag, minTokens)
 }
 
 func (e *Engine) applyStaticScales(l *kvcache.Layout) error {
 	if e.opts.KVScales == "checkpoint" {
 		return fmt.Errorf("--kv-scales checkpoint: %s has no k_scale/v_scale tensors; use a calibration file from `ftchat calibrate`", e.file.Path)
 	}
-	sf, err := kvcache.LoadScales(e.opts.KVScales)
-	if err != nil {
+	// kvcache's messages mostly name the option already; say it once.
+	named := func(err error) error {
+		if strings.HasPrefix(err.Error(), "--kv-scales") {
+			return err
+		}
 		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
 	}
+	sf, err := kvcache.LoadScales(e.opts.KVScales)
+	if err != nil {
+		return named(err)
+	}
 	if err := sf.Match(l.Layers, l.KVHeads); err != nil {
-		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
+		return named(err)
 	}
 	k, v, err := sf.Expand(l.DType)
 	if err != nil {
-		return fmt.Errorf("--kv-scales %s: %w", e.opts.KVScales, err)
+		return named(err)
 	}
 	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
 	return nil

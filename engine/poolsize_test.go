@@ -68,3 +68,38 @@ func TestThreadCountBeyondLimitRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTinyKVTokensSaysTheMinimum: a --kv-tokens (or --ctx-size) too small
+// for one page names the setting and the smallest value that works, and
+// that value loads.
+func TestTinyKVTokensSaysTheMinimum(t *testing.T) {
+	path := synthModel(t, "qwen3-tiny", gguf.F32)
+	cases := []struct {
+		name  string
+		o, ok Options // ok: the advertised minimum
+		want  string
+	}{
+		{"kv-tokens", Options{KVTokens: 16, PageSize: 64}, Options{KVTokens: 64, PageSize: 64},
+			"--kv-tokens 16 is too small for the KV pool: the smallest holds one page of 64 tokens, so use --kv-tokens 64 or more"},
+		{"ctx-size", Options{ContextLen: 16, PageSize: 64}, Options{ContextLen: 64, PageSize: 64},
+			"--ctx-size 16 is too small for the KV pool: the smallest holds one page of 64 tokens, so use --ctx-size 64 or more"},
+	}
+	load := func(o Options) error {
+		o.Model, o.Device = path, "cpu"
+		e, err := Load(context.Background(), o, nil)
+		if err == nil {
+			e.Close()
+		}
+		return err
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := load(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if err := load(c.ok); err != nil {
+				t.Fatalf("the advertised minimum is refused: %v", err)
+			}
+		})
+	}
+}
