@@ -12,6 +12,8 @@ time=${FUZZTIME:-10s}
 # which stalls targets with large seeds (FuzzOpen, FuzzLoadModel) for most
 # of a short run; crashers are still minimized within this bound.
 minimize=${FUZZMINIMIZETIME:-5s}
+# -timeout 0: go test's default 10m timeout would otherwise end a 10m
+# run with "context deadline exceeded"; -fuzztime bounds the run.
 only=${1:-}
 status=0
 while IFS=: read -r file name; do
@@ -19,7 +21,7 @@ while IFS=: read -r file name; do
   pkg=./$(dirname "$file")
   echo "== $name ($pkg, $time)"
   # shellcheck disable=SC2086
-  if ! CGO_ENABLED=0 $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" -fuzzminimizetime "$minimize" ${FUZZFLAGS:-} "$pkg"; then
+  if ! CGO_ENABLED=0 $GO test -run '^$' -fuzz "^${name}\$" -timeout 0 -fuzztime "$time" -fuzzminimizetime "$minimize" ${FUZZFLAGS:-} "$pkg"; then
     status=1
   fi
 done < <(grep -rHo --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+' . | sed -e 's|^\./||' -e 's|:func |:|' | sort -u)
