@@ -93,6 +93,9 @@ type Stats struct {
 	BytesUsed             int64
 	BytesBF16             int64   // what TokensUsed would take in bf16
 	CapacityRatio         float64 // bf16 bytes per token / this dtype's
+	// FP8TokensCapacity is what the same pool bytes would hold in
+	// fp8_e4m3, what /kvdtype fp8_e4m3 gives (0 when already fp8_e4m3).
+	FP8TokensCapacity int
 
 	BudgetBytes  int64 // device memory budget (0: unlimited / CPU)
 	WeightsBytes int64

@@ -326,6 +326,7 @@ func (e *Engine) Stats() Stats {
 	e.poolMu.RLock()
 	ps := e.pool.Stats()
 	l := e.layout
+	fp8 := e.fp8Capacity()
 	e.poolMu.RUnlock()
 	e.statsMu.Lock()
 	c := e.counters
@@ -335,8 +336,8 @@ func (e *Engine) Stats() Stats {
 		PagesTotal: ps.PagesTotal, PagesUsed: ps.PagesUsed,
 		TokensCapacity: ps.TokensCapacity, TokensUsed: ps.TokensUsed,
 		BytesPerToken: ps.BytesPerToken, BytesUsed: ps.BytesUsed, BytesBF16: ps.BytesBF16,
-		CapacityRatio: ps.CapacityRatio,
-		BudgetBytes:   e.budget, WeightsBytes: e.mdl.Config.WeightBytes, PoolBytes: ps.PoolBytes,
+		CapacityRatio: ps.CapacityRatio, FP8TokensCapacity: fp8,
+		BudgetBytes: e.budget, WeightsBytes: e.mdl.Config.WeightBytes, PoolBytes: ps.PoolBytes,
 		PrefillTokens: c.prefillTokens, ReusedTokens: c.reusedTokens, DecodeTokens: c.decodeTokens,
 		LastPrefillTokens: c.lastPrefill, PrefillTokensPerS: c.prefillRate, DecodeTokensPerS: c.decodeRate,
 		LastTurnDuration: c.lastTurn,

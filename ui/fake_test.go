@@ -33,7 +33,8 @@ func newFakeEngine() *fakeEngine {
 		Model: "SmolLM2-135M-Instruct", Device: "cuda:0 NVIDIA H200", KVDType: "bf16", PageSize: 16,
 		PagesTotal: 4096, PagesUsed: 1024, TokensCapacity: 65536, TokensUsed: 16000,
 		BytesPerToken: 23040, BytesUsed: 16000 * 23040, BytesBF16: 16000 * 23040, CapacityRatio: 1,
-		BudgetBytes: 8 << 30, WeightsBytes: 100 << 20, PoolBytes: 65536 * 23040,
+		FP8TokensCapacity: 122880,
+		BudgetBytes:       8 << 30, WeightsBytes: 100 << 20, PoolBytes: 65536 * 23040,
 		PrefillTokensPerS: 12345.6, DecodeTokensPerS: 87.25,
 	}}
 }

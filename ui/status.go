@@ -81,9 +81,11 @@ func bar(frac float64, width int) string {
 // statusSegments are the status pane's items, grouped in lines that wrap
 // as a whole when the terminal is narrow.
 func statusSegments(s engine.Stats) [][]string {
+	// The bar and its percentage count tokens, like the numbers beside
+	// them (pages would disagree: a page is used by its first token).
 	frac := 0.0
-	if s.PagesTotal > 0 {
-		frac = float64(s.PagesUsed) / float64(s.PagesTotal)
+	if s.TokensCapacity > 0 {
+		frac = float64(s.TokensUsed) / float64(s.TokensCapacity)
 	}
 	pool := []string{
 		"KV " + bar(frac, 16) + fmt.Sprintf(" %3.0f%%", frac*100),
@@ -103,7 +105,19 @@ func statusSegments(s engine.Stats) [][]string {
 		"now " + formatBytes(s.BytesUsed) + " vs bf16 " + formatBytes(s.BytesBF16),
 		"capacity " + ratio + " of bf16",
 	}
-	budget := "no budget"
+	if s.CapacityRatio <= 1 && s.FP8TokensCapacity > 0 {
+		// bf16 or fp16: comparing with bf16 says nothing; say what the
+		// switch to fp8 would give in the same memory.
+		kv = []string{
+			"kv " + dtype,
+			"fp8 would hold " + formatInt(int64(s.FP8TokensCapacity)) + " tok",
+			"/kvdtype fp8_e4m3",
+		}
+		if s.TokensCapacity > 0 {
+			kv[1] += " (×" + strconv.FormatFloat(float64(s.FP8TokensCapacity)/float64(s.TokensCapacity), 'f', 2, 64) + ")"
+		}
+	}
+	budget := "" // no --gpu-memory budget (CPU): nothing to show
 	if s.BudgetBytes > 0 {
 		budget = "budget " + formatBytes(s.BudgetBytes)
 	}
