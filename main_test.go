@@ -238,3 +238,54 @@ func TestInterruptExitsWith130(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigShowsChatSettingsAndWhereItLooked: `ftchat config` lists the
+// chat's settings too (temperature, system, max-tokens), never help, and
+// without a config file says where it looked for one.
+func TestConfigShowsChatSettingsAndWhereItLooked(t *testing.T) {
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       map[string]string
+		header     string
+	}{
+		{"defaults", "", nil, map[string]string{"temperature": "0.7", "max-tokens": "0", "system": "", "seed": "0 # a new random seed each run"},
+			"# config file: none (looked for "},
+		{"file and env", "system: be brief\nmax-tokens: 50\n", map[string]string{"FTCHAT_TEMPERATURE": "0.2"},
+			map[string]string{"temperature": "0.2", "max-tokens": "50", "system": "be brief"}, "# config file: "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfgDir := t.TempDir()
+			t.Setenv("XDG_CONFIG_HOME", cfgDir)
+			if tc.file != "" {
+				os.MkdirAll(filepath.Join(cfgDir, "ftchat"), 0o755)
+				os.WriteFile(filepath.Join(cfgDir, "ftchat", "config.yaml"), []byte(tc.file), 0o644)
+			}
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			root := newRoot(viper.New())
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(io.Discard)
+			root.SetArgs([]string{"config"})
+			if err := root.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			text := out.String()
+			if !strings.HasPrefix(text, tc.header) || tc.file == "" && !strings.Contains(text, filepath.Join(cfgDir, "ftchat", "config.yaml")) {
+				t.Errorf("header of\n%s\nwant %q naming the path", text, tc.header)
+			}
+			if strings.Contains(text, "help:") {
+				t.Errorf("lists help:\n%s", text)
+			}
+			got := runConfig(t)
+			for k, want := range tc.want {
+				if v, ok := got[k]; !ok || v != want {
+					t.Errorf("%s = %q (listed %v), want %q", k, v, ok, want)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ftchat/ftchat/engine"
@@ -82,7 +83,22 @@ func loadEngine(ctx context.Context, cfg Config, quiet bool) (*engine.Engine, er
 		}
 	})
 	bar.done()
+	if err == nil {
+		if w := gpuMemoryIgnored(cfg, eng.Info().Device); w != "" {
+			fmt.Fprintln(os.Stderr, w)
+		}
+	}
 	return eng, err
+}
+
+// gpuMemoryIgnored is the warning for a --gpu-memory the run cannot use:
+// on the CPU the pool is sized by --kv-tokens, and saying nothing would
+// leave the user believing the budget applies.
+func gpuMemoryIgnored(cfg Config, device string) string {
+	if cfg.GPUMemoryText == "" || !strings.HasPrefix(device, "cpu") {
+		return ""
+	}
+	return fmt.Sprintf("ftchat: warning: --gpu-memory %s is ignored on the CPU; size the KV pool with --kv-tokens N (tokens, bf16-equivalent)", cfg.GPUMemoryText)
 }
 
 func isTerminal(f *os.File) bool {

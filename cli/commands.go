@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -155,22 +157,46 @@ func configCmd(v *viper.Viper) *cobra.Command {
 		Short: "Print the effective settings (flags > FTCHAT_* env > config file > defaults)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			w := cmd.OutOrStdout()
-			if f := v.ConfigFileUsed(); f != "" {
-				fmt.Fprintf(w, "# config file: %s\n", f)
-			} else {
-				fmt.Fprintln(w, "# config file: none")
-			}
-			keys := v.AllKeys()
-			sort.Strings(keys)
-			for _, k := range keys {
-				if k == "config" {
-					continue
-				}
-				fmt.Fprintf(w, "%s: %v\n", k, v.Get(k))
-			}
+			writeSettings(cmd.OutOrStdout(), v, cmd.Root())
 			return nil
 		},
+	}
+}
+
+// writeSettings prints every setting of the root command (the chat's and
+// the engine's) as it resolves, and which config file was read or where
+// ftchat looked for one.
+func writeSettings(w io.Writer, v *viper.Viper, root *cobra.Command) {
+	if f := v.ConfigFileUsed(); f != "" {
+		fmt.Fprintf(w, "# config file: %s\n", f)
+	} else if dir, err := os.UserConfigDir(); err == nil {
+		fmt.Fprintf(w, "# config file: none (looked for %s, or .json/.toml; --config FILE names one)\n", filepath.Join(dir, "ftchat", "config.yaml"))
+	} else {
+		fmt.Fprintf(w, "# config file: none (no config directory: %v; --config FILE names one)\n", err)
+	}
+	flags := map[string]*pflag.Flag{}
+	add := func(f *pflag.Flag) { flags[f.Name] = f }
+	root.Flags().VisitAll(add)
+	root.PersistentFlags().VisitAll(add)
+	for _, name := range sortedKeys(flags) {
+		f := flags[name]
+		if name == "help" || name == "config" || name == "version" {
+			continue
+		}
+		if _, ok := commandLineOnly[name]; ok {
+			fmt.Fprintf(w, "%s: %s # command line only\n", name, f.DefValue)
+			continue
+		}
+		// Flags this command does not have (the chat's) are not bound:
+		// viper knows their env or file value, else the flag's default.
+		val := f.DefValue
+		if v.IsSet(name) {
+			val = fmt.Sprint(v.Get(name))
+		}
+		if name == "seed" && val == "0" {
+			val += " # a new random seed each run"
+		}
+		fmt.Fprintf(w, "%s: %s\n", name, val)
 	}
 }
 

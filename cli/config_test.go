@@ -301,3 +301,23 @@ func TestSeedZeroDrawsARandomSeedPerRun(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUMemoryOnTheCPUWarns: --gpu-memory does nothing on the CPU, so a
+// run that lands there says so and points at --kv-tokens.
+func TestGPUMemoryOnTheCPUWarns(t *testing.T) {
+	cases := []struct {
+		gpuMemory, device string
+		warn              bool
+	}{
+		{"8GiB", "cpu (2 threads)", true},
+		{"8GiB", "cpu (2 threads) — no GPU used: no libcuda.so.1", true},
+		{"8GiB", "cuda:0 NVIDIA H200", false},
+		{"", "cpu (2 threads)", false},
+	}
+	for _, tc := range cases {
+		got := gpuMemoryIgnored(Config{GPUMemoryText: tc.gpuMemory}, tc.device)
+		if tc.warn != (got != "") || tc.warn && (!strings.Contains(got, "--gpu-memory 8GiB is ignored on the CPU") || !strings.Contains(got, "--kv-tokens")) {
+			t.Errorf("--gpu-memory %q on %q: warning %q", tc.gpuMemory, tc.device, got)
+		}
+	}
+}
