@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/x/ansi"
 
@@ -182,7 +183,8 @@ func statsTable(s engine.Stats) string {
 		{"memory budget", budgetString(s.BudgetBytes)},
 		{"prefill tok/s (last turn)", formatRate(s.PrefillTokensPerS)},
 		{"decode tok/s (last turn)", formatRate(s.DecodeTokensPerS)},
-		{"last turn prefilled", formatInt(int64(s.LastPrefillTokens)) + " tokens in " + s.LastTurnDuration.Round(1e6).String()},
+		{"last turn prefill", prefillTime(s)},
+		{"last turn total time", s.LastTurnDuration.Round(time.Millisecond).String() + " (prefill and decode)"},
 		{"prefilled (total)", formatInt(s.PrefillTokens)},
 		{"reused from cache (total)", formatInt(s.ReusedTokens)},
 		{"decoded (total)", formatInt(s.DecodeTokens)},
@@ -199,6 +201,17 @@ func statsTable(s engine.Stats) string {
 		fmt.Fprintf(&b, "%-*s  %s", w, r[0], r[1])
 	}
 	return b.String()
+}
+
+// prefillTime is the latest turn's prefill: its tokens and, from the
+// engine's prefill rate, its time (the turn's duration includes decoding).
+func prefillTime(s engine.Stats) string {
+	n := formatInt(int64(s.LastPrefillTokens)) + " tokens"
+	if s.LastPrefillTokens > 0 && s.PrefillTokensPerS > 0 {
+		d := time.Duration(float64(s.LastPrefillTokens) / s.PrefillTokensPerS * float64(time.Second))
+		n += " in " + d.Round(time.Millisecond).String()
+	}
+	return n
 }
 
 func budgetString(b int64) string {

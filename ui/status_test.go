@@ -3,6 +3,7 @@ package ui
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/charmbracelet/x/ansi"
 
@@ -50,5 +51,17 @@ func TestStatusPaneSavingsAndBar(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStatsSeparatesPrefillFromTurnTime guards issue 15 item 15: /stats
+// labelled the whole turn's time (prefill and decode) as prefill time.
+func TestStatsSeparatesPrefillFromTurnTime(t *testing.T) {
+	s := engine.Stats{LastPrefillTokens: 500, PrefillTokensPerS: 1000, DecodeTokensPerS: 50, LastTurnDuration: 2500 * time.Millisecond}
+	got := strings.Join(strings.Fields(statsTable(s)), " ") // columns vary in width
+	for _, w := range []string{"last turn prefill 500 tokens in 500ms", "last turn total time 2.5s (prefill and decode)"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("/stats lacks %q:\n%s", w, got)
+		}
 	}
 }
