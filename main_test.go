@@ -289,3 +289,29 @@ func TestConfigShowsChatSettingsAndWhereItLooked(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeSaysHowToGetABinary: a new user runs the README's two set-up
+// commands, then its "Use" examples: the README must warn that the first
+// build takes minutes and say how to get the ftchat binary those examples
+// call, before the first of them.
+func TestReadmeSaysHowToGetABinary(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, setup := range []string{"```sh\ngo run .\n```", "```sh\nmake test\n```"} {
+		if !strings.Contains(readme, setup) {
+			t.Errorf("README lost its set-up command %q", setup)
+		}
+	}
+	if flat := strings.Join(strings.Fields(readme), " "); !strings.Contains(flat, "first `go run .` compiles") || !strings.Contains(flat, "a few minutes") {
+		t.Error("README does not say the first go run compiles for a few minutes")
+	}
+	firstExample := strings.Index(readme, "\nftchat ")
+	for _, how := range []string{"`go install .`", "`make build`"} {
+		if i := strings.Index(readme, how); i < 0 || i > firstExample {
+			t.Errorf("README does not show %s before the first ftchat example", how)
+		}
+	}
+}
