@@ -46,33 +46,54 @@ func firstLine(s string) string {
 // started (see killTree). Output (stdout and stderr interleaved) keeps its
 // head and tail within max bytes.
 func runShell(ctx context.Context, dir, command string, env []string, timeout time.Duration, max int) (string, error) {
-	cmd := exec.Command("/bin/sh", "-c", command)
-	cmd.Dir = dir
 	marker := shellIDVar + "=" + rand.Text()
-	cmd.Env = append(env, "PWD="+dir, marker)
-	out := &capped{max: max}
-	cmd.Stdout, cmd.Stderr = out, out
-	setProcessGroup(cmd)
-	// A grandchild that escaped the group may hold the pipe open; don't wait
-	// for it forever.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	newCmd := func() (*exec.Cmd, *capped) {
+		cmd := exec.Command("/bin/sh", "-c", command)
+		cmd.Dir = dir
+		cmd.Env = append(env[:len(env):len(env)], "PWD="+dir, marker)
+		out := &capped{max: max}
+		cmd.Stdout, cmd.Stderr = out, out
+		setProcessGroup(cmd)
+		// A grandchild that escaped the group may hold the pipe open; don't
+		// wait for it forever.
+		cmd.WaitDelay = 2 * time.Second
+		return cmd, out
+	}
+	// Where a cgroup can be made, everything the command starts stays in
+	// it, whatever session or environment it gives itself.
+	cg := newShellCgroup()
+	defer func() { cg.release() }()
+	cmd, out := newCmd()
+	cg.attach(cmd)
+	err := cmd.Start()
+	if err != nil && cg != nil {
+		// A kernel or sandbox that refuses to start a process inside the
+		// group: run without it (killTree's scan still applies).
+		cg.release()
+		cg = nil
+		cmd, out = newCmd()
+		err = cmd.Start()
+	}
+	if err != nil {
 		return "", fmt.Errorf("starting the shell: %w", err)
+	}
+	kill := func() {
+		cg.kill()
+		killTree(cmd, marker)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var err error
 	note := ""
 	select {
 	case err = <-done:
 	case <-timer.C:
-		killTree(cmd, marker)
+		kill()
 		err = <-done
 		note = fmt.Sprintf("timed out after %s; the command and its children were killed\n", timeout)
 	case <-ctx.Done():
-		killTree(cmd, marker)
+		kill()
 		<-done
 		return "", fmt.Errorf("cancelled; the command and its children were killed")
 	}
