@@ -111,7 +111,11 @@ func (o Options) Validate(hw Hardware) error {
 	}
 	if dev.Kind == "cuda" {
 		if !hw.CUDA {
-			return fmt.Errorf("--device %s: %s (use --device cpu or auto)", o.Device, hw.CUDAReason)
+			advice := " (use --device cpu or auto)"
+			if strings.Contains(hw.CUDAReason, "--device cpu") {
+				advice = "" // the reason gives it already
+			}
+			return fmt.Errorf("--device %s: %s%s", o.Device, hw.CUDAReason, advice)
 		}
 		if dev.Ordinal >= hw.DeviceCount {
 			return fmt.Errorf("--device %s: only %d CUDA device(s) present (cuda:0..cuda:%d)", o.Device, hw.DeviceCount, hw.DeviceCount-1)

@@ -44,3 +44,19 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestNoCUDAErrorGivesItsAdviceOnce: the driver's reason already says to
+// run with --device cpu; the --device error must not repeat it.
+func TestNoCUDAErrorGivesItsAdviceOnce(t *testing.T) {
+	cases := []struct{ reason, want string }{
+		{"no usable CUDA driver: libcuda.so.1 not found (install the NVIDIA driver, or run with --device cpu)",
+			"--device cuda: no usable CUDA driver: libcuda.so.1 not found (install the NVIDIA driver, or run with --device cpu)"},
+		{"cuInit failed: CUDA_ERROR_NO_DEVICE", "--device cuda: cuInit failed: CUDA_ERROR_NO_DEVICE (use --device cpu or auto)"},
+	}
+	for _, tc := range cases {
+		err := Options{Device: "cuda"}.Validate(Hardware{CUDAReason: tc.reason})
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("error %v\nwant  %s", err, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ebitengine/purego"
@@ -45,6 +46,17 @@ func openLib(names []string, dirs []string) (uintptr, string, error) {
 			}
 			tried = append(tried, err.Error())
 		}
+	}
+	// A missing library (the usual case: no NVIDIA driver) is one short
+	// line; a library that exists but fails to load keeps the loader's
+	// words, which say why.
+	notFound := true
+	for _, t := range tried {
+		notFound = notFound && strings.Contains(strings.ToLower(t), "no such file")
+	}
+	if notFound {
+		return 0, "", fmt.Errorf("%s not found (searched the loader path and %s)",
+			strings.Join(names, " or "), strings.Join(slices.DeleteFunc(slices.Clone(dirs), func(d string) bool { return d == "" }), ":"))
 	}
 	return 0, "", fmt.Errorf("could not load %s (searched the loader path and %s): %s",
 		strings.Join(names, " or "), strings.Join(dirs, ":"), strings.Join(tried, "; "))
