@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/ftchat/ftchat/internal/safefile"
 )
 
 // The prompt is built before the user has approved anything, in
@@ -81,14 +83,16 @@ func relTo(base, p string) string {
 	return filepath.Join(base, p)
 }
 
-// readMeta reads a small regular file; a FIFO, device or huge file in .git
-// is not waited on or read whole.
+// readMeta reads the first maxMetaFile bytes of a small regular file; a
+// FIFO, device or directory in .git is refused without being waited on
+// (safefile checks the opened descriptor too, so one swapped in after the
+// check cannot block either).
 func readMeta(p string) (string, bool) {
 	st, err := os.Lstat(p)
 	if err != nil || !st.Mode().IsRegular() {
 		return "", false
 	}
-	f, err := os.Open(p)
+	f, _, err := safefile.Open(p, "")
 	if err != nil {
 		return "", false
 	}
