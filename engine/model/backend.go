@@ -60,6 +60,7 @@ type SeqSpan struct {
 	Cached    int     // tokens already in the cache before this batch
 	NewTokens int     // tokens written by this batch
 	Pages     []int32 // page table: page id for token positions [i*PageSize, (i+1)*PageSize)
+	State     int     // hybrid models: recurrent-state slot (StateBackend); ignored otherwise
 }
 
 // Batch describes the tokens of one forward step across sequences.
