@@ -32,6 +32,7 @@ type Backend struct {
 	f32kv   bool
 	kv      kvStore
 	layout  kvcache.Layout
+	state   *stateStore // recurrent state of hybrid models (state.go)
 }
 
 var (
