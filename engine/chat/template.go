@@ -22,8 +22,13 @@ import (
 
 // Message is one chat turn (mirror of engine.Message).
 type Message struct {
-	Role       string     `json:"role"` // system, user, assistant, tool
-	Content    string     `json:"content"`
+	Role    string `json:"role"` // system, user, assistant, tool
+	Content string `json:"content"`
+	// Reasoning is an assistant turn's thinking, apart from its answer in
+	// Content; templates read it as reasoning_content and decide whether
+	// the next prompt shows it (Qwen3.5 keeps it only for the turns after
+	// the last user query).
+	Reasoning  string     `json:"reasoning_content,omitempty"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
@@ -51,6 +56,14 @@ type RenderOptions struct {
 	BOS, EOS string
 	// EnableThinking becomes enable_thinking when non-nil (Qwen3 reads it).
 	EnableThinking *bool
+	// ContentIsAnswer says an assistant message's Content is its answer
+	// alone, its thinking being in Reasoning (ftchat's own history). Then
+	// reasoning_content is passed, even empty, when Content holds
+	// "</think>" (an answer that talks about the tag): templates that split
+	// <think>...</think> out of a content when they get no reasoning_content
+	// string (Qwen3, Qwen3.5) leave the answer whole. Off, a conversation
+	// renders exactly as transformers renders the same messages.
+	ContentIsAnswer bool
 	// Extra variables, set last (they override the ones above).
 	Extra map[string]any
 }
@@ -248,7 +261,7 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 	}
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
-		msgs[i] = messageValue(m)
+		msgs[i] = messageValue(m, opts.ContentIsAnswer)
 	}
 	vars := map[string]any{
 		"messages":              msgs,
@@ -298,7 +311,7 @@ func (t *Template) Render(messages []Message, tools []Tool, opts RenderOptions) 
 func renderLimits(messages []Message, tools []Tool) jinja.Limits {
 	n := int64(0)
 	for _, m := range messages {
-		n += int64(len(m.Content) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
+		n += int64(len(m.Content) + len(m.Reasoning) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
 		for _, c := range m.ToolCalls {
 			n += int64(len(c.ID)+len(c.Name)) + approxSize(c.Arguments)
 		}
@@ -341,10 +354,22 @@ func firstNonEmpty(a, b string) string {
 // messageValue builds the dict HF templates expect. Keys in the order of
 // the OpenAI/HF message shape; empty optional fields are absent (not None),
 // as transformers drops None-valued keys.
-func messageValue(m Message) *jinja.Dict {
+//
+// An assistant's Reasoning becomes reasoning_content, and thinking too, as
+// transformers aliases it (gpt-oss templates read thinking). With
+// answerOnly (RenderOptions.ContentIsAnswer) an assistant Content that
+// holds "</think>" gets reasoning_content even when Reasoning is empty.
+func messageValue(m Message, answerOnly bool) *jinja.Dict {
 	d := jinja.NewDict()
+	reasoning := m.Role == "assistant" && (m.Reasoning != "" || answerOnly && strings.Contains(m.Content, thinkClose))
+	if reasoning {
+		d.Set("thinking", m.Reasoning)
+	}
 	d.Set("role", m.Role)
 	d.Set("content", m.Content)
+	if reasoning {
+		d.Set("reasoning_content", m.Reasoning)
+	}
 	if len(m.ToolCalls) > 0 {
 		calls := make([]any, len(m.ToolCalls))
 		for i, c := range m.ToolCalls {
