@@ -128,6 +128,14 @@ func (s *Sequence) CommonPrefix(prompt []int32) int {
 // tokens. The caller computes K/V for prompt[start:] at positions start...
 // On a *PoolFullError nothing changes.
 func (s *Sequence) Reuse(prompt []int32) (start int, err error) {
+	return s.ReuseAt(prompt, len(prompt))
+}
+
+// ReuseAt is Reuse keeping at most limit cached tokens. Hybrid models use
+// it: their recurrent state cannot be cut back like K/V, so a turn resumes
+// at a position whose state was kept (a snapshot), at or before the common
+// prefix.
+func (s *Sequence) ReuseAt(prompt []int32, limit int) (start int, err error) {
 	p := s.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -138,7 +146,7 @@ func (s *Sequence) Reuse(prompt []int32) (start int, err error) {
 	for keep < len(s.tokens) && keep < len(prompt) && s.tokens[keep] == prompt[keep] {
 		keep++
 	}
-	keep = max(0, min(keep, len(prompt)-1))
+	keep = max(0, min(keep, len(prompt)-1, limit))
 	// Check capacity as if truncated, so that a failure changes nothing.
 	if ok, fit := p.capacityFor(s, keep, len(prompt)-keep); !ok {
 		return 0, p.fullError(s, keep, len(prompt)-keep, fit)

@@ -370,3 +370,43 @@ func TestPoolRejectsBadLayout(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// ReuseAt keeps at most limit tokens of the common prefix (hybrid models
+// resume where a recurrent-state snapshot is) and counts what it kept.
+func TestReuseAtLimit(t *testing.T) {
+	history := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, tc := range []struct {
+		name   string
+		prompt []int32
+		limit  int
+		want   int
+	}{
+		{"extends, no limit", append(slices.Clone(history), 11, 12), 12, 10},
+		{"extends, limit below history", append(slices.Clone(history), 11, 12), 6, 6},
+		{"limit zero recomputes", append(slices.Clone(history), 11), 0, 0},
+		{"diverges before limit", []int32{1, 2, 3, 99, 5}, 8, 3},
+		{"same prompt keeps all but the last", slices.Clone(history), 100, 9},
+		{"negative limit is zero", slices.Clone(history), -3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := NewPool(Layout{Layers: 1, KVHeads: 1, HeadDim: 8, PageSize: 4, Pages: 8, DType: BF16}, nil)
+			s := p.NewSequence()
+			if _, err := s.Append(history...); err != nil {
+				t.Fatal(err)
+			}
+			start, err := s.ReuseAt(tc.prompt, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if start != tc.want {
+				t.Errorf("start %d, want %d", start, tc.want)
+			}
+			if !slices.Equal(s.Tokens(), tc.prompt) {
+				t.Errorf("history %v, want the prompt %v", s.Tokens(), tc.prompt)
+			}
+			if st := p.Stats(); st.ReusedTokens != int64(tc.want) {
+				t.Errorf("reused %d, want %d", st.ReusedTokens, tc.want)
+			}
+		})
+	}
+}
