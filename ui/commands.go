@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -46,6 +47,11 @@ func (m *model) command(line string) tea.Cmd {
 	m.setNotice("", false)
 	if m.gen != nil && name != "/quit" && name != "/help" && name != "/stats" {
 		m.setNotice("still answering: wait, or press Esc to stop it, before "+name, true)
+		return nil
+	}
+	if m.reconf != nil && !contains([]string{"/quit", "/exit", "/help", "/stats", "/model", "/copy", "/kvdtype"}, name) {
+		m.setNotice("the KV cache is switching to "+m.reconf.dtype+": wait, or press Esc to cancel it, before "+name, true)
+		m.setInput(line)
 		return nil
 	}
 	noArgs := func() bool {
@@ -191,7 +197,9 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 		return nil
 	}
 	before := m.eng.Stats()
-	m.reconf = &reconfState{dtype: dtype}
+	// The engine reports 0 / total first; until then the total is what
+	// the pool holds.
+	m.reconf = &reconfState{dtype: dtype, total: before.TokensUsed}
 	ch := make(chan tea.Msg, 4)
 	m.reconfCh = ch
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -200,9 +208,9 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 	go func() {
 		defer cancel()
 		var last time.Time
-		err := eng.Reconfigure(ctx, dtype, func(done, total int) {
-			// Throttle: the engine may report every token.
-			if now := time.Now(); done == total || now.Sub(last) >= frameInterval {
+		err := eng.SwitchKV(ctx, dtype, func(done, total int) {
+			// Throttle: the engine may report every page.
+			if now := time.Now(); done == 0 || done == total || now.Sub(last) >= frameInterval {
 				last = now
 				select {
 				case ch <- reconfProgMsg{done, total}:
@@ -213,8 +221,32 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 		ch <- reconfDoneMsg{dtype: dtype, err: err}
 		close(ch)
 	}()
-	m.addInfo(fmt.Sprintf("switching the KV cache from %s to %s…", before.KVDType, dtype))
+	m.addInfo(fmt.Sprintf("switching the KV cache from %s to %s (%s tokens to move) · Esc cancels, keeping %s",
+		before.KVDType, dtype, formatInt(int64(before.TokensUsed)), before.KVDType))
 	return m.listenReconf()
+}
+
+// cancelReconf asks the running /kvdtype switch to stop; the engine keeps
+// the old cache.
+func (m *model) cancelReconf() {
+	if m.reconf == nil || m.reconf.cancelled {
+		return
+	}
+	m.reconf.cancelled = true
+	m.reconfCancel()
+}
+
+// queueDuringReconf keeps a message typed while the KV cache switches; it
+// is sent when the switch ends.
+func (m *model) queueDuringReconf(v string) {
+	if m.queued != "" {
+		m.setNotice("a message is already queued for after the switch; Esc cancels the switch", true)
+		return
+	}
+	m.input.Reset()
+	m.pushHistory(v)
+	m.queued = v
+	m.setNotice("", false)
 }
 
 func (m *model) listenReconf() tea.Cmd {
@@ -232,10 +264,16 @@ func (m *model) listenReconf() tea.Cmd {
 }
 
 func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
+	cancelled := m.reconf != nil && m.reconf.cancelled
 	m.reconf, m.reconfCh, m.reconfCancel = nil, nil, nil
 	prev := m.stats
 	m.stats = m.eng.Stats()
-	if msg.err != nil {
+	m.scrollBottom()
+	switch {
+	case msg.err != nil && (cancelled || errors.Is(msg.err, context.Canceled)):
+		m.addInfo(fmt.Sprintf("/kvdtype %s cancelled; the KV cache is %s as before (%s tokens kept)",
+			msg.dtype, m.stats.KVDType, formatInt(int64(m.stats.TokensUsed))))
+	case msg.err != nil:
 		// The engine's message names the numbers; say what command it
 		// answers and that nothing changed, without repeating either.
 		text := msg.err.Error()
@@ -246,13 +284,16 @@ func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
 			text += "; nothing changed"
 		}
 		m.addError(text)
-		return nil
+	default:
+		s := m.stats
+		m.addInfo(fmt.Sprintf("KV cache is now %s: capacity %s → %s tokens, conversation %s tokens kept (%s → %s)",
+			s.KVDType, formatInt(int64(prev.TokensCapacity)), formatInt(int64(s.TokensCapacity)),
+			formatInt(int64(s.TokensUsed)), formatBytes(prev.BytesUsed), formatBytes(s.BytesUsed)))
 	}
-	s := m.stats
-	m.addInfo(fmt.Sprintf("KV cache is now %s: capacity %s → %s tokens, conversation %s tokens kept (%s → %s)",
-		s.KVDType, formatInt(int64(prev.TokensCapacity)), formatInt(int64(s.TokensCapacity)),
-		formatInt(int64(s.TokensUsed)), formatBytes(prev.BytesUsed), formatBytes(s.BytesUsed)))
-	m.scrollBottom()
+	if q := m.queued; q != "" {
+		m.queued = ""
+		return m.submit(q)
+	}
 	return nil
 }
 

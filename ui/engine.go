@@ -18,9 +18,10 @@ type Engine interface {
 	// FitCheck reports, before anything is sent, whether the rendered
 	// request fits the KV pool; the error carries the token counts.
 	FitCheck(req engine.Request) error
-	// Reconfigure switches the KV dtype of the live pool, reporting
-	// re-prefill progress; it changes nothing when it refuses.
-	Reconfigure(ctx context.Context, kvDType string, progress func(done, total int)) error
+	// SwitchKV switches the KV dtype of the live pool, reporting the
+	// tokens moved so far (first 0 / total); it changes nothing when it
+	// refuses, and cancelling ctx keeps the old cache.
+	SwitchKV(ctx context.Context, kvDType string, progress func(done, total int)) error
 }
 
 // Session is what the UI needs from *engine.Session: one conversation.

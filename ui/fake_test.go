@@ -25,7 +25,10 @@ type fakeEngine struct {
 	stats     engine.Stats
 	reconfErr error
 	reconfs   []string
-	fitChecks int
+	// reconfHold, when set, blocks SwitchKV half way until it is closed
+	// or the switch is cancelled.
+	reconfHold chan struct{}
+	fitChecks  int
 }
 
 func newFakeEngine() *fakeEngine {
@@ -61,16 +64,24 @@ func (f *fakeEngine) FitCheck(req engine.Request) error {
 	return nil
 }
 
-func (f *fakeEngine) Reconfigure(ctx context.Context, dtype string, progress func(done, total int)) error {
+func (f *fakeEngine) SwitchKV(ctx context.Context, dtype string, progress func(done, total int)) error {
 	f.mu.Lock()
 	f.reconfs = append(f.reconfs, dtype)
-	err, used := f.reconfErr, f.stats.TokensUsed
+	err, used, hold := f.reconfErr, f.stats.TokensUsed, f.reconfHold
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	for i := 0; i <= 4; i++ {
 		progress(used*i/4, used)
+		if i == 2 && hold != nil {
+			// Half way: wait for the test, or for a cancel.
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return fmt.Errorf("/kvdtype %s cancelled; the cache is %s as before: %w", dtype, f.Stats().KVDType, ctx.Err())
+			}
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

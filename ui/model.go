@@ -103,6 +103,7 @@ type model struct {
 	reconf       *reconfState
 	reconfCh     chan tea.Msg
 	reconfCancel context.CancelFunc
+	queued       string // a message typed during the switch, sent after it
 	ticking      bool
 	ticksSched   int // how many ticks were scheduled (tests)
 
@@ -144,6 +145,7 @@ type model struct {
 type reconfState struct {
 	dtype       string
 	done, total int
+	cancelled   bool // Esc: the engine keeps the old cache
 }
 
 func newModel(ctx context.Context, cfg Config) *model {
@@ -358,6 +360,8 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	case "esc":
 		if m.gen != nil {
 			m.cancelGen()
+		} else if m.reconf != nil {
+			m.cancelReconf()
 		} else {
 			m.setNotice("", false)
 		}
@@ -369,6 +373,10 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		}
 		if m.gen != nil && !strings.HasPrefix(strings.TrimSpace(v), "/") {
 			m.setNotice("still answering: wait, or press Esc to stop it", true)
+			return nil
+		}
+		if m.reconf != nil && !strings.HasPrefix(strings.TrimSpace(v), "/") {
+			m.queueDuringReconf(v)
 			return nil
 		}
 		m.input.Reset()

@@ -541,15 +541,72 @@ func TestKVDTypeProgressShown(t *testing.T) {
 	d := newDriver(t, nil)
 	d.m.reconf = &reconfState{dtype: "fp8_e4m3"}
 	d.send(reconfProgMsg{done: 500, total: 1000})
-	if f := d.frame(); !strings.Contains(f, "re-prefilling") || !strings.Contains(f, "500 / 1,000 tokens") {
+	if f := d.frame(); !strings.Contains(f, "500 / 1,000 tokens · esc cancels") {
 		t.Fatalf("progress not shown:\n%s", f)
 	}
 	if pb := d.m.View().ProgressBar; pb == nil || pb.Value != 50 {
 		t.Errorf("terminal progress bar = %+v, want 50%%", pb)
 	}
-	d.submit("hello")
+}
+
+// Issue 15 item 4: a message typed during a /kvdtype switch is queued and
+// sent after it (it was cleared and lost); the progress counts the
+// conversation's tokens from the start (it read 0 / 0).
+func TestKVDTypeQueuesTypedMessage(t *testing.T) {
+	d := newDriver(t, nil)
+	d.eng.reconfHold = make(chan struct{})
+	d.sess.push(text("hi there"), done(engine.StopEOS))
+	d.submit("/kvdtype fp8_e4m3")
+	if d.m.reconf == nil || d.m.reconf.total != 16000 {
+		t.Fatalf("reconf = %+v, want the pool's 16,000 tokens as the total from the start", d.m.reconf)
+	}
+	if f := d.frame(); !strings.Contains(f, "/ 16,000 tokens") {
+		t.Errorf("progress lacks the total:\n%s", f)
+	}
+	d.submit("hello during the switch")
 	if len(d.sess.reqs) != 0 {
-		t.Fatal("sent a message during reconfiguration")
+		t.Fatal("sent a message during the switch")
+	}
+	if d.m.input.Value() != "" || d.m.queued != "hello during the switch" {
+		t.Fatalf("input %q, queued %q", d.m.input.Value(), d.m.queued)
+	}
+	if f := d.frame(); !strings.Contains(f, "queued") {
+		t.Errorf("the frame does not say the message is queued:\n%s", f)
+	}
+	close(d.eng.reconfHold)
+	d.settle()
+	if len(d.sess.reqs) != 1 {
+		t.Fatalf("the queued message was not sent after the switch (%d requests)", len(d.sess.reqs))
+	}
+	msgs := d.sess.lastReq().Messages
+	if got := msgs[len(msgs)-1].Content; got != "hello during the switch" {
+		t.Fatalf("sent %q", got)
+	}
+	if d.eng.Stats().KVDType != "fp8_e4m3" || d.m.queued != "" {
+		t.Fatalf("after: dtype %s, queued %q", d.eng.Stats().KVDType, d.m.queued)
+	}
+}
+
+// Issue 15 item 4: Esc cancels the switch; the engine keeps the old
+// cache, and the chat says so.
+func TestKVDTypeEscCancels(t *testing.T) {
+	d := newDriver(t, nil)
+	d.eng.reconfHold = make(chan struct{})
+	d.submit("/kvdtype fp8_e4m3")
+	d.key(keyEsc)
+	if f := d.frame(); !strings.Contains(f, "cancelling, keeping the old cache") {
+		t.Errorf("no cancelling notice:\n%s", f)
+	}
+	d.settle()
+	if d.m.reconf != nil {
+		t.Fatal("still switching after Esc")
+	}
+	e := d.lastEntry()
+	if e.kind != entryInfo || e.text != "/kvdtype fp8_e4m3 cancelled; the KV cache is bf16 as before (16,000 tokens kept)" {
+		t.Fatalf("entry = %+v", e)
+	}
+	if d.m.stats.KVDType != "bf16" {
+		t.Errorf("stats dtype %s", d.m.stats.KVDType)
 	}
 }
 

@@ -189,8 +189,15 @@ func (m *model) noticeLine() string {
 		if m.reconf.total > 0 {
 			frac = float64(m.reconf.done) / float64(m.reconf.total)
 		}
-		left = fmt.Sprintf("kv → %s: re-prefilling %s %s / %s tokens", m.reconf.dtype, bar(frac, 12),
-			formatInt(int64(m.reconf.done)), formatInt(int64(m.reconf.total)))
+		queued := ""
+		if m.queued != "" {
+			queued = " · message queued"
+		}
+		left = fmt.Sprintf("kv → %s %s %s / %s tokens%s · esc cancels", m.reconf.dtype, bar(frac, 12),
+			formatInt(int64(m.reconf.done)), formatInt(int64(m.reconf.total)), queued)
+		if m.reconf.cancelled {
+			left = fmt.Sprintf("kv → %s: cancelling, keeping the old cache…%s", m.reconf.dtype, queued)
+		}
 		style = m.st.note
 	case m.gen != nil && m.gen.stopped:
 		left = "stopping…"
