@@ -55,7 +55,8 @@ type Backend struct {
 	ropes   map[string]Buffer // float64 inverse frequencies per rope config
 	bad     Buffer            // int32 flag set by embed for out-of-range ids
 
-	kv *KVCache // paged KV pool (attention.go), nil before AllocKV
+	kv *KVCache     // paged KV pool (attention.go), nil before AllocKV
+	hs *hybridState // recurrent state (hybrid.go), nil before AllocState
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
 	blasErr error         // why cuBLAS is not used, when it was asked for
@@ -174,6 +175,7 @@ func (b *Backend) Close() error {
 			b.kv.Free(c)
 			b.kv = nil
 		}
+		b.freeState(c)
 		b.trim(c)
 		if b.blas != nil {
 			b.blas.close()
