@@ -11,10 +11,10 @@ import (
 
 // Config is the architecture of a model, read from GGUF metadata.
 type Config struct {
-	Arch       string // general.architecture: llama, qwen2, qwen3, qwen3moe
+	Arch       string // general.architecture: llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next
 	Name       string // general.name, if present
-	Layers     int    // transformer blocks
-	AttnLayers int    // blocks that hold KV (all of them for these families)
+	Layers     int    // transformer blocks the forward pass runs (block_count less the NextN MTP blocks)
+	AttnLayers int    // blocks that hold KV: all of them, or the attention blocks of a hybrid model
 	Dim        int    // embedding length
 	FF         int    // feed-forward length (dense layers)
 	Heads      int
@@ -35,6 +35,58 @@ type Config struct {
 
 	TiedEmbeddings bool  // no output.weight: logits use token_embd
 	WeightBytes    int64 // bytes of all tensors as stored in the file
+
+	// Hybrid families (qwen35, qwen35moe, qwen3next); zero otherwise.
+	//
+	// Recurrent[i] tells whether block i is a Gated DeltaNet block (its
+	// state lives in StateLayout slots) or a gated-attention block (its
+	// K/V in the paged pool). Recurrent blocks are numbered 0..L_rec-1 and
+	// attention blocks 0..AttnLayers-1 among themselves, in block order:
+	// those are the layer indices of the state and KV ops.
+	Recurrent []bool
+	SSM       SSM
+	AttnGate  bool // attn_q rows per head are [q_h | gate_h]; the output is multiplied by sigmoid(gate)
+	SharedFF  int  // MoE: shared-expert feed-forward length (0 = no shared expert)
+	// NextN is the number of MTP (next-token prediction) blocks after the
+	// trunk (nextn_predict_layers). They are neither loaded nor run.
+	NextN int
+}
+
+// SSM is the Gated DeltaNet geometry of a hybrid model.
+type SSM struct {
+	ConvKernel int // ssm.conv_kernel
+	KeyHeads   int // ssm.group_count
+	ValueHeads int // ssm.time_step_rank
+	KeyDim     int // ssm.state_size
+	ValueDim   int // ssm.inner_size / ValueHeads
+	// Tiled: value head j reads key head j % KeyHeads (qwen35, qwen35moe);
+	// otherwise j / (ValueHeads/KeyHeads) (qwen3next).
+	Tiled bool
+}
+
+// ConvChannels is the width of the conv input: q, k and v of all heads.
+func (s SSM) ConvChannels() int { return 2*s.KeyHeads*s.KeyDim + s.ValueHeads*s.ValueDim }
+
+// Hybrid reports whether the model has recurrent blocks: it then needs a
+// StateBackend and state slots (StateLayout) besides the KV pool.
+func (c Config) Hybrid() bool { return c.RecurrentLayers() > 0 }
+
+// RecurrentLayers counts the Gated DeltaNet blocks.
+func (c Config) RecurrentLayers() int {
+	n := 0
+	for _, r := range c.Recurrent {
+		if r {
+			n++
+		}
+	}
+	return n
+}
+
+// StateLayout is the recurrent-state geometry of slots sequences (live
+// ones plus snapshots) for a hybrid model.
+func (c Config) StateLayout(slots int) StateLayout {
+	return StateLayout{Layers: c.RecurrentLayers(), Slots: slots, ConvChannels: c.SSM.ConvChannels(), ConvKernel: c.SSM.ConvKernel,
+		ValueHeads: c.SSM.ValueHeads, KeyDim: c.SSM.KeyDim, ValueDim: c.SSM.ValueDim}
 }
 
 // family describes what differs between the supported architectures.
@@ -43,13 +95,19 @@ type family struct {
 	qkvBias bool
 	qkNorm  bool
 	moe     bool
+	// hybrid: Gated DeltaNet + gated attention blocks (qwen35.go).
+	hybrid bool
+	tiled  bool // GDN value heads in tiled order (see SSM.Tiled)
 }
 
 var families = map[string]family{
-	"llama":    {},
-	"qwen2":    {neox: true, qkvBias: true},
-	"qwen3":    {neox: true, qkNorm: true},
-	"qwen3moe": {neox: true, qkNorm: true, moe: true},
+	"llama":     {},
+	"qwen2":     {neox: true, qkvBias: true},
+	"qwen3":     {neox: true, qkNorm: true},
+	"qwen3moe":  {neox: true, qkNorm: true, moe: true},
+	"qwen35":    {neox: true, qkNorm: true, hybrid: true, tiled: true},
+	"qwen35moe": {neox: true, qkNorm: true, moe: true, hybrid: true, tiled: true},
+	"qwen3next": {neox: true, qkNorm: true, moe: true, hybrid: true},
 }
 
 // Supported lists the architectures this package runs.
@@ -92,6 +150,11 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if c.Layers > len(f.Tensors)/9 {
 		return Config{}, fmt.Errorf("%s: %s.block_count is %d but the file has only %d tensors (each block needs at least 9); the file is corrupt",
 			f.Path, arch, c.Layers, len(f.Tensors))
+	}
+	if fam.hybrid {
+		if err := readHybrid(f, &r, &c, fam); err != nil {
+			return Config{}, err
+		}
 	}
 	c.KVHeads = r.int("attention.head_count_kv", c.Heads, 1, maxShape)
 	if _, ok := f.Value(arch + ".attention.key_length"); !ok && c.Dim%c.Heads != 0 {
@@ -142,8 +205,8 @@ func ReadConfig(f *gguf.File) (Config, error) {
 			return Config{}, r.err
 		}
 		c.NormTopK = true // Qwen3-MoE checkpoints set norm_topk_prob
-		if v, ok := f.Bool(arch + ".expert_weights_norm"); ok {
-			c.NormTopK = v
+		if v, ok := f.Bool(arch + ".expert_weights_norm"); ok && arch != "qwen35moe" {
+			c.NormTopK = v // Qwen3.5-MoE always renormalises
 		}
 		if c.Experts <= 0 || c.ExpertsUsed <= 0 || c.ExpertsUsed > c.Experts || c.ExpertFF <= 0 {
 			return Config{}, fmt.Errorf("%s: invalid MoE shape: %d experts, %d used, expert ff %d", f.Path, c.Experts, c.ExpertsUsed, c.ExpertFF)

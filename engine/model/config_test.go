@@ -169,7 +169,7 @@ func TestLoadErrors(t *testing.T) {
 		wants []string
 	}{
 		{"unknown architecture", setKV("general.architecture", "mamba"), nil,
-			[]string{"edited.gguf", `architecture "mamba" is not supported`, "llama, qwen2, qwen3, qwen3moe"}},
+			[]string{"edited.gguf", `architecture "mamba" is not supported`, "llama, qwen2, qwen3, qwen35, qwen35moe, qwen3moe, qwen3next"}},
 		{"missing block count", dropKV("qwen3.block_count"), nil, []string{"edited.gguf", "qwen3.block_count"}},
 		{"missing tensor", nil, editTensor("blk.1.attn_k_norm.weight", nil), []string{"edited.gguf", "blk.1.attn_k_norm.weight is missing"}},
 		{"wrong shape", nil, editTensor("blk.0.ffn_up.weight", func(w *gguf.WriteTensor) {

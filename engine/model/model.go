@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -14,31 +13,31 @@ type Model struct {
 	Config Config
 
 	be                  Backend
+	sb                  StateBackend // hybrid models: be's state ops
 	embd, outNorm, outW Weight
-	layers              []layer
+	layers              []layer          // dense-attention families (llama.go)
+	hlayers             []hybridLayer    // hybrid families (qwen35.go)
 	bufs                map[int]*buffers // activation buffers by batch rows
-}
-
-type layer struct {
-	attnNorm, wq, wk, wv, wo Weight
-	bq, bk, bv               Weight // qwen2
-	qNorm, kNorm             Weight // qwen3
-	ffnNorm                  Weight
-	gate, up, down           Weight // dense
-	moe                      *MoE
 }
 
 // Load reads the configuration and uploads every weight through be. The
 // CPU backend keeps pointers into f's mmap: keep f open while the Model
-// is in use.
+// is in use. A hybrid model (Config.Hybrid) needs a be that implements
+// StateBackend; its MTP blocks (Config.NextN) are not loaded.
 func Load(f *gguf.File, be Backend) (*Model, error) {
 	c, err := ReadConfig(f)
 	if err != nil {
 		return nil, err
 	}
 	m := &Model{Config: c, be: be, bufs: map[int]*buffers{}}
+	if c.Hybrid() {
+		sb, ok := be.(StateBackend)
+		if !ok {
+			return nil, fmt.Errorf("%s: the %s backend does not run %s yet (its Gated DeltaNet blocks need recurrent-state ops)", f.Path, be.Name(), c.Arch)
+		}
+		m.sb = sb
+	}
 	ld := loader{f: f, be: be}
-	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	m.embd = ld.get("token_embd.weight", c.Dim, c.Vocab)
 	m.outNorm = ld.get("output_norm.weight", c.Dim)
 	if c.TiedEmbeddings {
@@ -46,50 +45,24 @@ func Load(f *gguf.File, be Backend) (*Model, error) {
 	} else {
 		m.outW = ld.get("output.weight", c.Dim, c.Vocab)
 	}
-	m.layers = make([]layer, c.Layers)
-	for i := range m.layers {
-		l := &m.layers[i]
-		p := fmt.Sprintf("blk.%d.", i)
-		l.attnNorm = ld.get(p+"attn_norm.weight", c.Dim)
-		l.wq = ld.get(p+"attn_q.weight", c.Dim, qd)
-		l.wk = ld.get(p+"attn_k.weight", c.Dim, kvd)
-		l.wv = ld.get(p+"attn_v.weight", c.Dim, kvd)
-		l.wo = ld.get(p+"attn_output.weight", qd, c.Dim)
-		if c.QKVBias {
-			l.bq = ld.get(p+"attn_q.bias", qd)
-			l.bk = ld.get(p+"attn_k.bias", kvd)
-			l.bv = ld.get(p+"attn_v.bias", kvd)
-		}
-		if c.QKNorm {
-			l.qNorm = ld.get(p+"attn_q_norm.weight", c.HeadDim)
-			l.kNorm = ld.get(p+"attn_k_norm.weight", c.HeadDim)
-		}
-		l.ffnNorm = ld.get(p+"ffn_norm.weight", c.Dim)
-		if c.Experts > 0 {
-			l.moe = &MoE{
-				Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
-				Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
-				Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
-			}
-		} else {
-			if c.FF <= 0 {
-				return nil, fmt.Errorf("%s: %s.feed_forward_length is missing", f.Path, c.Arch)
-			}
-			l.gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
-			l.up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
-			l.down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
-		}
-		if ld.err != nil {
-			break
-		}
-	}
 	if ld.err != nil {
 		return nil, ld.err
 	}
+	if c.Hybrid() {
+		err = m.loadHybrid(f, &ld)
+	} else {
+		err = m.loadDense(f, &ld)
+	}
+	if err != nil {
+		return nil, err
+	}
 	return m, nil
 }
+
+// NeedsState reports whether Forward runs recurrent blocks: the backend is
+// then a StateBackend with state allocated for Config.StateLayout, and
+// every sequence of a batch names its slot in SeqSpan.State.
+func (m *Model) NeedsState() bool { return m.Config.Hybrid() }
 
 // loader fetches tensors, checks their shapes and keeps the first error.
 type loader struct {
@@ -139,9 +112,19 @@ func (c Config) KVLayout(pageSize, pages int, dt kvcache.DType) kvcache.Layout {
 // Backend returns the backend the model runs on.
 func (m *Model) Backend() Backend { return m.be }
 
-// buffers are the activations of one batch size.
+// buffers are the activations of one batch size; each family uses the
+// ones it needs.
 type buffers struct {
 	x, h, q, k, v, att, o, g, u, ffo Tensor
+	// hybrid (qwen35.go)
+	qg, gate, qkv, conv, z, dn, alpha, beta, sg, su, sgate Tensor
+	all                                                    []Tensor
+}
+
+func (t *buffers) alloc(be Backend, rows, cols int) Tensor {
+	x := be.NewTensor(rows, cols)
+	t.all = append(t.all, x)
+	return x
 }
 
 func (m *Model) buffers(n int) *buffers {
@@ -156,11 +139,13 @@ func (m *Model) buffers(n int) *buffers {
 	if c.Experts > 0 {
 		ff = 1
 	}
-	b := &buffers{
-		x: be.NewTensor(n, c.Dim), h: be.NewTensor(n, c.Dim),
-		q: be.NewTensor(n, c.Heads*c.HeadDim), k: be.NewTensor(n, c.KVHeads*c.HeadDim),
-		v: be.NewTensor(n, c.KVHeads*c.HeadDim), att: be.NewTensor(n, c.Heads*c.HeadDim),
-		o: be.NewTensor(n, c.Dim), g: be.NewTensor(n, ff), u: be.NewTensor(n, ff), ffo: be.NewTensor(n, c.Dim),
+	b := &buffers{}
+	b.x, b.h = b.alloc(be, n, c.Dim), b.alloc(be, n, c.Dim)
+	b.q, b.k = b.alloc(be, n, c.Heads*c.HeadDim), b.alloc(be, n, c.KVHeads*c.HeadDim)
+	b.v, b.att = b.alloc(be, n, c.KVHeads*c.HeadDim), b.alloc(be, n, c.Heads*c.HeadDim)
+	b.o, b.g, b.u, b.ffo = b.alloc(be, n, c.Dim), b.alloc(be, n, ff), b.alloc(be, n, ff), b.alloc(be, n, c.Dim)
+	if c.Hybrid() {
+		m.allocHybrid(b, n)
 	}
 	m.bufs[n] = b
 	return b
@@ -169,7 +154,7 @@ func (m *Model) buffers(n int) *buffers {
 // Free releases the cached activation buffers (weights stay loaded).
 func (m *Model) Free() {
 	for n, b := range m.bufs {
-		for _, t := range []Tensor{b.x, b.h, b.q, b.k, b.v, b.att, b.o, b.g, b.u, b.ffo} {
+		for _, t := range b.all {
 			m.be.FreeTensor(t)
 		}
 		delete(m.bufs, n)
@@ -210,47 +195,19 @@ func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error
 			logits, err = nil, fmt.Errorf("model: forward: %v", r)
 		}
 	}()
-	c, be := m.Config, m.be
+	be := m.be
 	n := len(b.Tokens)
 	if r, ok := be.(StepRecorder); ok && n <= maxRecordedRows {
 		r.BeginStep()
 		defer r.EndStep()
 	}
 	t := m.buffers(n)
-	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 
 	be.Embed(t.x, m.embd, b.Tokens)
-	for i := range m.layers {
-		l := &m.layers[i]
-		be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
-		be.MatMul(t.q, t.h, l.wq)
-		be.MatMul(t.k, t.h, l.wk)
-		be.MatMul(t.v, t.h, l.wv)
-		if c.QKVBias {
-			be.AddBias(t.q, l.bq)
-			be.AddBias(t.k, l.bk)
-			be.AddBias(t.v, l.bv)
-		}
-		if c.QKNorm {
-			be.HeadRMSNorm(t.q, l.qNorm, c.HeadDim, c.NormEps)
-			be.HeadRMSNorm(t.k, l.kNorm, c.HeadDim, c.NormEps)
-		}
-		be.RoPE(t.q, b.Pos, c.HeadDim, c.Rope)
-		be.KVWrite(i, t.k, t.v, b, c.Rope)
-		be.Attention(t.att, t.q, i, b, c.Heads, scale)
-		be.MatMul(t.o, t.att, l.wo)
-		be.Add(t.x, t.o)
-
-		be.RMSNorm(t.h, t.x, l.ffnNorm, c.NormEps)
-		if l.moe != nil {
-			be.MoE(t.ffo, t.h, l.moe)
-		} else {
-			be.MatMul(t.g, t.h, l.gate)
-			be.MatMul(t.u, t.h, l.up)
-			be.SwiGLU(t.g, t.g, t.u)
-			be.MatMul(t.ffo, t.g, l.down)
-		}
-		be.Add(t.x, t.ffo)
+	if m.hlayers != nil {
+		m.forwardHybrid(b, t)
+	} else {
+		m.forwardDense(b, t)
 	}
 	if len(logitsRows) == 0 {
 		return nil, nil
@@ -329,6 +286,20 @@ func (m *Model) checkBatch(b *Batch, logitsRows []int) error {
 	}
 	if covered != n {
 		return fmt.Errorf("model: sequences cover %d of %d batch rows", covered, n)
+	}
+	if m.NeedsState() {
+		// The recurrent ops read and update each sequence's slot: two
+		// sequences of one batch cannot share one.
+		seen := make(map[int]int, len(b.Seqs))
+		for si, s := range b.Seqs {
+			if s.State < 0 {
+				return fmt.Errorf("model: sequence %d has state slot %d; %s needs a recurrent-state slot per sequence", si, s.State, m.Config.Arch)
+			}
+			if prev, dup := seen[s.State]; dup {
+				return fmt.Errorf("model: sequences %d and %d of one batch share state slot %d", prev, si, s.State)
+			}
+			seen[s.State] = si
+		}
 	}
 	for _, r := range logitsRows {
 		if r < 0 || r >= n {

@@ -1,0 +1,107 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
+
+// The dense-attention transformer: llama, qwen2 (q/k/v biases), qwen3
+// (q/k head RMSNorm) and qwen3moe (qwen3 with MoE FFNs). Every block is
+//
+//	h = x + Attention(RMSNorm(x));  out = h + FFN(RMSNorm(h))
+
+type layer struct {
+	attnNorm, wq, wk, wv, wo Weight
+	bq, bk, bv               Weight // qwen2
+	qNorm, kNorm             Weight // qwen3
+	ffnNorm                  Weight
+	gate, up, down           Weight // dense
+	moe                      *MoE
+}
+
+// loadDense loads the blocks of a dense-attention model.
+func (m *Model) loadDense(f *gguf.File, ld *loader) error {
+	c := m.Config
+	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	m.layers = make([]layer, c.Layers)
+	for i := range m.layers {
+		l := &m.layers[i]
+		p := fmt.Sprintf("blk.%d.", i)
+		l.attnNorm = ld.get(p+"attn_norm.weight", c.Dim)
+		l.wq = ld.get(p+"attn_q.weight", c.Dim, qd)
+		l.wk = ld.get(p+"attn_k.weight", c.Dim, kvd)
+		l.wv = ld.get(p+"attn_v.weight", c.Dim, kvd)
+		l.wo = ld.get(p+"attn_output.weight", qd, c.Dim)
+		if c.QKVBias {
+			l.bq = ld.get(p+"attn_q.bias", qd)
+			l.bk = ld.get(p+"attn_k.bias", kvd)
+			l.bv = ld.get(p+"attn_v.bias", kvd)
+		}
+		if c.QKNorm {
+			l.qNorm = ld.get(p+"attn_q_norm.weight", c.HeadDim)
+			l.kNorm = ld.get(p+"attn_k_norm.weight", c.HeadDim)
+		}
+		l.ffnNorm = ld.get(p+"ffn_norm.weight", c.Dim)
+		if c.Experts > 0 {
+			l.moe = &MoE{
+				Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
+				Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+				Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+				Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
+				Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
+			}
+		} else {
+			if c.FF <= 0 {
+				return fmt.Errorf("%s: %s.feed_forward_length is missing", f.Path, c.Arch)
+			}
+			l.gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
+			l.up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
+			l.down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
+		}
+		if ld.err != nil {
+			return ld.err
+		}
+	}
+	return nil
+}
+
+// forwardDense runs the blocks over b; t.x holds the embeddings on entry
+// and the last hidden state on return.
+func (m *Model) forwardDense(b *Batch, t *buffers) {
+	c, be := m.Config, m.be
+	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	for i := range m.layers {
+		l := &m.layers[i]
+		be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
+		be.MatMul(t.q, t.h, l.wq)
+		be.MatMul(t.k, t.h, l.wk)
+		be.MatMul(t.v, t.h, l.wv)
+		if c.QKVBias {
+			be.AddBias(t.q, l.bq)
+			be.AddBias(t.k, l.bk)
+			be.AddBias(t.v, l.bv)
+		}
+		if c.QKNorm {
+			be.HeadRMSNorm(t.q, l.qNorm, c.HeadDim, c.NormEps)
+			be.HeadRMSNorm(t.k, l.kNorm, c.HeadDim, c.NormEps)
+		}
+		be.RoPE(t.q, b.Pos, c.HeadDim, c.Rope)
+		be.KVWrite(i, t.k, t.v, b, c.Rope)
+		be.Attention(t.att, t.q, i, b, c.Heads, scale)
+		be.MatMul(t.o, t.att, l.wo)
+		be.Add(t.x, t.o)
+
+		be.RMSNorm(t.h, t.x, l.ffnNorm, c.NormEps)
+		if l.moe != nil {
+			be.MoE(t.ffo, t.h, l.moe)
+		} else {
+			be.MatMul(t.g, t.h, l.gate)
+			be.MatMul(t.u, t.h, l.up)
+			be.SwiGLU(t.g, t.g, t.u)
+			be.MatMul(t.ffo, t.g, l.down)
+		}
+		be.Add(t.x, t.ffo)
+	}
+}
