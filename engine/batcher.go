@@ -70,6 +70,13 @@ var ErrQueueFull = errors.New("server busy: the KV pool is in use and the wait q
 // ErrBatcherClosed is returned by Submit after Close.
 var ErrBatcherClosed = errors.New("batcher closed")
 
+// MaxTokensError says a prompt and its max tokens exceed the context.
+type MaxTokensError struct{ Prompt, MaxTokens, ContextLen int }
+
+func (e *MaxTokensError) Error() string {
+	return fmt.Sprintf("the prompt's %d tokens and max tokens %d exceed the model's context of %d tokens", e.Prompt, e.MaxTokens, e.ContextLen)
+}
+
 // BatchRequest is one request for the batcher.
 type BatchRequest struct {
 	Request
@@ -222,7 +229,10 @@ func (e *Engine) PromptTokens(req Request) (int, error) {
 }
 
 // Submit queues req and returns its event stream, closed after EventDone
-// or EventError. Cancelling ctx ends the request within one step and frees
+// or EventError. The first event is EventProgress when the request is
+// admitted into the pool (Done: prompt tokens served from the cache,
+// Total: prompt tokens); a request that waits in the queue sees nothing
+// before it. Cancelling ctx ends the request within one step and frees
 // its pages. Errors known before queuing are returned directly: sampling
 // parameters, template errors, a *ContextFullError when the prompt leaves
 // no room in the context, a *kvcache.PoolFullError when it is larger than
@@ -246,6 +256,9 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 	}
 	if err := e.fitsAlone(len(prompt)); err != nil {
 		return nil, err
+	}
+	if req.MaxTokens > 0 && len(prompt)+req.MaxTokens > e.info.ContextLen {
+		return nil, &MaxTokensError{Prompt: len(prompt), MaxTokens: req.MaxTokens, ContextLen: e.info.ContextLen}
 	}
 	s := &batchSeq{
 		ctx: ctx, req: req, out: newOutbox(),
@@ -560,6 +573,7 @@ func (b *Batcher) place(s *batchSeq, nrun int) bool {
 			s.kv, s.computed = kv, start
 			if !s.admitted {
 				s.admitted, s.cached = true, start
+				s.out.push(BatchEvent{Event: Event{Kind: EventProgress, Done: start, Total: len(s.prompt)}})
 				b.mu.Lock()
 				b.stats.ReusedTokens += int64(start)
 				b.mu.Unlock()
