@@ -56,6 +56,7 @@ type Segment struct {
 type MalformedCallError struct {
 	Raw    string // everything the model wrote for the call, tags included
 	Reason string
+	Format ToolFormat // the format the call was parsed in (CallExample shows it)
 }
 
 func (e *MalformedCallError) Error() string {
@@ -70,6 +71,7 @@ const (
 	modeHermes             // inside <tool_call>, waiting for </tool_call>
 	modeLlamaObj           // a JSON object that may be a Llama 3 call
 	modePyTag              // after <|python_tag|>
+	modeXML                // inside <tool_call> of the XML format, waiting for its </tool_call>
 )
 
 // StreamParser splits streamed model output into text, thinking and tool
@@ -95,6 +97,10 @@ type StreamParser struct {
 	afterPyTag bool // a modeLlamaObj object follows <|python_tag|>: it must be a call
 	scan       jsonScan
 	pyTagJunk  bool // text after <|python_tag|> that is not a JSON object
+	// schemas are the offered tools' parameter schemas (SetTools), by tool
+	// name: they type ToolQwenXML values.
+	schemas map[string]map[string]any
+	xml     xmlCallState // the <tool_call> being read in modeXML
 }
 
 // NewStreamParser returns a parser for one generation. startInThinking
@@ -149,13 +155,13 @@ func (p *StreamParser) emitCall(c *ToolCall) {
 }
 
 func (p *StreamParser) emitError(raw, reason string) {
-	p.out = append(p.out, Segment{Kind: SegToolError, Text: raw, Err: &MalformedCallError{Raw: raw, Reason: reason}})
+	p.out = append(p.out, Segment{Kind: SegToolError, Text: raw, Err: &MalformedCallError{Raw: raw, Reason: reason, Format: p.format}})
 }
 
 // openTags are the tags that switch mode out of text.
 func (p *StreamParser) openTags() []string {
 	switch p.format {
-	case ToolHermes:
+	case ToolHermes, ToolQwenXML:
 		return []string{thinkOpen, hermesOpen}
 	case ToolLlama3JSON:
 		return []string{thinkOpen, llamaPyTag}
@@ -186,6 +192,8 @@ func (p *StreamParser) process(final bool) {
 			progressed = p.stepLlamaObj(final)
 		case modePyTag:
 			progressed = p.stepPyTag(final)
+		case modeXML:
+			progressed = p.stepXML(final)
 		}
 		if !progressed {
 			return
@@ -230,6 +238,10 @@ func (p *StreamParser) stepText(final bool) bool {
 	case hermesOpen:
 		p.searchFrom = 0
 		p.mode = modeHermes // keeps its whitespace: the raw text of a malformed call is reported verbatim
+		if p.format == ToolQwenXML {
+			p.mode = modeXML
+			p.xml = xmlCallState{schemas: p.schemas}
+		}
 	case llamaPyTag:
 		p.mode = modePyTag
 		p.skipWS = true

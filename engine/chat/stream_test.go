@@ -213,15 +213,16 @@ func FuzzStreamParser(f *testing.F) {
 		weatherCall, "<think>a</think>b", "x <tool_call>{\"name\":\"f\"}</tool_call> y", "<tool_call>{",
 		`{"name": "f", "parameters": {}}; {"name"`, "<|python_tag|>{\"name\": \"a\"}", "<<think>></think>",
 		"</think><think><tool_call></tool_call>", "{\"a\": \"\\\"}\"}", "  \n ;{ }",
+		"<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
 	}
 	for i, s := range seeds {
-		f.Add(s, uint8(i%3), int64(i))
+		f.Add(s, uint8(i%4), int64(i))
 	}
 	f.Fuzz(func(t *testing.T, s string, format uint8, seed int64) {
 		if !utf8.ValidString(s) {
 			return
 		}
-		ft := ToolFormat(format % 3)
+		ft := ToolFormat(format % 4) // none, hermes, llama3-json, qwen-xml
 		for _, thinking := range []bool{false, true} {
 			whole := normalize(parseChunks(ft, thinking, []string{s}))
 			rng := rand.New(rand.NewSource(seed))

@@ -259,6 +259,7 @@ func TestToolFormatFor(t *testing.T) {
 		want       ToolFormat
 	}{
 		{"qwen3", read("qwen3"), ToolHermes},
+		{"qwen35moe", read("qwen35"), ToolQwenXML},
 		{"llama", read("llama3"), ToolNone}, // Llama 3 (not 3.1) offers no tools
 		{"llama", read("smollm2"), ToolNone},
 		{"llama", "<|start_header_id|>ipython<|end_header_id|> {{ tools }} <|python_tag|>", ToolLlama3JSON},

@@ -16,6 +16,10 @@ const (
 	// ToolLlama3JSON: a JSON object {"name": ..., "parameters": {...}} as the
 	// reply, optionally after <|python_tag|> (Llama 3.1/3.2/3.3).
 	ToolLlama3JSON
+	// ToolQwenXML: <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n...
+	// </function>\n</tool_call>, values typed by the tool's schema
+	// (Qwen3.5, Qwen3.6, Qwen3-Coder; see xmlcall.go).
+	ToolQwenXML
 )
 
 func (f ToolFormat) String() string {
@@ -24,6 +28,8 @@ func (f ToolFormat) String() string {
 		return "hermes"
 	case ToolLlama3JSON:
 		return "llama3-json"
+	case ToolQwenXML:
+		return "qwen-xml"
 	}
 	return "none"
 }
@@ -38,6 +44,8 @@ func ToolFormatFor(arch, template string) ToolFormat {
 		template = chatMLSource
 	}
 	switch {
+	case strings.Contains(template, "<tool_call>") && strings.Contains(template, xmlFuncOpen) && strings.Contains(template, xmlParamOpen):
+		return ToolQwenXML
 	case strings.Contains(template, "<tool_call>"):
 		return ToolHermes
 	case strings.Contains(template, "<|python_tag|>"),
@@ -71,4 +79,16 @@ func AssistantContent(thinking, text string) string {
 		return text
 	}
 	return thinkOpen + "\n" + thinking + "\n" + thinkClose + "\n\n" + text
+}
+
+// CallExample is a tool call written in format f, for telling a model that
+// wrote a malformed call what one looks like.
+func CallExample(f ToolFormat) string {
+	switch f {
+	case ToolQwenXML:
+		return "<tool_call>\n<function=read_file>\n<parameter=path>\nREADME.md\n</parameter>\n</function>\n</tool_call>"
+	case ToolLlama3JSON:
+		return `{"name": "read_file", "parameters": {"path": "README.md"}}`
+	}
+	return `<tool_call>{"name": "read_file", "arguments": {"path": "README.md"}}</tool_call>`
 }
