@@ -1,6 +1,8 @@
 package model_test
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -265,3 +267,137 @@ func TestHybridErrors(t *testing.T) {
 
 // denseOnly hides the CPU backend's StateBackend methods.
 type denseOnly struct{ model.Backend }
+
+// editGGUF re-encodes raw after edit changes its metadata and tensors.
+func editGGUF(t *testing.T, raw []byte, edit func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)) []byte {
+	t.Helper()
+	f, err := gguf.OpenBytes("src.gguf", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kv []gguf.KV
+	for _, k := range f.Keys() {
+		v, _ := f.Value(k)
+		kv = append(kv, gguf.KV{Key: k, Value: v})
+	}
+	var ts []gguf.WriteTensor
+	for _, ti := range f.Tensors {
+		data, err := f.TensorData(ti)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, gguf.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: data})
+	}
+	kv, ts = edit(kv, ts)
+	var buf bytes.Buffer
+	if err := gguf.Write(&buf, kv, ts); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// setKey sets (or with nil removes) one metadata key.
+func setKey(key string, v any) func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+	return func(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		out := kv[:0:0]
+		for _, e := range kv {
+			if e.Key != key {
+				out = append(out, e)
+			}
+		}
+		if v != nil {
+			out = append(out, gguf.KV{Key: key, Value: v})
+		}
+		return out, ts
+	}
+}
+
+// renameTensor renames (or with to == "" drops) a tensor; retype changes its type to F16.
+func renameTensor(from, to string, retype bool) func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+	return func(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		out := ts[:0:0]
+		for _, x := range ts {
+			if x.Name == from {
+				if to == "" {
+					continue
+				}
+				x.Name = to
+				if retype {
+					vals := make([]float32, len(x.Data)/4)
+					if err := gguf.Dequantize(gguf.F32, x.Data, vals); err != nil {
+						panic(err)
+					}
+					x.Data, _ = gguf.Quantize(gguf.F16, vals)
+					x.Type = gguf.F16
+				}
+			}
+			out = append(out, x)
+		}
+		return kv, out
+	}
+}
+
+// TestBadHybridFilesNamedAtLoad: corrupt or unsupported hybrid metadata
+// and tensor layouts are refused by ReadConfig or Load with one error that
+// names the file and what is wrong; nothing panics or allocates what the
+// bad value asks for.
+func TestBadHybridFilesNamedAtLoad(t *testing.T) {
+	type edit = func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)
+	cases := []struct {
+		name, arch string
+		edit       edit
+		want       string
+	}{
+		{"conv kernel 0", "qwen35moe", setKey("qwen35moe.ssm.conv_kernel", uint32(0)), "ssm.conv_kernel"},
+		{"conv kernel huge", "qwen35moe", setKey("qwen35moe.ssm.conv_kernel", uint64(1)<<40), "ssm.conv_kernel"},
+		{"state size huge", "qwen35moe", setKey("qwen35moe.ssm.state_size", uint32(1<<20)), "ssm.state_size"},
+		{"no state size", "qwen35moe", setKey("qwen35moe.ssm.state_size", nil), "ssm.state_size"},
+		{"groups do not divide", "qwen35moe", setKey("qwen35moe.ssm.group_count", uint32(3)), "ssm.group_count"},
+		{"value heads 0", "qwen35moe", setKey("qwen35moe.ssm.time_step_rank", uint32(0)), "ssm.time_step_rank"},
+		{"inner not a multiple", "qwen35moe", setKey("qwen35moe.ssm.inner_size", uint32(63)), "ssm.inner_size"},
+		{"value head dim huge", "qwen35moe", setKey("qwen35moe.ssm.inner_size", uint32(4*8192)), "value head dim"},
+		{"recurrent_layers short", "qwen35moe", setKey("qwen35moe.attention.recurrent_layers", []bool{true}), "recurrent_layers"},
+		{"recurrent_layers a string", "qwen35moe", setKey("qwen35moe.attention.recurrent_layers", "TTTF"), "recurrent_layers"},
+		{"recurrent_layers all attention", "qwen35moe", setKey("qwen35moe.attention.recurrent_layers", []bool{false, false, false, false}), "needs some of each"},
+		{"no layer kinds", "qwen35moe", setKey("qwen35moe.full_attention_interval", nil), "full_attention_interval"},
+		{"interval 0", "qwen35moe", setKey("qwen35moe.full_attention_interval", uint32(0)), "full_attention_interval"},
+		{"interval 1", "qwen35moe", setKey("qwen35moe.full_attention_interval", uint32(1)), "needs some of each"},
+		{"nextn all blocks", "qwen35moe", setKey("qwen35moe.nextn_predict_layers", uint32(4)), "nextn_predict_layers"},
+		{"nextn leaves no attention", "qwen35moe", setKey("qwen35moe.nextn_predict_layers", uint32(1)), "needs some of each"},
+		{"shared ff huge", "qwen35moe", setKey("qwen35moe.expert_shared_feed_forward_length", uint64(1)<<40), "expert_shared_feed_forward_length"},
+		{"shared ff wrong", "qwen35moe", setKey("qwen35moe.expert_shared_feed_forward_length", uint32(48)), "ffn_gate_shexp.weight has shape"},
+		{"conv not f32", "qwen35moe", renameTensor("blk.1.ssm_conv1d.weight", "blk.1.ssm_conv1d.weight", true), "must be F32"},
+		{"no ssm_a", "qwen35moe", renameTensor("blk.2.ssm_a", "", false), "blk.2.ssm_a is missing"},
+		{"legacy ssm_in", "qwen3next", renameTensor("blk.0.attn_qkv.weight", "blk.0.ssm_in.weight", false), "ssm_in"},
+		{"no ssm_ba", "qwen3next", renameTensor("blk.0.ssm_ba.weight", "", false), "ssm_ba.weight is missing"},
+		{"fused gate_up", "qwen35moe", renameTensor("blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_up_exps.weight", false), "ffn_gate_up_exps"},
+		{"no post norm", "qwen35", renameTensor("blk.3.post_attention_norm.weight", "", false), "post_attention_norm.weight is missing"},
+		{"dense without ff", "qwen35", setKey("qwen35.feed_forward_length", nil), "feed_forward_length"},
+	}
+	be := cpu.New(cpu.Options{Threads: 1})
+	defer be.Close()
+	srcs := map[string][]byte{}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Without recurrent_layers the interval decides the kinds.
+			withKinds := !strings.Contains(c.want, "full_attention_interval") && !strings.HasPrefix(c.name, "interval")
+			key := fmt.Sprint(c.arch, withKinds)
+			src, ok := srcs[key]
+			if !ok {
+				s := newSynthHybrid(c.arch)
+				s.recurrentKey = withKinds
+				src = s.gguf(t, 4)
+				srcs[key] = src
+			}
+			raw := editGGUF(t, src, c.edit)
+			f, err := gguf.OpenBytes("bad.gguf", raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = model.Load(f, be)
+			if err == nil || !strings.Contains(err.Error(), "bad.gguf") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Load: %v, want an error naming bad.gguf and %q", err, c.want)
+			}
+		})
+	}
+}

@@ -18,8 +18,11 @@ import (
 // panic or allocate without bound: the seeds are real tiny models, so the
 // mutations reach hyperparameters, tensor shapes and offsets.
 func FuzzLoadModel(f *testing.F) {
-	for _, name := range []string{"tiny_qwen2.gguf", "tiny_qwen3moe.gguf"} {
+	for _, name := range []string{"tiny_qwen2.gguf", "tiny_qwen3moe.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next.gguf"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if os.IsNotExist(err) && (strings.Contains(name, "qwen35") || strings.Contains(name, "qwen3next")) {
+			continue // the hybrid fixtures come from scripts/qwen35_fixtures.py
+		}
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -51,6 +54,18 @@ func FuzzLoadModel(f *testing.F) {
 		const page = 16
 		if err := be.AllocKV(m.Config.KVLayout(page, 1, kvcache.BF16)); err != nil {
 			return
+		}
+		if m.NeedsState() {
+			// The state's size follows from tensors in the file, but is not
+			// bounded by it (head dims multiply): cap it here.
+			l := m.Config.StateLayout(1)
+			if l.Bytes() > 64<<20 {
+				return
+			}
+			if err := be.AllocState(l); err != nil {
+				return
+			}
+			defer be.FreeState()
 		}
 		tokens := []int32{0, 1}
 		batch := &model.Batch{Tokens: tokens, Pos: []int32{0, 1},

@@ -22,8 +22,13 @@ import (
 // converter folds the +1 of the zero-centred norms into every norm weight
 // except ssm_norm, and stores ssm_a as -exp(A_log): both are used as stored.
 
-// maxConvKernel bounds ssm.conv_kernel (real models use 4).
-const maxConvKernel = 64
+// Bounds on the Gated DeltaNet metadata, far above real models (conv 4,
+// head dims 128), so that a corrupt file cannot ask for a state matrix
+// per head larger than the file's tensors justify.
+const (
+	maxConvKernel = 64
+	maxSSMHeadDim = 4096
+)
 
 // readHybrid reads the layer kinds and Gated DeltaNet geometry into c.
 // c.Layers holds block_count on entry and the trunk's block count on return.
@@ -33,7 +38,7 @@ func readHybrid(f *gguf.File, r *keyReader, c *Config, fam family) error {
 	c.NextN = r.int("nextn_predict_layers", 0, 0, blocks-1)
 	s := &c.SSM
 	s.ConvKernel = r.int("ssm.conv_kernel", -1, 1, maxConvKernel)
-	s.KeyDim = r.int("ssm.state_size", -1, 1, maxShape)
+	s.KeyDim = r.int("ssm.state_size", -1, 1, maxSSMHeadDim)
 	s.KeyHeads = r.int("ssm.group_count", -1, 1, maxShape)
 	s.ValueHeads = r.int("ssm.time_step_rank", -1, 1, maxShape)
 	inner := r.int("ssm.inner_size", -1, 1, maxShape)
@@ -49,6 +54,9 @@ func readHybrid(f *gguf.File, r *keyReader, c *Config, fam family) error {
 			f.Path, arch, s.ValueHeads, s.KeyHeads, inner)
 	}
 	s.ValueDim = inner / s.ValueHeads
+	if s.ValueDim > maxSSMHeadDim {
+		return fmt.Errorf("%s: %s.ssm.inner_size %d over %d value heads gives a value head dim of %d; at most %d is supported", f.Path, arch, inner, s.ValueHeads, s.ValueDim, maxSSMHeadDim)
+	}
 	if int64(s.KeyHeads)*int64(s.KeyDim) > maxShape {
 		return fmt.Errorf("%s: %s.ssm.group_count %d times ssm.state_size %d is beyond any model (%d)", f.Path, arch, s.KeyHeads, s.KeyDim, maxShape)
 	}
