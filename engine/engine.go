@@ -365,7 +365,7 @@ func (e *Engine) FitCheck(req Request) error {
 	dt := e.layout.DType
 	e.poolMu.RUnlock()
 	need := len(ids) + 1
-	full := &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
+	full := &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Held: ps.SeqTokens, Prompt: true, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
 		DType: dt, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
 	if need > e.info.ContextLen {
 		full.Fit = min(full.Fit, e.info.ContextLen)
@@ -389,7 +389,7 @@ func (e *ContextFullError) Error() string {
 	if e.NoChat {
 		return fmt.Sprintf("the prompt needs %d tokens but the context is %d tokens: shorten the prompt or the piped input (or raise --ctx-size if it is set lower than the model's context)", e.Need, e.ContextLen)
 	}
-	return fmt.Sprintf("the conversation needs %d tokens but the model's context is %d tokens: /clear, or drop older turns", e.Need, e.ContextLen)
+	return fmt.Sprintf("the conversation needs %d tokens but the model's context is %d tokens: /drop the oldest turns, or /clear", e.Need, e.ContextLen)
 }
 
 // ForPrintMode rewords the pool or context error in err's chain for a run

@@ -20,6 +20,7 @@ var commands = []command{
 	{"/help", "", "show this help"},
 	{"/kvdtype", "<dtype>", "switch the live KV cache dtype: " + strings.Join(kvDTypes, ", ")},
 	{"/clear", "", "start over: drop the conversation and its cached tokens"},
+	{"/drop", "[n]", "drop the oldest n turns (default: what a refused message needs), keeping the system prompt"},
 	{"/system", "[text]", "set the system prompt (no text: show it)"},
 	{"/model", "", "show the model and engine"},
 	{"/save", "[name]", "save the conversation (under a name)"},
@@ -86,6 +87,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.msgs = nil
 		m.entries = nil
 		m.piped = ""
+		m.drop = nil
 		m.sessName, m.created = newSessionName(time.Now()), time.Time{}
 		m.unsaved, m.snapSeq = false, 0
 		m.stats = m.eng.Stats()
@@ -146,6 +148,8 @@ func (m *model) command(line string) tea.Cmd {
 			return nil
 		}
 		m.applySession(f)
+	case "/drop":
+		return m.dropCommand(arg)
 	case "/copy":
 		if !noArgs() {
 			return nil

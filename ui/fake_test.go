@@ -12,6 +12,7 @@ import (
 
 	"github.com/ftchat/ftchat/agent/tui"
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // waitCancel is a scripted event kind: the session blocks until its
@@ -25,6 +26,9 @@ type fakeEngine struct {
 	stats     engine.Stats
 	reconfErr error
 	reconfs   []string
+	// fitTokens, when set, makes FitCheck refuse prompts of more words
+	// with a *kvcache.PoolFullError, as the engine does.
+	fitTokens int
 	// reconfHold, when set, blocks SwitchKV half way until it is closed
 	// or the switch is cancelled.
 	reconfHold chan struct{}
@@ -57,6 +61,10 @@ func (f *fakeEngine) FitCheck(req engine.Request) error {
 	n := 0
 	for _, m := range req.Messages {
 		n += f.CountTokens(m.Content)
+	}
+	if f.fitTokens > 0 && n > f.fitTokens {
+		return &kvcache.PoolFullError{Asked: n, Fit: f.fitTokens, Held: f.fitTokens, Prompt: true,
+			Capacity: f.fitTokens, Used: f.fitTokens, DType: kvcache.BF16}
 	}
 	if n > f.stats.TokensCapacity {
 		return fmt.Errorf("prompt needs %d tokens, the KV pool holds %d", n, f.stats.TokensCapacity)

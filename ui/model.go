@@ -104,6 +104,7 @@ type model struct {
 	reconfCh     chan tea.Msg
 	reconfCancel context.CancelFunc
 	queued       string // a message typed during the switch, sent after it
+	drop         *dropOffer
 	ticking      bool
 	ticksSched   int // how many ticks were scheduled (tests)
 
@@ -379,6 +380,13 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 			m.queueDuringReconf(v)
 			return nil
 		}
+		if cmd, ok := m.acceptDrop(v); ok {
+			m.pushHistory(v)
+			return cmd
+		}
+		if !strings.HasPrefix(strings.TrimSpace(v), "/") {
+			m.drop = nil // another message: a new check
+		}
 		m.input.Reset()
 		m.pushHistory(v)
 		return m.submit(v)
@@ -563,6 +571,11 @@ func (m *model) send(text string) tea.Cmd {
 	if err := m.eng.FitCheck(req); err != nil {
 		m.msgs = m.msgs[:len(m.msgs)-1]
 		msg := "not sent: " + err.Error()
+		if attached == "" && m.refuseFull(text, content, err) {
+			m.setInput(text)
+			m.scrollBottom()
+			return nil
+		}
 		if attached != "" {
 			msg = fmt.Sprintf("not sent: the piped input (%s tokens) does not fit: %v (/clear drops the piped input)", formatInt(int64(m.pipedTokens)), err)
 		}
@@ -697,9 +710,9 @@ func stopNote(r engine.StopReason, s engine.Stats) string {
 	case engine.StopMaxTokens:
 		return "stopped: token limit reached"
 	case engine.StopPoolFull:
-		hint := "/clear, or /kvdtype fp8_e4m3 to fit more"
+		hint := "/drop the oldest turns, /clear, or /kvdtype fp8_e4m3 to fit more"
 		if strings.HasPrefix(s.KVDType, "fp8") {
-			hint = "/clear to start over"
+			hint = "/drop the oldest turns, or /clear to start over"
 		}
 		return fmt.Sprintf("stopped: the KV pool is full (%s / %s tokens) · %s",
 			formatInt(int64(s.TokensUsed)), formatInt(int64(s.TokensCapacity)), hint)

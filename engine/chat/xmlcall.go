@@ -125,17 +125,11 @@ type xmlCallState struct {
 	scan    int // </parameter> occurrences before this are not the value's end
 }
 
-// parseXMLCall parses a whole <tool_call> body in the XML format. It is
-// lenient where the intent is plain (a missing </function>, a value without
-// the newlines around it) and strict where it is not (text that is neither
-// a parameter nor the end, a parameter given twice).
-func parseXMLCall(body string, schemas map[string]map[string]any) (*ToolCall, error) {
-	st := xmlCallState{schemas: schemas}
-	return st.advance([]byte(body), len(body))
-}
-
 // advance parses buf[:end] as a whole call body, resuming where the last
-// call stopped; buf[:end] must extend what it saw then.
+// call stopped; buf[:end] must extend what it saw then. It is lenient where
+// the intent is plain (a missing </function>, a value without the newlines
+// around it) and strict where it is not (text that is neither a parameter
+// nor the end, a parameter given twice).
 func (st *xmlCallState) advance(buf []byte, end int) (*ToolCall, error) {
 	b := buf[:end]
 	for {

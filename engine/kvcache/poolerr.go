@@ -21,21 +21,29 @@ type PoolFullError struct {
 	// NoChat words the advice for a run without the chat (-p): no slash
 	// commands.
 	NoChat bool
+	// Prompt: Asked counts a whole prompt checked before it is sent
+	// (FitCheck), not tokens added to what the conversation holds.
+	Prompt bool
 }
 
 func (e *PoolFullError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "KV cache full: %s new tokens do not fit, only %s do (this conversation holds %s tokens; the %s pool holds %s tokens, %s in use). To continue: ",
-		group(e.Asked), group(e.Fit), group(e.Held), e.DType, group(e.Capacity), group(e.Used))
+	if e.Prompt {
+		fmt.Fprintf(&b, "KV cache full: the conversation needs %s tokens but only %s fit (the %s pool holds %s tokens, %s in use, %s of them by the conversations it caches). To continue: ",
+			group(e.Asked), group(e.Fit), e.DType, group(e.Capacity), group(e.Used), group(e.Held))
+	} else {
+		fmt.Fprintf(&b, "KV cache full: %s new tokens do not fit, only %s do (this conversation holds %s tokens; the %s pool holds %s tokens, %s in use). To continue: ",
+			group(e.Asked), group(e.Fit), group(e.Held), e.DType, group(e.Capacity), group(e.Used))
+	}
 	switch {
 	case e.NoChat && e.E4M3Capacity > 0:
 		fmt.Fprintf(&b, "shorten the prompt or the piped input, use --kv-cache-dtype fp8_e4m3 (about %s tokens in the same memory)", group(e.E4M3Capacity))
 	case e.NoChat:
 		b.WriteString("shorten the prompt or the piped input")
 	case e.E4M3Capacity > 0:
-		fmt.Fprintf(&b, "/clear to start a new conversation, switch the KV cache to fp8_e4m3 (/kvdtype fp8_e4m3 or --kv-cache-dtype fp8_e4m3: about %s tokens in the same memory)", group(e.E4M3Capacity))
+		fmt.Fprintf(&b, "/drop the oldest turns, /clear to start a new conversation, switch the KV cache to fp8_e4m3 (/kvdtype fp8_e4m3 or --kv-cache-dtype fp8_e4m3: about %s tokens in the same memory)", group(e.E4M3Capacity))
 	default:
-		b.WriteString("/clear to start a new conversation")
+		b.WriteString("/drop the oldest turns, /clear to start a new conversation")
 	}
 	b.WriteString(", or give the cache more memory (--gpu-memory on a GPU, --kv-tokens on the CPU).")
 	return b.String()
