@@ -211,6 +211,9 @@ var typedKernels = []string{"gemv_", "gemvx_", "gemvf_", "gemm_", "gemml_", "moe
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, ops for the rest.
 func kernelModule(name string) string {
+	if m, ok := moeKernelModule(name); ok {
+		return m
+	}
 	for _, p := range typedKernels {
 		if rest, ok := strings.CutPrefix(name, p); ok {
 			for _, suf := range kernelSuffix {
@@ -868,91 +871,6 @@ func (b *Backend) Add(dst, x model.Tensor) {
 	b.post(func(c *Ctx) error {
 		return b.launch(c, "add", Dim3{X: cdiv(n, 256)}, Dim3{X: 256}, d.buf, s.buf, int64(n))
 	})
-}
-
-// MoE: router softmax and top-k on the device, then per (token, slot) expert
-// GEMVs that read the expert id from device memory (no host round trip),
-// SwiGLU, and the probability-weighted sum into dst (overwritten).
-func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
-	d, ok1 := b.ten(dst, "MoE")
-	s, ok2 := b.ten(x, "MoE")
-	router, ok3 := b.wt(m.Router, "MoE router")
-	gate, ok4 := b.wt(m.Gate, "MoE gate")
-	up, ok5 := b.wt(m.Up, "MoE up")
-	down, ok6 := b.wt(m.Down, "MoE down")
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return
-	}
-	E, K, n, dim := m.Experts, m.TopK, s.rows, s.cols
-	if E <= 0 || K <= 0 || K > E || E > 1024 || router.rows != E || router.cols != dim ||
-		gate.rows%E != 0 || up.rows != gate.rows || gate.cols != dim || up.cols != dim ||
-		down.rows != E*dim || down.cols != gate.rows/E || d.rows != n || d.cols != dim {
-		b.fail(fmt.Errorf("gpu: MoE shapes: x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
-			n, dim, E, K, router.rows, router.cols, gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols, d.rows, d.cols))
-		return
-	}
-	if n == 0 {
-		return
-	}
-	ff := gate.rows / E
-	b.post(func(c *Ctx) error {
-		pairs := n * K
-		bufs := []struct {
-			n    int64
-			what string
-		}{{int64(n * E * 4), "MoE logits"}, {int64(pairs * 4), "MoE ids"}, {int64(pairs * 4), "MoE weights"},
-			{int64(pairs * ff * 4), "MoE gate"}, {int64(pairs * ff * 4), "MoE up"}, {int64(pairs * dim * 4), "MoE down"}}
-		var got [6]Buffer
-		defer func() {
-			for _, g := range got {
-				b.release(g)
-			}
-		}()
-		for i, bf := range bufs {
-			var err error
-			if got[i], err = b.scratch(c, bf.n, bf.what); err != nil {
-				return err
-			}
-		}
-		logits, ids, wts, gb, ub, yd := got[0].Ptr, got[1].Ptr, got[2].Ptr, got[3].Ptr, got[4].Ptr, got[5].Ptr
-		if err := b.matmul(c, logits, s.buf.Ptr, n, router); err != nil {
-			return err
-		}
-		if err := b.launch(c, "moe_route", Dim3{X: cdiv(n, 128)}, Dim3{X: 128}, logits, n, E, K, m.NormTopK, ids, wts); err != nil {
-			return err
-		}
-		// grid.y is limited to 65535: chunk the (token, slot) pairs, whole tokens per chunk.
-		chunk := 65535 / K * K
-		for p0 := 0; p0 < pairs; p0 += chunk {
-			np := min(chunk, pairs-p0)
-			idp := ids.Add(int64(p0 * 4))
-			xin := s.buf.Ptr.Add(int64(p0 / K * dim * 4))
-			if err := b.moeGemv(c, gate, ff, xin, K, idp, gb.Add(int64(p0*ff*4)), np); err != nil {
-				return err
-			}
-			if err := b.moeGemv(c, up, ff, xin, K, idp, ub.Add(int64(p0*ff*4)), np); err != nil {
-				return err
-			}
-		}
-		if err := b.launch(c, "swiglu", Dim3{X: cdiv(pairs*ff, 256)}, Dim3{X: 256}, gb, gb, ub, int64(pairs*ff)); err != nil {
-			return err
-		}
-		for p0 := 0; p0 < pairs; p0 += chunk {
-			np := min(chunk, pairs-p0)
-			if err := b.moeGemv(c, down, dim, gb.Add(int64(p0*ff*4)), 1, ids.Add(int64(p0*4)), yd.Add(int64(p0*dim*4)), np); err != nil {
-				return err
-			}
-		}
-		return b.launch(c, "moe_combine", Dim3{X: cdiv(n*dim, 256)}, Dim3{X: 256}, yd, wts, n, K, dim, d.buf)
-	})
-}
-
-func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDiv int, ids, y DevicePtr, pairs int) error {
-	if w.cols%32 != 0 {
-		return fmt.Errorf("gpu: MoE weight %q: row length %d is not a multiple of 32", w.info.Name, w.cols)
-	}
-	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, gemvWarps), Y: pairs}, Dim3{X: 32 * gemvWarps},
-		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
 }
 
 // GatherRows copies rows[i] of src into row i of dst on the device

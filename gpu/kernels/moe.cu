@@ -1,0 +1,169 @@
+// Mixture-of-experts kernels that do not depend on the weight type: router
+// softmax + top-k, the device-side grouping of (token, slot) pairs by expert
+// (histogram, scan, permutation, tile list) and the weighted combine. The
+// typed expert GEMMs/GEMVs are in moe.cuh (one module per weight type,
+// moe_<type>.cu). Built without --use_fast_math (router softmax).
+#include "common.cuh"
+#include "moe_tile.cuh"
+
+// Router: one warp per token. Softmax over nexp logits (float32, max
+// subtracted), the topk largest (ties: lower expert id first, as the CPU's
+// stable sort), optionally renormalised to sum to 1. ids/wts[t*topk + k].
+extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ntok, int nexp, int topk, int norm,
+                                    int* __restrict__ ids, float* __restrict__ wts) {
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (t >= ntok) return;
+    const float* l = logits + (size_t)t * nexp;
+    float mx = -INFINITY;
+    for (int e = lane; e < nexp; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.f;
+    for (int e = lane; e < nexp; e += 32) sum += expf(l[e] - mx);
+    sum = warp_sum(sum);
+    float prev = INFINITY, tot = 0.f, mine = 0.f;
+    int prevId = -1;
+    for (int k = 0; k < topk; k++) {
+        // best strictly after (prev, prevId) in (value desc, id asc) order
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int e = lane; e < nexp; e += 32) {
+            float v = l[e];
+            bool after = v < prev || (v == prev && e > prevId);
+            if (after && (bi == 0x7fffffff || v > best)) {
+                best = v;
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > best || (ov == best && oi < bi))) {
+                best = ov;
+                bi = oi;
+            }
+        }
+        if (bi == 0x7fffffff) bi = 0;  // NaN logits: keep the id in range
+        float pr = expf(best - mx) / sum;
+        if (lane == k) mine = pr;
+        if (lane == 0) ids[t * topk + k] = bi;
+        tot += pr;
+        prev = best;
+        prevId = bi;
+    }
+    // topk <= 32 on this path (checked by the host).
+    if (lane < topk) wts[t * topk + lane] = norm ? mine / tot : mine;
+}
+
+// Group the npairs (token, slot) pairs by expert, in one CTA of 1024
+// threads (nexp <= 1024): histogram of ids, exclusive scan, then each pair
+// takes a slot in its expert's run: sorted[pos] = pair, inv[pair] = pos.
+// The tile list gives the grouped GEMMs their work: tile i covers sorted
+// rows [start, end) of expert e, at most MOE_BM rows; tiles[3i..3i+2] =
+// {e, start, end}, e = -1 for unused slots up to ntiles (the grid bound).
+extern "C" __global__ void __launch_bounds__(1024) moe_sort(const int* __restrict__ ids, int npairs, int nexp,
+                                                             int ntiles, int* __restrict__ sorted,
+                                                             int* __restrict__ inv, int* __restrict__ tiles) {
+    __shared__ int cnt[1024], off[1024], toff[1024];
+    int tid = threadIdx.x;
+    cnt[tid] = 0;
+    __syncthreads();
+    for (int p = tid; p < npairs; p += 1024) atomicAdd(&cnt[ids[p]], 1);
+    __syncthreads();
+    int c = tid < nexp ? cnt[tid] : 0;
+    int nt = (c + MOE_BM - 1) / MOE_BM;
+    off[tid] = c;
+    toff[tid] = nt;
+    __syncthreads();
+    // Hillis-Steele inclusive scans of both arrays.
+    for (int d = 1; d < 1024; d <<= 1) {
+        int a = tid >= d ? off[tid - d] : 0, b = tid >= d ? toff[tid - d] : 0;
+        __syncthreads();
+        off[tid] += a;
+        toff[tid] += b;
+        __syncthreads();
+    }
+    int start = off[tid] - c, t0 = toff[tid] - nt;  // exclusive
+    int total = toff[1023];
+    for (int j = 0; j < nt; j++) {
+        int s = start + j * MOE_BM;
+        tiles[3 * (t0 + j)] = tid;
+        tiles[3 * (t0 + j) + 1] = s;
+        tiles[3 * (t0 + j) + 2] = min(s + MOE_BM, start + c);
+    }
+    for (int i = total + tid; i < ntiles; i += 1024) tiles[3 * i] = -1;
+    __syncthreads();
+    cnt[tid] = start;  // cursor
+    __syncthreads();
+    for (int p = tid; p < npairs; p += 1024) {
+        int pos = atomicAdd(&cnt[ids[p]], 1);
+        sorted[pos] = p;
+        inv[p] = pos;
+    }
+}
+
+// out[t][d] = sum_k wts[t*topk+k] * y[inv[t*topk+k]][d] (overwrites out).
+extern "C" __global__ void moe_gather_sum(const float* __restrict__ y, const int* __restrict__ inv,
+                                          const float* __restrict__ wts, int ntok, int topk, int dim,
+                                          float* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)ntok * dim) return;
+    int t = (int)(i / dim), d = (int)(i % dim);
+    float s = 0.f;
+    for (int k = 0; k < topk; k++) {
+        int p = t * topk + k;
+        s = fmaf(wts[p], y[(size_t)inv[p] * dim + d], s);
+    }
+    out[i] = s;
+}
+
+// Router logits in float32 for a batch: logits[t][e] = x[t] . R[e] (R an
+// F32 [nexp][cols] weight), so that the top-k choice sees the same values
+// as the CPU's float32 router (a bf16 tensor-core GEMM would flip near
+// ties). CTA tile 16 tokens x 32 experts, 128 threads of 2 x 2 outputs,
+// k in chunks of 64 through shared memory. cols % 4 == 0.
+#define RT_T 16
+#define RT_E 32
+#define RT_K 64
+extern "C" __global__ void __launch_bounds__(128) moe_router_f32(const float* __restrict__ R, int nexp, int cols,
+                                                                  const float* __restrict__ X, int ntok,
+                                                                  float* __restrict__ logits) {
+    __shared__ float xs[RT_T][RT_K + 1], rs[RT_E][RT_K + 1];
+    int tid = threadIdx.x;
+    int t0 = blockIdx.y * RT_T, e0 = blockIdx.x * RT_E;
+    int ty = tid >> 4, tx = tid & 15;  // tokens ty, ty+8; experts tx, tx+16
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    for (int k0 = 0; k0 < cols; k0 += RT_K) {
+        for (int i = tid; i < RT_T * RT_K / 4; i += 128) {
+            int r = i / (RT_K / 4), c = 4 * (i % (RT_K / 4));
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (t0 + r < ntok && k0 + c < cols) v = __ldg(reinterpret_cast<const float4*>(X + (size_t)(t0 + r) * cols + k0 + c));
+            xs[r][c] = v.x; xs[r][c + 1] = v.y; xs[r][c + 2] = v.z; xs[r][c + 3] = v.w;
+        }
+        for (int i = tid; i < RT_E * RT_K / 4; i += 128) {
+            int r = i / (RT_K / 4), c = 4 * (i % (RT_K / 4));
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e0 + r < nexp && k0 + c < cols) v = __ldg(reinterpret_cast<const float4*>(R + (size_t)(e0 + r) * cols + k0 + c));
+            rs[r][c] = v.x; rs[r][c + 1] = v.y; rs[r][c + 2] = v.z; rs[r][c + 3] = v.w;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < RT_K; k++) {
+            float a0 = xs[ty][k], a1 = xs[ty + 8][k], b0 = rs[tx][k], b1 = rs[tx + 16][k];
+            acc[0][0] = fmaf(a0, b0, acc[0][0]);
+            acc[0][1] = fmaf(a0, b1, acc[0][1]);
+            acc[1][0] = fmaf(a1, b0, acc[1][0]);
+            acc[1][1] = fmaf(a1, b1, acc[1][1]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int t = t0 + ty + 8 * i, e = e0 + tx + 16 * j;
+            if (t < ntok && e < nexp) logits[(size_t)t * nexp + e] = acc[i][j];
+        }
+}

@@ -1,0 +1,346 @@
+// Typed mixture-of-experts kernels for one GGUF weight type, instantiated by
+// moe_<type>.cu, which defines MOE_T (the type id) and MOE_NAME (the
+// kernel-name suffix). The expert weights are stacked: gate/up
+// [nexp*ff][cols], down [nexp*dim][ff]. Dequantization is deq32 of
+// common.cuh (the decoders of mm.cuh's GEMV/GEMM).
+//
+// Prefill (grouped): moe.cu's moe_sort lists tiles of at most MOE_BM
+// (token, slot) pairs of one expert, in expert-sorted order; one launch of
+// moe_gemm_gu covers every active expert for gate and up together and
+// writes silu(gate)*up per sorted pair, one launch of moe_gemm_dn the down
+// projection per sorted pair. Tensor cores: mma.sync m16n8k16 bf16 with
+// float32 accumulators; W units dequantized into shared memory as bf16,
+// the next k step's W unit and activations loaded (and dequantized) into
+// registers while the current step multiplies.
+//
+// Decode (a few tokens): moe_gemv_gu / moe_gemv_dn, a warp per output row
+// and (token, slot) pair resp. token, reading expert ids and weights from
+// device memory; moe_gemv_dn sums the token's top-k experts with their
+// weights, so no combine kernel follows.
+#pragma once
+#include "common.cuh"
+#include "moe_tile.cuh"
+
+#define MOE_BK 64
+#define MOE_PAD 8
+
+__device__ __forceinline__ uint32_t moe_pack(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void moe_mma(float* c, const uint32_t* a, const uint32_t* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Same formula as ops.cu's swiglu.
+__device__ __forceinline__ float moe_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// Loads of one k step, branch-free so that they overlap the tensor-core
+// work that follows them in the same basic block: out-of-range units and
+// rows read a valid address (unit clamped, row 0) and are zeroed by select.
+template <int T>
+__device__ __forceinline__ void moe_ldw(const uint8_t* row, bool rowok, int units, int u, float* w) {
+    bool ok = rowok && u < units;
+    int c;
+    deq32<T>(unit_ptr<T>(row, min(u, units - 1), c), c, w);
+#pragma unroll
+    for (int i = 0; i < 32; i++) w[i] = ok ? w[i] : 0.f;
+}
+
+// 8 floats of row at column k (k % 8 == 0, n % 32 == 0).
+__device__ __forceinline__ void moe_ldx(const float* row, bool rowok, int n, int k, float4* xv) {
+    bool ok = rowok && k < n;
+    const float4* q = reinterpret_cast<const float4*>(row + (ok ? k : 0));
+    float4 a = __ldg(q), b = __ldg(q + 1), z = make_float4(0.f, 0.f, 0.f, 0.f);
+    xv[0] = ok ? a : z;
+    xv[1] = ok ? b : z;
+}
+
+__device__ __forceinline__ void moe_stw(__nv_bfloat16* dst, const float* w) {
+    uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        d[i] = make_uint4(moe_pack(w[8 * i], w[8 * i + 1]), moe_pack(w[8 * i + 2], w[8 * i + 3]),
+                          moe_pack(w[8 * i + 4], w[8 * i + 5]), moe_pack(w[8 * i + 6], w[8 * i + 7]));
+}
+
+__device__ __forceinline__ void moe_stx(__nv_bfloat16* dst, const float4* xv) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(moe_pack(xv[0].x, xv[0].y), moe_pack(xv[0].z, xv[0].w),
+                                                moe_pack(xv[1].x, xv[1].y), moe_pack(xv[1].z, xv[1].w));
+}
+
+// A fragment (16 rows from r, k offset kk) of a [rows][MOE_BK+MOE_PAD] bf16 tile.
+__device__ __forceinline__ void moe_frag_a(const __nv_bfloat16 (*As)[MOE_BK + MOE_PAD], int r, int kk, int tg, uint32_t* a) {
+    a[0] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg]);
+    a[1] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg]);
+    a[2] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg + 8]);
+    a[3] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg + 8]);
+}
+__device__ __forceinline__ void moe_frag_b(const __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD], int n, int kk, int tg, uint32_t* b) {
+    b[0] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg]);
+    b[1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg + 8]);
+}
+
+// Grouped gate+up: grid (cdiv(ff, 64), ntiles), 256 threads. CTA tile:
+// MOE_BM sorted pairs x 64 ff columns of gate and the same 64 of up (128
+// W rows) x MOE_BK. Warps 2 (pairs, 16 each) x 4 (columns, 16 each); each
+// warp keeps gate and up accumulators of the same outputs, so the epilogue
+// writes h[pos][col] = silu(gate) * up for sorted position pos.
+template <int T>
+__device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, long long rowBytes,
+                                 int ff, int cols, const float* __restrict__ X, int topk,
+                                 const int* __restrict__ sorted, const int* __restrict__ tiles,
+                                 float* __restrict__ H) {
+    __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
+    int e = tiles[3 * blockIdx.y];
+    if (e < 0) return;
+    int r0 = tiles[3 * blockIdx.y + 1], r1 = tiles[3 * blockIdx.y + 2];
+    int n0 = blockIdx.x * 64;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    int wm = (warp >> 2) * 16, wn = (warp & 3) * 16;
+    int lr = tid >> 1, lh = tid & 1;
+    int wc = n0 + (lr & 63);
+    bool wok = wc < ff;
+    const uint8_t* wrow = (lr < 64 ? Wg : Wu) + ((size_t)e * ff + (wok ? wc : 0)) * rowBytes;
+    int ar = tid >> 3, aq = tid & 7;
+    bool aok = r0 + ar < r1;
+    const float* xrow = X + (size_t)(aok ? sorted[r0 + ar] / topk : 0) * cols;
+    int units = cols >> 5;
+    float accg[2][4], accu[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) accg[j][i] = accu[j][i] = 0.f;
+    float w[32];
+    float4 xv[2];
+    moe_ldw<T>(wrow, wok, units, lh, w);
+    moe_ldx(xrow, aok, cols, 8 * aq, xv);
+    for (int k0 = 0; k0 < cols; k0 += MOE_BK) {
+        moe_stw(&Bs[lr][32 * lh], w);
+        moe_stx(&As[ar][8 * aq], xv);
+        __syncthreads();
+        // next step's loads (past the end: harmless clamped reads)
+        int k1 = k0 + MOE_BK;
+        moe_ldw<T>(wrow, wok, units, (k1 >> 5) + lh, w);
+        moe_ldx(xrow, aok, cols, k1 + 8 * aq, xv);
+#pragma unroll
+        for (int kk = 0; kk < MOE_BK; kk += 16) {
+            uint32_t a[4], bg[2], bu[2];
+            moe_frag_a(As, wm + g, kk, tg, a);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int n = wn + 8 * j + g;
+                moe_frag_b(Bs, n, kk, tg, bg);
+                moe_frag_b(Bs, 64 + n, kk, tg, bu);
+                moe_mma(accg[j], a, bg);
+                moe_mma(accu[j], a, bu);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int col = n0 + wn + 8 * j + 2 * tg;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int pos = r0 + wm + g + 8 * h;
+            if (pos < r1) {
+                float* out = H + (size_t)pos * ff;
+                if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h], accu[j][2 * h]);
+                if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1], accu[j][2 * h + 1]);
+            }
+        }
+    }
+}
+
+// Grouped down: grid (cdiv(dim, 128), ntiles), 256 threads. CTA tile:
+// MOE_BM sorted pairs x 128 output rows x MOE_BK of ff; warps 2 (pairs, 16
+// each) x 4 (rows, 32 each). y[pos][dim] per sorted position.
+template <int T>
+__device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
+                                 const float* __restrict__ H, const int* __restrict__ tiles, float* __restrict__ Y) {
+    __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
+    int e = tiles[3 * blockIdx.y];
+    if (e < 0) return;
+    int r0 = tiles[3 * blockIdx.y + 1], r1 = tiles[3 * blockIdx.y + 2];
+    int n0 = blockIdx.x * 128;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    int wm = (warp >> 2) * 16, wn = (warp & 3) * 32;
+    int lr = tid >> 1, lh = tid & 1;
+    bool wok = n0 + lr < dim;
+    const uint8_t* wrow = W + ((size_t)e * dim + (wok ? n0 + lr : 0)) * rowBytes;
+    int ar = tid >> 3, aq = tid & 7;
+    bool aok = r0 + ar < r1;
+    const float* hrow = H + (size_t)(aok ? r0 + ar : 0) * ff;
+    int units = ff >> 5;
+    float acc[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
+    float w[32];
+    float4 xv[2];
+    moe_ldw<T>(wrow, wok, units, lh, w);
+    moe_ldx(hrow, aok, ff, 8 * aq, xv);
+    for (int k0 = 0; k0 < ff; k0 += MOE_BK) {  // as in moe_gemm_gu_body
+        moe_stw(&Bs[lr][32 * lh], w);
+        moe_stx(&As[ar][8 * aq], xv);
+        __syncthreads();
+        int k1 = k0 + MOE_BK;
+        moe_ldw<T>(wrow, wok, units, (k1 >> 5) + lh, w);
+        moe_ldx(hrow, aok, ff, k1 + 8 * aq, xv);
+#pragma unroll
+        for (int kk = 0; kk < MOE_BK; kk += 16) {
+            uint32_t a[4], b[2];
+            moe_frag_a(As, wm + g, kk, tg, a);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                moe_frag_b(Bs, wn + 8 * j + g, kk, tg, b);
+                moe_mma(acc[j], a, b);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int col = n0 + wn + 8 * j + 2 * tg;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int pos = r0 + wm + g + 8 * h;
+            if (pos < r1) {
+                float* out = Y + (size_t)pos * dim;
+                if (col < dim) out[col] = acc[j][2 * h];
+                if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1];
+            }
+        }
+    }
+}
+
+// 32 weights of a unit times 32 floats of x (16-byte aligned).
+__device__ __forceinline__ float moe_dot32(const float* w, const float* x) {
+    const float4* xp = reinterpret_cast<const float4*>(x);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float4 v = __ldg(xp + i);
+        s = fmaf(w[4 * i], v.x, s);
+        s = fmaf(w[4 * i + 1], v.y, s);
+        s = fmaf(w[4 * i + 2], v.z, s);
+        s = fmaf(w[4 * i + 3], v.w, s);
+    }
+    return s;
+}
+
+// Decode GEMVs: a CTA of 8 warps computes MOE_ROWS output rows, MOE_WPR
+// warps per row striding over the row's 32-element units (more warps per
+// row keep more loads in flight than unrolling, at a quarter of the code).
+#define MOE_WPR 4
+#define MOE_ROWS (8 / MOE_WPR)
+
+__device__ __forceinline__ float moe_cta_sum(float v, float* red) {
+    int warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+    if ((threadIdx.x & 31) == 0 && warp % MOE_WPR == 0)
+        for (int i = 0; i < MOE_WPR; i++) s += red[warp + i];
+    return s;  // valid in lane 0 of the row's first warp
+}
+
+// Decode gate+up: grid (cdiv(ff, MOE_ROWS), npairs); row r of pair p dots
+// gate and up row r of expert ids[p] with x[p / topk] and writes
+// h[p][r] = silu(gate) * up.
+template <int T>
+__device__ void moe_gemv_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, long long rowBytes,
+                                 int ff, int cols, const float* __restrict__ X, int topk, const int* __restrict__ ids,
+                                 float* __restrict__ H) {
+    __shared__ float red[2][8];
+    int p = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = blockIdx.x * MOE_ROWS + warp / MOE_WPR, part = warp % MOE_WPR;
+    bool ok = r < ff;
+    float sg = 0.f, su = 0.f;
+    if (ok) {
+        size_t off = ((size_t)ids[p] * ff + r) * rowBytes;
+        const float* x = X + (size_t)(p / topk) * cols;
+        int units = cols >> 5;
+        // lanes stride over the units of the gate row, then of the up row
+#pragma unroll 1
+        for (int q = part * 32 + lane; q < 2 * units; q += 32 * MOE_WPR) {
+            int m = q >= units, u = q - m * units;
+            float w[32];
+            int c;
+            deq32<T>(unit_ptr<T>((m ? Wu : Wg) + off, u, c), c, w);
+            float d = moe_dot32(w, x + 32 * u);
+            if (m) su += d; else sg += d;
+        }
+    }
+    sg = moe_cta_sum(sg, red[0]);
+    su = moe_cta_sum(su, red[1]);
+    if (ok && lane == 0 && part == 0) H[(size_t)p * ff + r] = moe_silu_mul(sg, su);
+}
+
+// Decode down + combine: grid (cdiv(dim, MOE_ROWS), ntok); row r of token
+// t sums wts[p] * (down row r of expert ids[p] . h[p]) over the token's
+// pairs p = t*topk .. t*topk+topk-1 and writes out[t][r] (overwrites, so
+// no combine kernel follows). Lanes stride over (slot, unit) together.
+template <int T>
+__device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
+                                 const float* __restrict__ H, int topk, const int* __restrict__ ids,
+                                 const float* __restrict__ wts, float* __restrict__ out) {
+    __shared__ float red[8];
+    int t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = blockIdx.x * MOE_ROWS + warp / MOE_WPR, part = warp % MOE_WPR;
+    bool ok = r < dim;
+    float acc = 0.f;
+    if (ok) {
+        int units = ff >> 5, total = topk * units;
+#pragma unroll 1
+        for (int q = part * 32 + lane; q < total; q += 32 * MOE_WPR) {
+            int k = q / units, u = q - k * units;
+            int p = t * topk + k;
+            const uint8_t* row = W + ((size_t)ids[p] * dim + r) * rowBytes;
+            float w[32];
+            int c;
+            deq32<T>(unit_ptr<T>(row, u, c), c, w);
+            acc = fmaf(wts[p], moe_dot32(w, H + (size_t)p * ff + 32 * u), acc);
+        }
+    }
+    acc = moe_cta_sum(acc, red);
+    if (ok && lane == 0 && part == 0) out[(size_t)t * dim + r] = acc;
+}
+
+#define MOE_KERNELS(T_, NAME) MOE_KERNELS_(T_, NAME)
+#define MOE_KERNELS_(T_, NAME)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) moe_gemm_gu_##NAME(                                      \
+        const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
+        const int* sorted, const int* tiles, float* H) {                                                       \
+        moe_gemm_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, sorted, tiles, H);                           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(256) moe_gemm_dn_##NAME(                                      \
+        const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, const int* tiles, float* Y) {   \
+        moe_gemm_dn_body<T_>(W, rowBytes, dim, ff, H, tiles, Y);                                               \
+    }
+#define MOEV_KERNELS(T_, NAME) MOEV_KERNELS_(T_, NAME)
+#define MOEV_KERNELS_(T_, NAME)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) moe_gemv_gu_##NAME(                           \
+        const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
+        const int* ids, float* H) {                                                                            \
+        moe_gemv_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, ids, H);                                     \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(256) moe_gemv_dn_##NAME(                           \
+        const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, int topk, const int* ids,       \
+        const float* wts, float* out) {                                                                        \
+        moe_gemv_dn_body<T_>(W, rowBytes, dim, ff, H, topk, ids, wts, out);                                    \
+    }
+#ifdef MOE_GEMV
+MOEV_KERNELS(MOE_T, MOE_NAME)
+#else
+MOE_KERNELS(MOE_T, MOE_NAME)
+#endif

@@ -1,0 +1,5 @@
+// Grouped (prefill) mixture-of-experts GEMMs for Q4_1 expert weights: see
+// moe.cuh. Built without --use_fast_math.
+#define MOE_T T_Q4_1
+#define MOE_NAME q4_1
+#include "moe.cuh"

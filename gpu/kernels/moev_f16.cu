@@ -1,0 +1,6 @@
+// Decode mixture-of-experts GEMVs for F16 expert weights: see moe.cuh.
+// Built without --use_fast_math.
+#define MOE_T T_F16
+#define MOE_NAME f16
+#define MOE_GEMV 1
+#include "moe.cuh"

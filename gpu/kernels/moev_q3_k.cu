@@ -1,0 +1,6 @@
+// Decode mixture-of-experts GEMVs for Q3_K expert weights: see moe.cuh.
+// Built without --use_fast_math.
+#define MOE_T T_Q3_K
+#define MOE_NAME q3_k
+#define MOE_GEMV 1
+#include "moe.cuh"

@@ -1,0 +1,6 @@
+// Decode mixture-of-experts GEMVs for Q5_K expert weights: see moe.cuh.
+// Built without --use_fast_math.
+#define MOE_T T_Q5_K
+#define MOE_NAME q5_k
+#define MOE_GEMV 1
+#include "moe.cuh"

@@ -1,0 +1,6 @@
+// Decode mixture-of-experts GEMVs for Q8_1 expert weights: see moe.cuh.
+// Built without --use_fast_math.
+#define MOE_T T_Q8_1
+#define MOE_NAME q8_1
+#define MOE_GEMV 1
+#include "moe.cuh"

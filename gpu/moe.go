@@ -1,0 +1,277 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// Mixture-of-experts feed-forward on the device (kernels/moe.cu, moe.cuh).
+//
+// Every path routes on the device: router logits in float32 (moe_router_f32
+// for batches, the float32 GEMV for a few rows), then moe_topk (softmax,
+// top-k, optional renormalisation; one warp per token) writes the expert
+// ids and weights to device memory. No value crosses to the host, so a
+// decode step stays one recordable list of launches (graph.go).
+//
+//   - Decode (at most moeGemvMaxTok rows): moe_gemv_gu (gate and up of
+//     every (token, slot) pair in one launch, silu(gate)*up) and
+//     moe_gemv_dn (down for every token, summing its top-k experts with
+//     their weights into dst): 4 launches with the router.
+//   - Prefill: moe_sort groups the (token, slot) pairs by expert (histogram,
+//     scan, permutation and a list of tiles of at most moeBM pairs of one
+//     expert), moe_gemm_gu runs gate and up of all active experts as one
+//     grouped tensor-core GEMM over the gathered rows, moe_gemm_dn the
+//     down projection, and moe_gather_sum adds each token's top-k rows with
+//     their weights into dst: 6 launches per chunk of moeChunkTok tokens.
+//
+// The grid of the grouped GEMMs is sized by a bound on the number of
+// tiles (pairs/moeBM + active experts) that depends only on the batch
+// shape; tiles past the real count exit at once.
+
+const (
+	moeBM   = 32 // MOE_BM in kernels/moe_tile.cuh: pairs per grouped-GEMM tile
+	moeRows = 2  // MOE_ROWS in kernels/moe.cuh: output rows per decode-GEMV CTA
+	// moeGemvMaxTok: batches of up to this many tokens take the decode
+	// GEMVs (weights read once per (token, slot) pair), larger ones the
+	// grouped GEMMs (each active expert's weights once per tile).
+	moeGemvMaxTok = 16
+	// moeChunkTok bounds the tokens of one pass, and so the scratch
+	// (pairs x (ff + dim) floats) and the grids.
+	moeChunkTok = 2048
+)
+
+// moeForce overrides the path (tests and benchmarks): 0 automatic,
+// 1 decode GEMVs, 2 grouped GEMMs, 3 the older per-pair GEMV path.
+var moeForce atomic.Int32
+
+// moeTyped maps the typed MoE kernel families to their module prefix:
+// moe_<type> holds the grouped GEMMs, moev_<type> the decode GEMVs (two
+// modules so each PTX stays small).
+var moeTyped = []struct{ prefix, module string }{
+	{"moe_gemm_gu_", "moe_"}, {"moe_gemm_dn_", "moe_"}, {"moe_gemv_gu_", "moev_"}, {"moe_gemv_dn_", "moev_"},
+}
+
+// moeKernels are the type-free kernels of module moe (kernels/moe.cu).
+var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32"}
+
+// moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
+func moeKernelModule(name string) (string, bool) {
+	for _, t := range moeTyped {
+		if rest, ok := strings.CutPrefix(name, t.prefix); ok {
+			for _, suf := range kernelSuffix {
+				if rest == suf {
+					return t.module + suf, true
+				}
+			}
+		}
+	}
+	for _, k := range moeKernels {
+		if name == k {
+			return "moe", true
+		}
+	}
+	return "", false
+}
+
+// MoE: dst = sum over each row's top-k experts of weight * down(silu(gate(x)) * up(x)),
+// overwriting dst (model.MoE: the CPU backend's MoE is the reference).
+func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
+	d, ok1 := b.ten(dst, "MoE")
+	s, ok2 := b.ten(x, "MoE")
+	router, ok3 := b.wt(m.Router, "MoE router")
+	gate, ok4 := b.wt(m.Gate, "MoE gate")
+	up, ok5 := b.wt(m.Up, "MoE up")
+	down, ok6 := b.wt(m.Down, "MoE down")
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return
+	}
+	E, K, n, dim := m.Experts, m.TopK, s.rows, s.cols
+	if E <= 0 || K <= 0 || K > E || E > 1024 || router.rows != E || router.cols != dim ||
+		gate.rows%E != 0 || up.rows != gate.rows || gate.cols != dim || up.cols != dim ||
+		down.rows != E*dim || down.cols != gate.rows/E || d.rows != n || d.cols != dim {
+		b.fail(fmt.Errorf("gpu: MoE shapes: x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
+			n, dim, E, K, router.rows, router.cols, gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols, d.rows, d.cols))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	l := moeLayer{router: router, gate: gate, up: up, down: down, E: E, K: K, dim: dim, ff: gate.rows / E, norm: m.NormTopK}
+	mode := moeForce.Load()
+	// The device paths need whole 32-element units and one type for gate
+	// and up (the fused kernels decode both with one decoder).
+	fast := gate.info.Type == up.info.Type && dim%32 == 0 && l.ff%32 == 0 && K <= 32 && mode != 3
+	b.post(func(c *Ctx) error {
+		if !fast {
+			return b.moePairs(c, d.buf.Ptr, s.buf.Ptr, n, l)
+		}
+		chunk := min(moeChunkTok, 65535/K) // grid.y of the pair-indexed launches
+		for t0 := 0; t0 < n; t0 += chunk {
+			nt := min(chunk, n-t0)
+			xp, dp := s.buf.Ptr.Add(int64(t0*dim*4)), d.buf.Ptr.Add(int64(t0*dim*4))
+			var err error
+			if mode == 1 || (mode == 0 && nt <= moeGemvMaxTok) {
+				err = b.moeDecode(c, dp, xp, nt, l)
+			} else {
+				err = b.moeGrouped(c, dp, xp, nt, l)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// moeLayer is one MoE call's weights and shape.
+type moeLayer struct {
+	router, gate, up, down *Weight
+	E, K, dim, ff          int
+	norm                   bool
+}
+
+// moeScratch takes the scratch buffers of sizes (bytes) and returns them
+// with a function that releases them all.
+func (b *Backend) moeScratch(c *Ctx, what string, sizes ...int) ([]DevicePtr, func(), error) {
+	bufs := make([]Buffer, 0, len(sizes))
+	done := func() {
+		for _, g := range bufs {
+			b.release(g)
+		}
+	}
+	ptrs := make([]DevicePtr, len(sizes))
+	for i, n := range sizes {
+		g, err := b.scratch(c, int64(n), what)
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		bufs = append(bufs, g)
+		ptrs[i] = g.Ptr
+	}
+	return ptrs, done, nil
+}
+
+// moeRoute writes the n rows' router logits, then their top-k expert ids
+// and weights.
+func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts DevicePtr) error {
+	r := l.router
+	if r.info.Type == gguf.F32 && n > gemvMaxTok && r.cols%4 == 0 {
+		if err := b.launch(c, "moe_router_f32", Dim3{X: cdiv(l.E, 32), Y: cdiv(n, 16)}, Dim3{X: 128},
+			r.raw, l.E, r.cols, x, n, logits); err != nil {
+			return err
+		}
+	} else if err := b.matmul(c, logits, x, n, r); err != nil {
+		return err
+	}
+	return b.launch(c, "moe_topk", Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, logits, n, l.E, l.K, l.norm, ids, wts)
+}
+
+// moeDecode: the GEMV path (n*K pairs <= 65535).
+func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
+	pairs := n * l.K
+	p, done, err := b.moeScratch(c, "MoE decode scratch", n*l.E*4, pairs*4, pairs*4, pairs*l.ff*4)
+	if err != nil {
+		return err
+	}
+	defer done()
+	logits, ids, wts, h := p[0], p[1], p[2], p[3]
+	if err := b.moeRoute(c, x, n, l, logits, ids, wts); err != nil {
+		return err
+	}
+	if err := b.launch(c, "moe_gemv_gu_"+kernelSuffix[l.gate.info.Type], Dim3{X: cdiv(l.ff, moeRows), Y: pairs}, Dim3{X: 256},
+		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, ids, h); err != nil {
+		return err
+	}
+	return b.launch(c, "moe_gemv_dn_"+kernelSuffix[l.down.info.Type], Dim3{X: cdiv(l.dim, moeRows), Y: n}, Dim3{X: 256},
+		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, l.K, ids, wts, dst)
+}
+
+// moeTiles bounds the grouped GEMMs' tile count for a batch of pairs:
+// sum over experts of ceil(count/moeBM) <= pairs/moeBM + active experts.
+func moeTiles(pairs, experts int) int { return pairs/moeBM + min(experts, pairs) }
+
+// moeGrouped: the grouped-GEMM path (n*K pairs <= 65535).
+func (b *Backend) moeGrouped(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
+	pairs := n * l.K
+	nt := moeTiles(pairs, l.E)
+	p, done, err := b.moeScratch(c, "MoE prefill scratch", n*l.E*4, pairs*4, pairs*4, pairs*4, pairs*4, nt*3*4,
+		pairs*l.ff*4, pairs*l.dim*4)
+	if err != nil {
+		return err
+	}
+	defer done()
+	logits, ids, wts, sorted, inv, tiles, h, y := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+	if err := b.moeRoute(c, x, n, l, logits, ids, wts); err != nil {
+		return err
+	}
+	if err := b.launch(c, "moe_sort", Dim3{X: 1}, Dim3{X: 1024}, ids, pairs, l.E, nt, sorted, inv, tiles); err != nil {
+		return err
+	}
+	if err := b.launch(c, "moe_gemm_gu_"+kernelSuffix[l.gate.info.Type], Dim3{X: cdiv(l.ff, 64), Y: nt}, Dim3{X: 256},
+		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, sorted, tiles, h); err != nil {
+		return err
+	}
+	if err := b.launch(c, "moe_gemm_dn_"+kernelSuffix[l.down.info.Type], Dim3{X: cdiv(l.dim, 128), Y: nt}, Dim3{X: 256},
+		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, tiles, y); err != nil {
+		return err
+	}
+	return b.launch(c, "moe_gather_sum", Dim3{X: cdiv(n*l.dim, 256)}, Dim3{X: 256}, y, inv, wts, n, l.K, l.dim, dst)
+}
+
+// moePairs is the older path, kept for shapes the fused kernels do not
+// take (gate and up of different types, rows that are not whole 32-element
+// units, top-k > 32): router and top-k on the device, then one expert GEMV
+// per (token, slot) pair for gate, up and down (mm.cuh's moe_gemv_*),
+// SwiGLU and the weighted sum.
+func (b *Backend) moePairs(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
+	E, K, dim, ff := l.E, l.K, l.dim, l.ff
+	pairs := n * K
+	p, done, err := b.moeScratch(c, "MoE scratch", n*E*4, pairs*4, pairs*4, pairs*ff*4, pairs*ff*4, pairs*dim*4)
+	if err != nil {
+		return err
+	}
+	defer done()
+	logits, ids, wts, gb, ub, yd := p[0], p[1], p[2], p[3], p[4], p[5]
+	if err := b.matmul(c, logits, x, n, l.router); err != nil {
+		return err
+	}
+	if err := b.launch(c, "moe_route", Dim3{X: cdiv(n, 128)}, Dim3{X: 128}, logits, n, E, K, l.norm, ids, wts); err != nil {
+		return err
+	}
+	// grid.y is limited to 65535: chunk the (token, slot) pairs, whole tokens per chunk.
+	chunk := 65535 / K * K
+	for p0 := 0; p0 < pairs; p0 += chunk {
+		np := min(chunk, pairs-p0)
+		idp := ids.Add(int64(p0 * 4))
+		xin := x.Add(int64(p0 / K * dim * 4))
+		if err := b.moeGemv(c, l.gate, ff, xin, K, idp, gb.Add(int64(p0*ff*4)), np); err != nil {
+			return err
+		}
+		if err := b.moeGemv(c, l.up, ff, xin, K, idp, ub.Add(int64(p0*ff*4)), np); err != nil {
+			return err
+		}
+	}
+	if err := b.launch(c, "swiglu", Dim3{X: cdiv(pairs*ff, 256)}, Dim3{X: 256}, gb, gb, ub, int64(pairs*ff)); err != nil {
+		return err
+	}
+	for p0 := 0; p0 < pairs; p0 += chunk {
+		np := min(chunk, pairs-p0)
+		if err := b.moeGemv(c, l.down, dim, gb.Add(int64(p0*ff*4)), 1, ids.Add(int64(p0*4)), yd.Add(int64(p0*dim*4)), np); err != nil {
+			return err
+		}
+	}
+	return b.launch(c, "moe_combine", Dim3{X: cdiv(n*dim, 256)}, Dim3{X: 256}, yd, wts, n, K, dim, dst)
+}
+
+func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDiv int, ids, y DevicePtr, pairs int) error {
+	if w.cols%32 != 0 {
+		return fmt.Errorf("gpu: MoE weight %q: row length %d is not a multiple of 32", w.info.Name, w.cols)
+	}
+	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, gemvWarps), Y: pairs}, Dim3{X: 32 * gemvWarps},
+		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
+}
