@@ -1,5 +1,5 @@
 // Package synth writes random-weight GGUF models of real shapes (SmolLM2,
-// Llama 3.x, Qwen2/Qwen3/Qwen3-MoE) with llama.cpp's key and tensor names
+// Llama 3.x, Qwen2/Qwen3/Qwen3-MoE, the Qwen3.5/3.6 hybrids) with llama.cpp's key and tensor names
 // and a small byte-level BPE tokenizer, for tests and benchmarks that need a
 // full-size model without downloading one.
 package synth
@@ -24,7 +24,7 @@ type Llama3Rope struct {
 // Spec describes a synthetic model.
 type Spec struct {
 	Name     string // general.name
-	Arch     string // "llama", "qwen2", "qwen3" or "qwen3moe"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "qwen35" or "qwen35moe"
 	Layers   int
 	Dim      int // embedding length
 	FF       int // feed-forward length (dense)
@@ -38,10 +38,47 @@ type Spec struct {
 	RMSEps   float64
 	Llama3   *Llama3Rope
 
-	Experts, ExpertsUsed, ExpertFF int // qwen3moe
+	Experts, ExpertsUsed, ExpertFF int // qwen3moe, qwen35moe
+	SharedFF                       int // qwen35moe: the shared expert's feed-forward length
+
+	// Hybrid (qwen35, qwen35moe): Gated DeltaNet blocks, with gated full
+	// attention in every FullAttnEvery-th block (i % FullAttnEvery ==
+	// FullAttnEvery-1), as llama.cpp's converter lays them out.
+	SSM *SSM
+	// RopeDims is rope.dimension_count (partial rotary); 0 means HeadDim.
+	RopeDims int
+	// RopeSections is rope.dimension_sections (qwen35*, whose loader needs it).
+	RopeSections [4]int32
 
 	TokenizerPre string    // tokenizer.ggml.pre
 	WeightType   gguf.Type // matrices; norms, biases and the MoE router stay F32
+}
+
+// SSM is the Gated DeltaNet geometry of a hybrid model (llama.cpp's ssm.* keys).
+type SSM struct {
+	ConvKernel    int // ssm.conv_kernel
+	KeyHeads      int // ssm.group_count
+	ValueHeads    int // ssm.time_step_rank
+	HeadDim       int // ssm.state_size: key and value head dim
+	FullAttnEvery int // full_attention_interval
+}
+
+// hybrid reports whether the arch is a Gated DeltaNet hybrid.
+func (s Spec) hybrid() bool { return s.Arch == "qwen35" || s.Arch == "qwen35moe" }
+
+// moe reports whether the FFN is a mixture of experts.
+func (s Spec) moe() bool { return s.Arch == "qwen3moe" || s.Arch == "qwen35moe" }
+
+// Recurrent reports whether block l is a Gated DeltaNet block.
+func (s Spec) Recurrent(l int) bool {
+	return s.SSM != nil && (l+1)%s.SSM.FullAttnEvery != 0
+}
+
+func (s Spec) ropeDims() int {
+	if s.RopeDims > 0 {
+		return s.RopeDims
+	}
+	return s.HeadDim
 }
 
 var presets = map[string]Spec{
@@ -72,6 +109,43 @@ var presets = map[string]Spec{
 		Vocab: 512, Context: 4096, Tied: false, RopeBase: 1000000, RMSEps: 1e-6, TokenizerPre: "qwen2",
 		Experts: 8, ExpertsUsed: 2, ExpertFF: 256,
 	},
+	// Qwen3-30B-A3B: llama.cpp's qwen3moe always renormalises the top-k
+	// weights (norm_topk_prob true), as does ftchat without a key.
+	"qwen3-30b-a3b": {
+		Name: "Qwen3 30B-A3B (synthetic)", Arch: "qwen3moe", Layers: 48, Dim: 2048, FF: 6144, Heads: 32, KVHeads: 4, HeadDim: 128,
+		Vocab: 151936, Context: 40960, Tied: false, RopeBase: 1000000, RMSEps: 1e-6, TokenizerPre: "qwen2",
+		Experts: 128, ExpertsUsed: 8, ExpertFF: 768,
+	},
+	// Qwen3.6-35B-A3B (same shape as Qwen3.5-35B-A3B), as the current
+	// converter writes it with --no-mtp: 40 blocks, full attention in every
+	// 4th, 256 experts top-8 + a shared expert.
+	"qwen3.6-35b-a3b": {
+		Name: "Qwen3.6 35B-A3B (synthetic)", Arch: "qwen35moe", Layers: 40, Dim: 2048, Heads: 16, KVHeads: 2, HeadDim: 256,
+		Vocab: 248320, Context: 262144, Tied: false, RopeBase: 10000000, RMSEps: 1e-6, TokenizerPre: "qwen35",
+		Experts: 256, ExpertsUsed: 8, ExpertFF: 512, SharedFF: 512,
+		SSM:      &SSM{ConvKernel: 4, KeyHeads: 16, ValueHeads: 32, HeadDim: 128, FullAttnEvery: 4},
+		RopeDims: 64, RopeSections: [4]int32{11, 11, 10, 0},
+	},
+	// Qwen3.5-9B: dense hybrid, 32 blocks, FFN 12288.
+	"qwen3.5-9b": {
+		Name: "Qwen3.5 9B (synthetic)", Arch: "qwen35", Layers: 32, Dim: 4096, FF: 12288, Heads: 16, KVHeads: 4, HeadDim: 256,
+		Vocab: 248320, Context: 262144, Tied: false, RopeBase: 10000000, RMSEps: 1e-6, TokenizerPre: "qwen35",
+		SSM:      &SSM{ConvKernel: 4, KeyHeads: 16, ValueHeads: 32, HeadDim: 128, FullAttnEvery: 4},
+		RopeDims: 64, RopeSections: [4]int32{11, 11, 10, 0},
+	},
+	"qwen35moe-tiny": {
+		Name: "Qwen3.5 MoE tiny (synthetic)", Arch: "qwen35moe", Layers: 4, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Vocab: 512, Context: 4096, Tied: false, RopeBase: 10000000, RMSEps: 1e-6, TokenizerPre: "qwen35",
+		Experts: 8, ExpertsUsed: 2, ExpertFF: 128, SharedFF: 128,
+		SSM:      &SSM{ConvKernel: 4, KeyHeads: 2, ValueHeads: 4, HeadDim: 32, FullAttnEvery: 4},
+		RopeDims: 16, RopeSections: [4]int32{3, 3, 2, 0},
+	},
+	"qwen35-tiny": {
+		Name: "Qwen3.5 tiny (synthetic)", Arch: "qwen35", Layers: 4, Dim: 256, FF: 512, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Vocab: 512, Context: 4096, Tied: true, RopeBase: 10000000, RMSEps: 1e-6, TokenizerPre: "qwen35",
+		SSM:      &SSM{ConvKernel: 4, KeyHeads: 2, ValueHeads: 4, HeadDim: 32, FullAttnEvery: 4},
+		RopeDims: 16, RopeSections: [4]int32{3, 3, 2, 0},
+	},
 }
 
 // Presets lists the preset names, sorted.
@@ -94,6 +168,10 @@ func Preset(name string, t gguf.Type) (Spec, error) {
 		l := *s.Llama3
 		s.Llama3 = &l
 	}
+	if s.SSM != nil {
+		m := *s.SSM
+		s.SSM = &m
+	}
 	s.WeightType = t
 	return s, s.Validate()
 }
@@ -103,18 +181,41 @@ func (s Spec) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch s.Arch {
-	case "llama", "qwen2", "qwen3", "qwen3moe":
+	case "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe":
 	default:
-		bad("unsupported arch %q (llama, qwen2, qwen3, qwen3moe)", s.Arch)
+		bad("unsupported arch %q (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"Layers", s.Layers}, {"Dim", s.Dim}, {"FF", s.FF}, {"Heads", s.Heads}, {"KVHeads", s.KVHeads},
 		{"HeadDim", s.HeadDim}, {"Vocab", s.Vocab}, {"Context", s.Context}} {
+		if f.v == 0 && f.name == "FF" && s.Arch == "qwen35moe" {
+			continue // no dense FFN: the converter writes no feed_forward_length
+		}
 		if f.v <= 0 {
 			bad("%s must be positive, got %d", f.name, f.v)
 		}
+	}
+	if s.hybrid() {
+		m := s.SSM
+		switch {
+		case m == nil:
+			bad("%s needs SSM (the Gated DeltaNet geometry)", s.Arch)
+		case m.ConvKernel < 2 || m.KeyHeads <= 0 || m.ValueHeads <= 0 || m.ValueHeads%m.KeyHeads != 0 ||
+			m.HeadDim <= 0 || m.HeadDim%32 != 0 || m.FullAttnEvery < 2:
+			bad("invalid SSM %+v (ConvKernel >= 2, ValueHeads a multiple of KeyHeads, HeadDim a multiple of 32, FullAttnEvery >= 2)", *m)
+		case s.Layers < m.FullAttnEvery:
+			bad("Layers %d has no full-attention block (FullAttnEvery %d)", s.Layers, m.FullAttnEvery)
+		}
+		if r := s.ropeDims(); r%2 != 0 || r > s.HeadDim {
+			bad("RopeDims %d must be even and at most HeadDim %d", r, s.HeadDim)
+		}
+		if sum := s.RopeSections[0] + s.RopeSections[1] + s.RopeSections[2] + s.RopeSections[3]; int(sum) != s.ropeDims()/2 {
+			bad("RopeSections %v must sum to RopeDims/2 = %d", s.RopeSections, s.ropeDims()/2)
+		}
+	} else if s.SSM != nil || s.RopeDims != 0 || s.RopeSections != [4]int32{} {
+		bad("SSM, RopeDims and RopeSections are only valid for qwen35 and qwen35moe")
 	}
 	if s.KVHeads > 0 && s.Heads%s.KVHeads != 0 {
 		bad("Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
@@ -122,8 +223,8 @@ func (s Spec) Validate() error {
 	if s.HeadDim%2 != 0 {
 		bad("HeadDim %d must be even for rope", s.HeadDim)
 	}
-	if s.Dim%32 != 0 || s.FF%32 != 0 || s.HeadDim%32 != 0 || s.ExpertFF%32 != 0 {
-		bad("Dim, FF, HeadDim and ExpertFF must be multiples of 32")
+	if s.Dim%32 != 0 || s.FF%32 != 0 || s.HeadDim%32 != 0 || s.ExpertFF%32 != 0 || s.SharedFF%32 != 0 {
+		bad("Dim, FF, HeadDim, ExpertFF and SharedFF must be multiples of 32")
 	}
 	if s.Vocab < baseVocabSize() {
 		bad("Vocab %d is below the %d tokens of the built-in tokenizer", s.Vocab, baseVocabSize())
@@ -131,12 +232,18 @@ func (s Spec) Validate() error {
 	if s.RopeBase <= 0 || s.RMSEps <= 0 {
 		bad("RopeBase and RMSEps must be positive")
 	}
-	if s.Arch == "qwen3moe" {
+	if s.moe() {
 		if s.Experts <= 0 || s.ExpertsUsed <= 0 || s.ExpertsUsed > s.Experts || s.ExpertFF <= 0 {
-			bad("qwen3moe needs 0 < ExpertsUsed <= Experts and ExpertFF > 0")
+			bad("%s needs 0 < ExpertsUsed <= Experts and ExpertFF > 0", s.Arch)
+		}
+		if s.Arch == "qwen35moe" && s.SharedFF <= 0 {
+			bad("qwen35moe needs SharedFF > 0 (the shared expert)")
 		}
 	} else if s.Experts != 0 {
-		bad("Experts is only valid for qwen3moe")
+		bad("Experts is only valid for qwen3moe and qwen35moe")
+	}
+	if s.SharedFF != 0 && s.Arch != "qwen35moe" {
+		bad("SharedFF is only valid for qwen35moe")
 	}
 	if l := s.Llama3; l != nil && (l.Factor <= 0 || l.HighFreqFactor <= l.LowFreqFactor || l.OriginalContext <= 0) {
 		bad("invalid Llama3 rope scaling %+v", *l)
@@ -178,6 +285,9 @@ const (
 	fillWeight    fillKind = iota // normal(0, 0.02)
 	fillNorm                      // 1 + normal(0, 0.02)
 	fillRopeFreqs                 // deterministic Llama 3 factors
+	fillSSMA                      // ssm_a = -exp(A_log): -A, A log-uniform in [1, 16]
+	fillDtBias                    // ssm_dt.bias: softplus^-1(dt), dt log-uniform in [1e-3, 0.1]
+	fillConv                      // ssm_conv1d: uniform(-0.5, 0.5), PyTorch's Conv1d init for 4 taps
 )
 
 // Tensors lists the tensors of the model in file order (offsets unset).
@@ -206,6 +316,10 @@ func (s Spec) plan() []tensorPlan {
 	mat("token_embd.weight", s.Dim, s.Vocab)
 	if s.Llama3 != nil {
 		f32("rope_freqs.weight", fillRopeFreqs, s.HeadDim/2)
+	}
+	if s.hybrid() {
+		s.hybridPlan(mat, f32)
+		return p
 	}
 	for l := 0; l < s.Layers; l++ {
 		b := fmt.Sprintf("blk.%d.", l)
@@ -240,6 +354,57 @@ func (s Spec) plan() []tensorPlan {
 		mat("output.weight", s.Dim, s.Vocab)
 	}
 	return p
+}
+
+// hybridPlan lists the qwen35/qwen35moe tensors with the names and shapes
+// (ggml order) of llama.cpp's src/models/qwen35moe.cpp load_arch_tensors,
+// with the converter's types: F32 for norms, ssm_conv1d, ssm_a, ssm_dt,
+// the router and the shared-expert gate; the weight type for matrices.
+func (s Spec) hybridPlan(mat func(string, ...int), f32 func(string, fillKind, ...int)) {
+	m := s.SSM
+	qDim, kvDim := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	keyDim, valueDim := m.KeyHeads*m.HeadDim, m.ValueHeads*m.HeadDim
+	for l := 0; l < s.Layers; l++ {
+		b := fmt.Sprintf("blk.%d.", l)
+		f32(b+"attn_norm.weight", fillNorm, s.Dim)
+		if s.Recurrent(l) {
+			mat(b+"attn_qkv.weight", s.Dim, 2*keyDim+valueDim)
+			mat(b+"attn_gate.weight", s.Dim, valueDim)
+			mat(b+"ssm_beta.weight", s.Dim, m.ValueHeads)
+			mat(b+"ssm_alpha.weight", s.Dim, m.ValueHeads)
+			f32(b+"ssm_conv1d.weight", fillConv, m.ConvKernel, 2*keyDim+valueDim)
+			f32(b+"ssm_dt.bias", fillDtBias, m.ValueHeads)
+			f32(b+"ssm_a", fillSSMA, m.ValueHeads)
+			f32(b+"ssm_norm.weight", fillNorm, m.HeadDim)
+			mat(b+"ssm_out.weight", valueDim, s.Dim)
+		} else {
+			mat(b+"attn_q.weight", s.Dim, 2*qDim) // per head [query | gate]
+			mat(b+"attn_k.weight", s.Dim, kvDim)
+			mat(b+"attn_v.weight", s.Dim, kvDim)
+			f32(b+"attn_q_norm.weight", fillNorm, s.HeadDim)
+			f32(b+"attn_k_norm.weight", fillNorm, s.HeadDim)
+			mat(b+"attn_output.weight", qDim, s.Dim)
+		}
+		f32(b+"post_attention_norm.weight", fillNorm, s.Dim)
+		if s.Arch == "qwen35moe" {
+			f32(b+"ffn_gate_inp.weight", fillWeight, s.Dim, s.Experts)
+			mat(b+"ffn_gate_exps.weight", s.Dim, s.ExpertFF, s.Experts)
+			mat(b+"ffn_up_exps.weight", s.Dim, s.ExpertFF, s.Experts)
+			mat(b+"ffn_down_exps.weight", s.ExpertFF, s.Dim, s.Experts)
+			f32(b+"ffn_gate_inp_shexp.weight", fillWeight, s.Dim, 1) // the converter's [n_embd, 1]
+			mat(b+"ffn_gate_shexp.weight", s.Dim, s.SharedFF)
+			mat(b+"ffn_up_shexp.weight", s.Dim, s.SharedFF)
+			mat(b+"ffn_down_shexp.weight", s.SharedFF, s.Dim)
+		} else {
+			mat(b+"ffn_gate.weight", s.Dim, s.FF)
+			mat(b+"ffn_up.weight", s.Dim, s.FF)
+			mat(b+"ffn_down.weight", s.FF, s.Dim)
+		}
+	}
+	f32("output_norm.weight", fillNorm, s.Dim)
+	if !s.Tied {
+		mat("output.weight", s.Dim, s.Vocab)
+	}
 }
 
 // fileType is llama.cpp's general.file_type for a model of mostly type t.
@@ -287,7 +452,11 @@ func (s Spec) Metadata() ([]gguf.KV, error) {
 		{Key: a + "vocab_size", Value: uint32(s.Vocab)},
 		{Key: a + "context_length", Value: uint32(s.Context)},
 		{Key: a + "embedding_length", Value: uint32(s.Dim)},
-		{Key: a + "feed_forward_length", Value: uint32(s.FF)},
+	}
+	if s.FF > 0 {
+		kv = append(kv, gguf.KV{Key: a + "feed_forward_length", Value: uint32(s.FF)})
+	}
+	kv = append(kv, []gguf.KV{
 		{Key: a + "block_count", Value: uint32(s.Layers)},
 		{Key: a + "attention.head_count", Value: uint32(s.Heads)},
 		{Key: a + "attention.head_count_kv", Value: uint32(s.KVHeads)},
@@ -295,16 +464,36 @@ func (s Spec) Metadata() ([]gguf.KV, error) {
 		{Key: a + "attention.value_length", Value: uint32(s.HeadDim)},
 		{Key: a + "attention.layer_norm_rms_epsilon", Value: float32(s.RMSEps)},
 		{Key: a + "rope.freq_base", Value: float32(s.RopeBase)},
-		{Key: a + "rope.dimension_count", Value: uint32(s.HeadDim)},
-	}
+		{Key: a + "rope.dimension_count", Value: uint32(s.ropeDims())},
+	}...)
 	if s.Llama3 != nil {
 		kv = append(kv, gguf.KV{Key: a + "rope.scaling.original_context_length", Value: uint32(s.Llama3.OriginalContext)})
 	}
-	if s.Arch == "qwen3moe" {
+	if s.moe() {
 		kv = append(kv,
 			gguf.KV{Key: a + "expert_count", Value: uint32(s.Experts)},
 			gguf.KV{Key: a + "expert_used_count", Value: uint32(s.ExpertsUsed)},
 			gguf.KV{Key: a + "expert_feed_forward_length", Value: uint32(s.ExpertFF)},
+		)
+	}
+	if s.SharedFF > 0 {
+		kv = append(kv, gguf.KV{Key: a + "expert_shared_feed_forward_length", Value: uint32(s.SharedFF)})
+	}
+	if m := s.SSM; m != nil {
+		// Types as gguf-py writes them: uint32 scalars, int32 sections, bool flags.
+		recurrent := make([]bool, s.Layers)
+		for l := range recurrent {
+			recurrent[l] = s.Recurrent(l)
+		}
+		kv = append(kv,
+			gguf.KV{Key: a + "rope.dimension_sections", Value: s.RopeSections[:]},
+			gguf.KV{Key: a + "ssm.conv_kernel", Value: uint32(m.ConvKernel)},
+			gguf.KV{Key: a + "ssm.state_size", Value: uint32(m.HeadDim)},
+			gguf.KV{Key: a + "ssm.group_count", Value: uint32(m.KeyHeads)},
+			gguf.KV{Key: a + "ssm.time_step_rank", Value: uint32(m.ValueHeads)},
+			gguf.KV{Key: a + "ssm.inner_size", Value: uint32(m.ValueHeads * m.HeadDim)},
+			gguf.KV{Key: a + "attention.recurrent_layers", Value: recurrent},
+			gguf.KV{Key: a + "full_attention_interval", Value: uint32(m.FullAttnEvery)},
 		)
 	}
 	kv = append(kv,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -168,6 +169,20 @@ func (j *job) generate(spec Spec, seed uint64, scratch []float32) []float32 {
 	switch p.fill {
 	case fillRopeFreqs:
 		copy(x, RopeFreqFactors(spec.HeadDim, spec.RopeBase, *spec.Llama3))
+	case fillSSMA, fillDtBias, fillConv:
+		rng := rand.New(rand.NewPCG(seed, chunkSeed(p.info.Name, j.row0)))
+		for i := range x {
+			u := rng.Float64()
+			switch p.fill {
+			case fillSSMA: // -exp(A_log) with A = exp(U(0, ln 16))
+				x[i] = float32(-math.Exp(u * math.Log(16)))
+			case fillDtBias: // the inverse softplus of dt = exp(U(ln 1e-3, ln 0.1))
+				dt := math.Exp(math.Log(1e-3) + u*(math.Log(0.1)-math.Log(1e-3)))
+				x[i] = float32(dt + math.Log(-math.Expm1(-dt)))
+			default:
+				x[i] = float32(u - 0.5)
+			}
+		}
 	default:
 		rng := rand.New(rand.NewPCG(seed, chunkSeed(p.info.Name, j.row0)))
 		for i := range x {
