@@ -22,7 +22,7 @@ import (
 func Commands(v *viper.Viper) []*cobra.Command {
 	return []*cobra.Command{
 		pullCmd(), modelsCmd(), tokenizeCmd(), versionCmd(), devCmd(),
-		benchCmd(v), calibrateCmd(v), configCmd(v),
+		benchCmd(v), calibrateCmd(v), configCmd(v), serveCmd(v),
 	}
 }
 

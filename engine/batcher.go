@@ -50,7 +50,7 @@ type Batcher struct {
 // BatcherOptions bound the batcher's work.
 type BatcherOptions struct {
 	MaxRunning   int // sequences in one step (default 8)
-	MaxQueue     int // requests waiting for room (default 16); more get ErrQueueFull
+	MaxQueue     int // requests waiting for room (default 16; -1 none); more get ErrQueueFull
 	PrefillChunk int // prompt tokens per step, shared by the prefilling sequences (default 128)
 	PrefixCache  int // finished sequences kept for prefix reuse (default 16; -1 none)
 }
@@ -182,8 +182,11 @@ func (e *Engine) NewBatcher(o BatcherOptions) *Batcher {
 	if o.MaxRunning <= 0 {
 		o.MaxRunning = DefaultMaxRunning
 	}
-	if o.MaxQueue <= 0 {
+	switch {
+	case o.MaxQueue == 0:
 		o.MaxQueue = DefaultMaxQueue
+	case o.MaxQueue < 0:
+		o.MaxQueue = 0 // no waiting: busy is ErrQueueFull at once
 	}
 	if o.PrefillChunk <= 0 {
 		o.PrefillChunk = DefaultBatchPrefillChunk
@@ -271,7 +274,7 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 	case b.closed:
 		b.mu.Unlock()
 		return nil, ErrBatcherClosed
-	case len(b.queue) >= b.opts.MaxQueue:
+	case len(b.queue) >= b.opts.MaxQueue && (len(b.queue) > 0 || len(b.running) >= b.opts.MaxRunning):
 		b.stats.Rejected++
 		b.mu.Unlock()
 		return nil, ErrQueueFull

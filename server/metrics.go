@@ -1,0 +1,58 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// metrics writes the Prometheus text exposition format (version 0.0.4).
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	es := s.cfg.Engine.Stats()
+	bs := s.cfg.Batcher.Stats()
+	var b strings.Builder
+	metric := func(name, typ, help string, v any, labels ...string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+		l := ""
+		if len(labels) > 0 {
+			var parts []string
+			for i := 0; i+1 < len(labels); i += 2 {
+				parts = append(parts, labels[i]+"="+strconv.Quote(labels[i+1]))
+			}
+			l = "{" + strings.Join(parts, ",") + "}"
+		}
+		switch x := v.(type) {
+		case float64:
+			fmt.Fprintf(&b, "%s%s %s\n", name, l, strconv.FormatFloat(x, 'g', -1, 64))
+		default:
+			fmt.Fprintf(&b, "%s%s %d\n", name, l, x)
+		}
+	}
+	metric("ftchat_kv_info", "gauge", "KV cache configuration (value 1).", 1, "dtype", es.KVDType, "page_size", strconv.Itoa(es.PageSize), "model", s.cfg.ModelID, "device", es.Device)
+	metric("ftchat_kv_pages_total", "gauge", "Pages in the KV pool.", es.PagesTotal)
+	metric("ftchat_kv_pages_used", "gauge", "KV pages held by sequences (running and prefix cache).", es.PagesUsed)
+	metric("ftchat_kv_pages_free", "gauge", "Free KV pages.", es.PagesTotal-es.PagesUsed)
+	metric("ftchat_kv_tokens_capacity", "gauge", "Tokens the KV pool holds.", es.TokensCapacity)
+	metric("ftchat_kv_tokens_used", "gauge", "Token slots holding K/V (shared prefixes once).", es.TokensUsed)
+	metric("ftchat_kv_tokens_free", "gauge", "Token slots in free pages.", (es.PagesTotal-es.PagesUsed)*es.PageSize)
+	metric("ftchat_kv_bytes_per_token", "gauge", "KV bytes per token in the pool's dtype (data and scales, all layers).", es.BytesPerToken)
+	metric("ftchat_kv_pool_bytes", "gauge", "Bytes of the whole KV pool.", es.PoolBytes)
+	metric("ftchat_kv_bytes_used", "gauge", "KV bytes holding tokens.", es.BytesUsed)
+	metric("ftchat_kv_bytes_bf16_equivalent", "gauge", "What the used tokens would take in bf16.", es.BytesBF16)
+	metric("ftchat_requests_running", "gauge", "Requests in the batch (prefilling or decoding).", bs.Running)
+	metric("ftchat_requests_queued", "gauge", "Requests waiting for room in the KV pool.", bs.Queued)
+	metric("ftchat_prefix_cache_sequences", "gauge", "Finished sequences kept for prefix reuse.", bs.Cached)
+	metric("ftchat_requests_rejected_total", "counter", "Requests answered 429 (queue full).", bs.Rejected)
+	metric("ftchat_preemptions_total", "counter", "Sequences sent back to the queue to free KV pages.", bs.Preempted)
+	metric("ftchat_batch_steps_total", "counter", "Batched forward steps.", bs.Steps)
+	metric("ftchat_batch_rows_total", "counter", "Token rows over all steps.", bs.StepRows)
+	metric("ftchat_batch_multi_sequence_steps_total", "counter", "Steps that held two or more sequences.", bs.MultiSeqSteps)
+	metric("ftchat_prefill_tokens_total", "counter", "Prompt tokens computed.", bs.PrefillTokens)
+	metric("ftchat_prompt_tokens_cached_total", "counter", "Prompt tokens served from the KV cache (prefix reuse).", bs.ReusedTokens)
+	metric("ftchat_decode_tokens_total", "counter", "Tokens generated.", bs.DecodeTokens)
+	metric("ftchat_prefill_tokens_per_second", "gauge", "Prefill throughput over the last 10 s of steps.", bs.PrefillTokensPerS)
+	metric("ftchat_decode_tokens_per_second", "gauge", "Aggregate decode throughput over the last 10 s of steps.", bs.DecodeTokensPerS)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write([]byte(b.String()))
+}
