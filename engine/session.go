@@ -143,7 +143,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 
 	stopper := sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop)
 	dec := e.tok.NewStreamDecoder()
-	parser := newOutputParser(e.tmpl, promptText, len(req.Tools) > 0)
+	parser := newOutputParser(e.tmpl, promptText, len(req.Tools) > 0, req.Tools...)
 	var text string // decoded answer so far (for stop strings)
 	shown := 0      // bytes of text already passed to the parser
 	history := append([]int32(nil), prompt...)

@@ -81,8 +81,10 @@ func (c *chatTemplate) prepare(msgs []Message, tools []Tool) ([]Message, []Tool,
 	return msgs, tools, nil
 }
 
+// opts: ContentIsAnswer, as ftchat keeps an answer's thinking in
+// Message.Reasoning, never in its Content.
 func (c *chatTemplate) opts(addGen bool) chat.RenderOptions {
-	return chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos}
+	return chat.RenderOptions{AddGenerationPrompt: addGen, BOS: c.bos, EOS: c.eos, ContentIsAnswer: true}
 }
 
 // RenderSpans renders like Render and also returns the byte ranges of the
@@ -172,7 +174,7 @@ func (c *chatTemplate) newPlaceholders(msgs []Message) (*placeholders, error) {
 	var inputs []string
 	inputs = append(inputs, c.t.Source, c.bos, c.eos)
 	for _, m := range msgs {
-		inputs = append(inputs, m.Content, m.Name, m.ToolCallID)
+		inputs = append(inputs, m.Content, m.Reasoning, m.Name, m.ToolCallID)
 		for _, tc := range m.ToolCalls {
 			inputs = append(inputs, tc.ID, tc.Name)
 			b, _ := json.Marshal(tc.Arguments)
@@ -200,18 +202,19 @@ func (c *chatTemplate) newPlaceholders(msgs []Message) (*placeholders, error) {
 	return nil, errors.New("chat template: could not choose a placeholder absent from the conversation")
 }
 
-// of returns the placeholder for s; the empty string stays empty (templates
-// test contents for emptiness, and it holds no special text).
+// of returns the placeholder for s; the empty string and whitespace stay
+// as they are (templates test contents for emptiness, trimmed or not, and
+// whitespace holds no special text).
 func (p *placeholders) of(s string) string {
-	if s == "" {
-		return ""
+	if strings.TrimSpace(s) == "" {
+		return s
 	}
 	p.vals = append(p.vals, s)
 	return fmt.Sprintf("%s%0*d", p.nonce, phDigits, len(p.vals)-1)
 }
 
 func (p *placeholders) message(m Message) Message {
-	out := Message{Role: m.Role, Content: p.of(m.Content), Name: p.of(m.Name), ToolCallID: p.of(m.ToolCallID)}
+	out := Message{Role: m.Role, Content: p.of(m.Content), Reasoning: p.of(m.Reasoning), Name: p.of(m.Name), ToolCallID: p.of(m.ToolCallID)}
 	for _, tc := range m.ToolCalls {
 		args, _ := p.value(map[string]any(tc.Arguments)).(map[string]any)
 		if tc.Arguments == nil {
@@ -440,7 +443,9 @@ type outputParser struct {
 	stopAtCall bool
 }
 
-func newOutputParser(r renderer, prompt string, tools bool) *outputParser {
+// offered are the tools of the request: their schemas type the values of
+// formats whose calls are not JSON (chat.ToolQwenXML).
+func newOutputParser(r renderer, prompt string, tools bool, offered ...Tool) *outputParser {
 	format, inlined := chat.ToolNone, false
 	if ct, ok := r.(*chatTemplate); ok && tools {
 		format = ct.format
@@ -448,7 +453,9 @@ func newOutputParser(r renderer, prompt string, tools bool) *outputParser {
 			format, inlined = chat.ToolHermes, true
 		}
 	}
-	return &outputParser{p: chat.NewStreamParser(format, chat.PromptOpensThinking(prompt)), stopAtCall: inlined}
+	p := chat.NewStreamParser(format, chat.PromptOpensThinking(prompt))
+	p.SetTools(offered)
+	return &outputParser{p: p, stopAtCall: inlined}
 }
 
 func (p *outputParser) feed(s string) []Event {
