@@ -431,3 +431,25 @@ func TestAllocStateRefusals(t *testing.T) {
 	}()
 	b.ClearState(0)
 }
+
+// TestDeltaKernelsAgree: the vector kernels deltaHeadFast runs on (AVX2
+// on amd64) equal the Go loops to float32 rounding (FMA) at every length,
+// tails included.
+func TestDeltaKernelsAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for n := 0; n <= 41; n++ {
+		row, u, acc := randVec(r, n, 1), randVec(r, n, 1), randVec(r, n, 1)
+		s, a, c := float32(r.Float64()), float32(r.NormFloat64()), float32(r.NormFloat64())
+		r1, a1 := append([]float32(nil), row...), append([]float32(nil), acc...)
+		r2, a2 := append([]float32(nil), row...), append([]float32(nil), acc...)
+		scaleAxpy(r1, s, a, a1)
+		scaleAxpyGo(r2, s, a, a2)
+		axpyAxpy(r1, u, a, c, a1)
+		axpyAxpyGo(r2, u, a, c, a2)
+		for i := range n {
+			if math.Abs(float64(r1[i]-r2[i])) > 1e-6*(1+math.Abs(float64(r2[i]))) || math.Abs(float64(a1[i]-a2[i])) > 1e-5*(1+math.Abs(float64(a2[i]))) {
+				t.Fatalf("n=%d i=%d: row %v vs %v, acc %v vs %v", n, i, r1[i], r2[i], a1[i], a2[i])
+			}
+		}
+	}
+}
