@@ -318,6 +318,7 @@ func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.Ga
 		return
 	}
 	batch := copyBatch(bt)
+	minChunked := gdnChunkedMinTokens
 	b.post(func(c *Ctx) error {
 		hs := b.hs
 		if hs == nil {
@@ -332,7 +333,7 @@ func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.Ga
 		}
 		_, delta := hs.stateLayer(layer)
 		grid := Dim3{X: Hv, Y: cdiv(Dv, 32), Z: nseq}
-		if longest < gdnChunkedMinTokens {
+		if longest < minChunked {
 			return b.gdnLaunch(c, gdnModule, "gdn_recurrent", grid, Dim3{X: 256}, 0,
 				x.buf, a.buf, be.buf, wa.f32, wb.f32, d.buf, delta, hs.slot, meta, Hk, Hv, Dk, Dv, g.Tiled)
 		}
