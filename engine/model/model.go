@@ -117,8 +117,8 @@ func (m *Model) Backend() Backend { return m.be }
 type buffers struct {
 	x, h, q, k, v, att, o, g, u, ffo Tensor
 	// hybrid (qwen35.go)
-	qg, gate, qkv, conv, z, dn, alpha, beta, sg, su, sgate Tensor
-	all                                                    []Tensor
+	qg, gate, qkv, conv, z, dn, gn, alpha, beta, sg, su, sgate Tensor
+	all                                                        []Tensor
 }
 
 func (t *buffers) alloc(be Backend, rows, cols int) Tensor {

@@ -287,6 +287,7 @@ func (m *Model) allocHybrid(t *buffers, n int) {
 	t.conv = t.alloc(m.be, n, s.ConvChannels())
 	t.z = t.alloc(m.be, n, value)
 	t.dn = t.alloc(m.be, n, value)
+	t.gn = t.alloc(m.be, n, value) // the contract does not promise GatedRMSNorm in place
 	t.alpha = t.alloc(m.be, n, s.ValueHeads)
 	t.beta = t.alloc(m.be, n, s.ValueHeads)
 	if c.SharedFF > 0 {
@@ -311,8 +312,8 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 			be.MatMul(t.alpha, t.h, l.walpha)
 			sb.CausalConv(t.conv, t.qkv, l.conv, l.index, b)
 			sb.GatedDeltaRule(t.dn, t.conv, t.alpha, t.beta, l.gdn, l.index, b)
-			sb.GatedRMSNorm(t.dn, t.dn, t.z, l.ssmNorm, c.SSM.ValueDim, c.NormEps)
-			be.MatMul(t.o, t.dn, l.ssmOut)
+			sb.GatedRMSNorm(t.gn, t.dn, t.z, l.ssmNorm, c.SSM.ValueDim, c.NormEps)
+			be.MatMul(t.o, t.gn, l.ssmOut)
 		} else {
 			be.MatMul(t.qg, t.h, l.wq)
 			sb.SplitHeads(t.q, t.gate, t.qg, c.Heads, c.HeadDim)
