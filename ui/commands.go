@@ -22,6 +22,7 @@ var commands = []command{
 	{"/clear", "", "start over: drop the conversation and its cached tokens"},
 	{"/drop", "[n]", "drop the oldest n turns (default: what a refused message needs), keeping the system prompt"},
 	{"/system", "[text]", "set the system prompt (no text: show it)"},
+	{"/set", "[name value]", "change temperature, top_p, max_tokens, seed, system… for the next answers (no args: list them)"},
 	{"/model", "", "show the model and engine"},
 	{"/save", "[name]", "save the conversation (under a name)"},
 	{"/load", "<name>", "resume a saved conversation"},
@@ -119,7 +120,7 @@ func (m *model) command(line string) tea.Cmd {
 			return nil
 		}
 		m.stats = m.eng.Stats()
-		m.addInfo(statsTable(m.stats))
+		m.addInfo(statsTable(m.stats) + "\n\nsampling (/set changes them):\n" + m.settingsTable())
 	case "/kvdtype":
 		return m.startReconf(arg)
 	case "/save":
@@ -150,6 +151,8 @@ func (m *model) command(line string) tea.Cmd {
 		m.applySession(f)
 	case "/drop":
 		return m.dropCommand(arg)
+	case "/set":
+		m.setCommand(arg)
 	case "/copy":
 		if !noArgs() {
 			return nil
@@ -438,6 +441,8 @@ func (m *model) complete() {
 			pool = kvDTypes
 		case "/load":
 			pool, _ = m.store.List()
+		case "/set":
+			pool = settingNames()
 		}
 		for _, p := range pool {
 			if strings.HasPrefix(p, prefix) {

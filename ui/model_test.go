@@ -622,7 +622,8 @@ func TestCompletion(t *testing.T) {
 		in, want, notice string
 	}{
 		{"/kv", "/kvdtype ", ""},
-		{"/s", "/s", "/save  /stats  /system"},
+		{"/s", "/s", "/save  /set  /stats  /system"},
+		{"/set te", "/set temperature", ""},
 		{"/sy", "/system ", ""},
 		{"/kvdtype fp8", "/kvdtype fp8_e", "fp8_e4m3  fp8_e5m2"},
 		{"/kvdtype fp8_e4", "/kvdtype fp8_e4m3", ""},
