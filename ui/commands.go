@@ -27,7 +27,7 @@ var commands = []command{
 	{"/save", "[name]", "save the conversation (under a name)"},
 	{"/load", "<name>", "resume a saved conversation"},
 	{"/stats", "", "show all engine statistics"},
-	{"/copy", "", "copy the last answer to the clipboard"},
+	{"/copy", "[n|code]", "copy the last answer, its code block n, or its last code block to the clipboard"},
 	{"/quit", "", "quit (also Ctrl+D, or Ctrl+C twice)"},
 }
 
@@ -154,10 +154,7 @@ func (m *model) command(line string) tea.Cmd {
 	case "/set":
 		m.setCommand(arg)
 	case "/copy":
-		if !noArgs() {
-			return nil
-		}
-		return m.copyLast()
+		return m.copyCommand(arg)
 	default:
 		m.addError(fmt.Sprintf("unknown command %s; /help lists the commands", name))
 	}
@@ -505,17 +502,4 @@ func (m *model) lastAnswer() string {
 		}
 	}
 	return ""
-}
-
-func (m *model) copyLast() tea.Cmd {
-	a := m.lastAnswer()
-	if a == "" {
-		m.addError("/copy: there is no answer to copy yet")
-		return nil
-	}
-	clip := m.clip
-	return tea.Batch(tea.SetClipboard(a), func() tea.Msg {
-		how, err := clip(a)
-		return copiedMsg{how: how, err: err}
-	})
 }

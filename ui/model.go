@@ -105,6 +105,7 @@ type model struct {
 	reconfCancel context.CancelFunc
 	queued       string // a message typed during the switch, sent after it
 	drop         *dropOffer
+	copying      string // what /copy copies, for its notice
 	ticking      bool
 	ticksSched   int // how many ticks were scheduled (tests)
 
@@ -321,10 +322,16 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, nil
 	case copiedMsg:
-		if msg.err != nil {
-			m.setNotice("copied with OSC 52 only ("+msg.err.Error()+")", false)
+		what := m.copying
+		if what == "" {
+			what = "copied"
 		} else {
-			m.setNotice("copied to the clipboard (OSC 52 + "+msg.how+")", false)
+			what = "copied " + what
+		}
+		if msg.err != nil {
+			m.setNotice(what+" with OSC 52 only ("+msg.err.Error()+")", false)
+		} else {
+			m.setNotice(what+" to the clipboard (OSC 52 + "+msg.how+")", false)
 		}
 		return m, nil
 	}
