@@ -66,6 +66,7 @@ func EngineFlags(f *pflag.FlagSet) {
 	f.Int("ctx-size", 0, "maximum tokens per conversation (0 = the model's context length)")
 	f.Int("kv-tokens", 0, "CPU: KV pool size in tokens (0 = ctx-size)")
 	f.Int("threads", 0, "CPU threads (0 = all cores)")
+	f.Int("state-slots", 0, fmt.Sprintf("hybrid models (Qwen3.5/3.6): recurrent-state slots beside the KV pool, live conversations plus turn snapshots (0 = %d)", engine.DefaultStateSlots))
 }
 
 // ChatFlags belong to the chat (root) command.
@@ -100,6 +101,7 @@ func ConfigFrom(v *viper.Viper) Config {
 			ContextLen: v.GetInt("ctx-size"),
 			KVTokens:   v.GetInt("kv-tokens"),
 			Threads:    v.GetInt("threads"),
+			StateSlots: v.GetInt("state-slots"),
 		},
 		GPUMemoryText: v.GetString("gpu-memory"),
 		Sampling: engine.Sampling{
@@ -210,6 +212,7 @@ var settingChecks = map[string]func(string) string{
 	"ctx-size":       atLeast(0),
 	"kv-tokens":      atLeast(0),
 	"threads":        atLeast(0),
+	"state-slots":    atLeast(0),
 
 	"agent-max-steps": atLeast(1),
 	"gpu-memory": func(s string) string {

@@ -108,4 +108,17 @@ type Stats struct {
 	PrefillTokensPerS float64 // latest turn
 	DecodeTokensPerS  float64 // latest turn
 	LastTurnDuration  time.Duration
+
+	// Hybrid models (Qwen3.5/3.6): the recurrent state of the Gated
+	// DeltaNet layers, beside the KV pool, whose numbers above count the
+	// attention layers only. It is fixed per sequence whatever its length,
+	// and float32 whatever the KV dtype. All zero for other models.
+	StateLayers      int   // recurrent layers
+	StateBytesPerSeq int64 // one sequence's state, all recurrent layers (conv + delta rule)
+	StateSlots       int   // slots allocated: live sequences plus snapshots
+	StateSlotsLive   int   // slots holding a session's live state
+	StateSnapshots   int   // slots holding a turn-boundary snapshot
+	StateBytes       int64 // StateSlots * StateBytesPerSeq, allocated at load
+	StateRestores    int64 // turns that resumed from a snapshot (the prompt diverged from the live state)
+	StateRestarts    int64 // turns that had history but recomputed the state from token 0
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/gpu"
 )
@@ -43,8 +44,8 @@ const gpuReserve = 256 << 20
 
 // gpuKVBudget is what the budget leaves for the KV pool once the weights
 // are loaded: budget - weights - workspace for the largest prefill chunk -
-// reserve (DESIGN §3).
-func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int) (int64, error) {
+// reserve (DESIGN §3) - the recurrent state of a hybrid model.
+func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st kvcache.RecurrentState) (int64, error) {
 	g, ok := be.(*gpu.Backend)
 	if !ok {
 		return 0, fmt.Errorf("internal: GPU budget without a GPU backend")
@@ -54,7 +55,12 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int) (int
 	// Activations of one chunk (float32): residual, norms, q/k/v, attention
 	// out, feed-forward and logits of one row.
 	workspace := int64(chunk)*int64(4)*int64(4*c.Dim+2*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+3*ff) + int64(4*c.Vocab)
-	plan, err := gpu.PlanMemory(budget, used, workspace, gpuReserve, 1)
+	if left := budget - used - workspace - gpuReserve; st.Bytes() > 0 && left < st.Bytes() {
+		return 0, fmt.Errorf("--gpu-memory %s: weights %s + workspace %s + reserve %s leave %s, less than the recurrent state of the hybrid model (%s, float32 whatever the KV dtype), before any KV page; raise --gpu-memory",
+			kvcache.FormatBytes(budget), kvcache.FormatBytes(used), kvcache.FormatBytes(workspace), kvcache.FormatBytes(gpuReserve),
+			kvcache.FormatBytes(max(left, 0)), st)
+	}
+	plan, err := gpu.PlanMemory(budget, used, workspace+st.Bytes(), gpuReserve, 1)
 	if err != nil {
 		return 0, err
 	}
@@ -65,10 +71,18 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int) (int
 // records them (the GPU backend's ops have no error results).
 // forwardToken runs one decode step: token id at position pos of the
 // sequence with page table pages, returning its logits.
-func (e *Engine) forwardToken(id int32, pos int, pages []int32) ([]float32, error) {
-	out, err := e.mdl.Forward(batchFor([]int32{id}, pos, pages), []int{0})
+// st is its recurrent state (hybrid models; nil otherwise), advanced by
+// the step, or unknown after a failed one.
+func (e *Engine) forwardToken(id int32, pos int, pages []int32, st *seqState) ([]float32, error) {
+	out, err := e.mdl.Forward(batchFor([]int32{id}, pos, pages, st), []int{0})
 	if err == nil {
 		err = backendErr(e.be)
+	}
+	if st != nil {
+		st.pos = pos + 1
+		if err != nil {
+			st.pos = -1
+		}
 	}
 	return out, err
 }

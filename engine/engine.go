@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,10 @@ type Engine struct {
 	kvBudget int64 // bytes the pool may take; fixed across /kvdtype switches
 	budget   int64 // device budget (GPU), 0 on CPU
 	sessions map[*Session]struct{}
+
+	// state holds the recurrent-state slots of a hybrid model (state.go);
+	// nil for models whose every layer keeps K/V. Guarded by mu.
+	state *statePool
 
 	statsMu sync.Mutex
 	counters
@@ -135,6 +140,22 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 		e.info.ContextLen = e.opts.ContextLen
 	}
 
+	if cfg := e.mdl.Config; cfg.Hybrid() {
+		// The state is planned (GPU budget) before the pool and allocated
+		// beside it.
+		sb, ok := be.(model.StateBackend)
+		if !ok {
+			return fmt.Errorf("%s: the %s backend has no recurrent-state ops for %s", f.Path, be.Name(), cfg.Arch)
+		}
+		slots := e.opts.StateSlots
+		if slots == 0 {
+			slots = DefaultStateSlots
+		}
+		e.state = newStatePool(cfg.StateLayout(slots), sb)
+		e.info.Params += fmt.Sprintf(" (attention in %d of %d layers; recurrent state %s per sequence)",
+			cfg.AttnLayers, cfg.Layers, kvcache.FormatBytes(e.state.l.BytesPerSlot()))
+	}
+
 	progress(LoadProgress{Stage: "planning kv pool"})
 	dt, err := e.resolveDType(e.opts.KVDType)
 	if err != nil {
@@ -143,6 +164,11 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	layout, err := e.planLayout(dt)
 	if err != nil {
 		return err
+	}
+	if e.state != nil {
+		if err := e.state.be.AllocState(e.state.l); err != nil {
+			return fmt.Errorf("recurrent state (%s): %w", e.state.recurrentState(), err)
+		}
 	}
 	return e.allocPool(layout)
 }
@@ -204,7 +230,7 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 	}
 	if e.kvBudget == 0 {
 		if e.budget > 0 {
-			wb, err := gpuKVBudget(e.be, e.budget, c, e.prefillChunk())
+			wb, err := gpuKVBudget(e.be, e.budget, c, e.prefillChunk(), e.state.recurrentState())
 			if err != nil {
 				return l, err
 			}
@@ -238,8 +264,12 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 func (e *Engine) noPageError(l kvcache.Layout, ps int) error {
 	page := l.BytesPerPage()
 	if e.budget > 0 {
-		return fmt.Errorf("KV pool: the %s of --gpu-memory left for the KV cache holds no page of %d tokens (%s); raise --gpu-memory by at least %s",
-			kvcache.FormatBytes(e.kvBudget), ps, kvcache.FormatBytes(page), kvcache.FormatBytes(page-e.kvBudget))
+		state := ""
+		if e.state != nil {
+			state = fmt.Sprintf(" (after the recurrent state, %s)", e.state.recurrentState())
+		}
+		return fmt.Errorf("KV pool: the %s of --gpu-memory left for the KV cache%s holds no page of %d tokens (%s); raise --gpu-memory by at least %s",
+			kvcache.FormatBytes(e.kvBudget), state, ps, kvcache.FormatBytes(page), kvcache.FormatBytes(page-e.kvBudget))
 	}
 	c := e.mdl.Config
 	bf16 := int64(kvcache.BytesPerToken(c.AttnLayers, c.KVHeads, c.HeadDim, kvcache.BF16, kvcache.DynamicScales))
@@ -306,6 +336,11 @@ func (e *Engine) NewSession() *Session {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := &Session{e: e, seq: e.pool.NewSequence()}
+	if e.state != nil {
+		// Another session taking this one's live slot leaves its K/V
+		// without a state: drop it, the next turn starts over.
+		s.st = e.state.newSeq(func() { s.seq.Truncate(0) })
+	}
 	e.sessions[s] = struct{}{}
 	return s
 }
@@ -331,7 +366,7 @@ func (e *Engine) Stats() Stats {
 	e.statsMu.Lock()
 	c := e.counters
 	e.statsMu.Unlock()
-	return Stats{
+	s := Stats{
 		Model: e.info.Name, Device: e.be.Name(), KVDType: kvName(l), PageSize: ps.PageSize,
 		PagesTotal: ps.PagesTotal, PagesUsed: ps.PagesUsed,
 		TokensCapacity: ps.TokensCapacity, TokensUsed: ps.TokensUsed,
@@ -342,6 +377,8 @@ func (e *Engine) Stats() Stats {
 		LastPrefillTokens: c.lastPrefill, PrefillTokensPerS: c.prefillRate, DecodeTokensPerS: c.decodeRate,
 		LastTurnDuration: c.lastTurn,
 	}
+	e.stateStats(&s)
+	return s
 }
 
 func kvName(l kvcache.Layout) string {
@@ -489,6 +526,10 @@ func (e *Engine) Reconfigure(ctx context.Context, kvDType string, progress func(
 	for _, st := range sessions {
 		st.s.seq = e.pool.NewSequence()
 	}
+	// The recurrent state is re-derived by the re-prefill below rather
+	// than kept: the model pass that rebuilds K/V runs the recurrent layers
+	// too, and their input depends on the attention layers' output, which
+	// reads K/V in the new dtype; keeping the old state would mix two runs.
 	if rerr := e.refill(ctx, sessions, progress); rerr != nil {
 		if err != nil {
 			return fmt.Errorf("%v; re-prefill failed: %v", err, rerr)
@@ -513,6 +554,8 @@ func (e *Engine) refill(ctx context.Context, ss []sessionTokens, progress func(d
 		if st.s.seq.Len() != 0 {
 			st.s.seq.Truncate(0)
 		}
+		// Snapshots are taken again at the same positions.
+		snapAt := e.restartState(st.s.st, len(st.tokens))
 		if len(st.tokens) == 0 {
 			continue
 		}
@@ -520,14 +563,20 @@ func (e *Engine) refill(ctx context.Context, ss []sessionTokens, progress func(d
 		if err != nil {
 			return err
 		}
-		err = e.prefill(ctx, st.s.seq, st.tokens, start, nil, func(n int) {
+		if start != 0 {
+			return fmt.Errorf("internal: re-prefill of a conversation starts at %d", start)
+		}
+		err = e.prefill(ctx, st.s.seq, st.s.st, st.tokens, start, nil, func(n int) {
 			done += n
 			if progress != nil {
 				progress(done, total)
 			}
-		})
+		}, snapAt...)
 		if err != nil {
 			st.s.seq.Truncate(0)
+			if st.s.st != nil {
+				e.state.reset(st.s.st)
+			}
 			return err
 		}
 	}
@@ -536,15 +585,32 @@ func (e *Engine) refill(ctx context.Context, ss []sessionTokens, progress func(d
 
 // prefill computes K/V for tokens[start:] of seq (already appended) in
 // chunks; it returns the logits of the last token when wantLogits is set.
-func (e *Engine) prefill(ctx context.Context, seq *kvcache.Sequence, tokens []int32, start int, logits *[]float32, step func(n int)) error {
+// st is the sequence's recurrent state (hybrid models; nil otherwise),
+// whose live slot holds the state at start: each chunk advances it, and
+// at each position of snapAt (ascending) a chunk ends and the state is
+// snapshotted. A cancelled or failed prefill leaves seq's computed tokens
+// and the state in step (a failed chunk leaves the state unknown).
+func (e *Engine) prefill(ctx context.Context, seq *kvcache.Sequence, st *seqState, tokens []int32, start int, logits *[]float32, step func(n int), snapAt ...int) error {
 	chunk := e.prefillChunk()
 	pages := seq.Pages()
-	for pos := start; pos < len(tokens); pos += chunk {
+	snap := func(pos int) {
+		if st != nil && slices.Contains(snapAt, pos) {
+			e.state.snapshot(st)
+		}
+	}
+	snap(start)
+	for pos := start; pos < len(tokens); {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		end := min(pos+chunk, len(tokens))
-		b := batchFor(tokens[pos:end], pos, pages)
+		for _, c := range snapAt {
+			if c > pos && c < end {
+				end = c
+				break
+			}
+		}
+		b := batchFor(tokens[pos:end], pos, pages, st)
 		var rows []int
 		if logits != nil && end == len(tokens) {
 			rows = []int{end - pos - 1}
@@ -554,7 +620,13 @@ func (e *Engine) prefill(ctx context.Context, seq *kvcache.Sequence, tokens []in
 			err = backendErr(e.be)
 		}
 		if err != nil {
+			if st != nil {
+				st.pos = -1
+			}
 			return err
+		}
+		if st != nil {
+			st.pos = end
 		}
 		if rows != nil {
 			*logits = out
@@ -562,16 +634,20 @@ func (e *Engine) prefill(ctx context.Context, seq *kvcache.Sequence, tokens []in
 		if step != nil {
 			step(end - pos)
 		}
+		snap(end)
+		pos = end
 	}
 	return nil
 }
 
-func batchFor(tokens []int32, pos int, pages []int32) *model.Batch {
+// batchFor is the batch of one sequence's tokens at positions pos...; st
+// names its recurrent-state slot (hybrid models; nil otherwise).
+func batchFor(tokens []int32, pos int, pages []int32, st *seqState) *model.Batch {
 	b := &model.Batch{Tokens: tokens, Pos: make([]int32, len(tokens))}
 	for i := range b.Pos {
 		b.Pos[i] = int32(pos + i)
 	}
-	b.Seqs = []model.SeqSpan{{Offset: 0, Cached: pos, NewTokens: len(tokens), Pages: pages}}
+	b.Seqs = []model.SeqSpan{{Offset: 0, Cached: pos, NewTokens: len(tokens), Pages: pages, State: st.slot()}}
 	return b
 }
 
@@ -581,6 +657,9 @@ func (e *Engine) Close() error {
 	defer e.mu.Unlock()
 	if e.be != nil {
 		e.be.FreeKV()
+		if e.state != nil {
+			e.state.be.FreeState()
+		}
 		closeBackend(e.be)
 		e.be = nil
 	}

@@ -77,6 +77,7 @@ func (e *Engine) EncodeChat(msgs []Message) ([]int32, error) {
 type evalRun struct {
 	e   *Engine
 	seq *kvcache.Sequence
+	st  *seqState // hybrid models: a scratch recurrent state; nil otherwise
 }
 
 // withEvalPool replaces the backend's KV storage with a temporary pool of
@@ -128,7 +129,12 @@ func (e *Engine) withEvalPool(spec KVSpec, capacity int, fn func(r *evalRun) err
 	if err != nil {
 		return err
 	}
-	return fn(&evalRun{e: e, seq: p.NewSequence()})
+	st, release, err := e.state.scratch()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn(&evalRun{e: e, seq: p.NewSequence(), st: st})
 }
 
 // forward appends tokens to the run's sequence, computes their K/V in
@@ -159,12 +165,15 @@ func (r *evalRun) forward(ctx context.Context, tokens []int32, want []int, emit 
 			local = append(local, want[w]-off)
 			rows = append(rows, want[w])
 		}
-		out, err := e.mdl.Forward(batchFor(tokens[off:end], start+off, pages), local)
+		out, err := e.mdl.Forward(batchFor(tokens[off:end], start+off, pages, r.st), local)
 		if err == nil {
 			err = backendErr(e.be)
 		}
 		if err != nil {
 			return err
+		}
+		if r.st != nil {
+			r.st.pos = start + end
 		}
 		if len(rows) > 0 {
 			if err := emit(rows, out); err != nil {

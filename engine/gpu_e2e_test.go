@@ -66,7 +66,7 @@ func greedyRun(t *testing.T, e *Engine, prompt []int32, n int, force []int32) ([
 		t.Fatal(err)
 	}
 	var logits []float32
-	if err := e.prefill(context.Background(), seq, prompt, 0, &logits, nil); err != nil {
+	if err := e.prefill(context.Background(), seq, nil, prompt, 0, &logits, nil); err != nil {
 		t.Fatal(err)
 	}
 	steps := [][]float32{append([]float32(nil), logits...)}
@@ -81,7 +81,7 @@ func greedyRun(t *testing.T, e *Engine, prompt []int32, n int, force []int32) ([
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err = e.forwardToken(id, pos, seq.Pages())
+		logits, err = e.forwardToken(id, pos, seq.Pages(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +367,7 @@ func BenchmarkGPUDecodeStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	var logits []float32
-	if err := e.prefill(context.Background(), seq, prompt, 0, &logits, nil); err != nil {
+	if err := e.prefill(context.Background(), seq, nil, prompt, 0, &logits, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -377,7 +377,7 @@ func BenchmarkGPUDecodeStep(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		logits, err = e.forwardToken(id, pos, seq.Pages())
+		logits, err = e.forwardToken(id, pos, seq.Pages(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

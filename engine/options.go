@@ -24,6 +24,10 @@ type Options struct {
 	KVTokens     int    // CPU: pool size in bf16-equivalent tokens; 0 = ContextLen
 	Threads      int    // CPU threads; 0 = all cores
 	PrefillChunk int    // tokens per prefill step; 0 = default
+	// StateSlots is, for hybrid models (Qwen3.5/3.6), the recurrent-state
+	// slots allocated beside the KV pool: live sequences plus turn-boundary
+	// snapshots; 0 = DefaultStateSlots. Ignored for other models.
+	StateSlots int
 }
 
 // DefaultPageSize is the KV page size in tokens when Options.PageSize is 0
@@ -93,7 +97,7 @@ func (o Options) Validate(hw Hardware) error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--ctx-size", o.ContextLen}, {"--kv-tokens", o.KVTokens}, {"--threads", o.Threads}} {
+	}{{"--ctx-size", o.ContextLen}, {"--kv-tokens", o.KVTokens}, {"--threads", o.Threads}, {"--state-slots", o.StateSlots}} {
 		if c.v < 0 {
 			return fmt.Errorf("%s %d: must be 0 (default) or positive", c.name, c.v)
 		}
@@ -102,6 +106,9 @@ func (o Options) Validate(hw Hardware) error {
 	// memory before any work starts.
 	if o.Threads > MaxThreads {
 		return fmt.Errorf("--threads %d: at most %d (this machine has %d cores; 0 uses them all)", o.Threads, MaxThreads, runtime.NumCPU())
+	}
+	if o.StateSlots > MaxStateSlots {
+		return fmt.Errorf("--state-slots %d: at most %d (each holds one sequence's recurrent state; %d is the default)", o.StateSlots, MaxStateSlots, DefaultStateSlots)
 	}
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)

@@ -16,6 +16,9 @@ import (
 type Session struct {
 	e   *Engine
 	seq *kvcache.Sequence // replaced by Engine.Reconfigure; guarded by e.mu
+	// st is the recurrent state of a hybrid model (state.go): the live
+	// slot in step with seq, and turn-boundary snapshots. nil otherwise.
+	st *seqState
 }
 
 // statsInterval spaces EventStats during generation.
@@ -69,11 +72,17 @@ func (e *Engine) RenderPrompt(req Request) (string, error) {
 // control tokens, so it cannot forge turns (HF would parse it as tokens);
 // only the template's own text has special tokens (chatTemplate.RenderSpans).
 func (e *Engine) renderPrompt(req Request) (string, []int32, error) {
+	text, _, ids, err := e.renderPromptSpans(req)
+	return text, ids, err
+}
+
+// renderPromptSpans is renderPrompt with the plain-text spans of text.
+func (e *Engine) renderPromptSpans(req Request) (string, [][2]int, []int32, error) {
 	text, spans, err := e.tmpl.RenderSpans(req.Messages, req.Tools, true)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return text, e.tok.EncodeWith(text, tokenizer.EncodeOptions{PlainSpans: spans}), nil
+	return text, spans, e.tok.EncodeWith(text, tokenizer.EncodeOptions{PlainSpans: spans}), nil
 }
 
 func (s *Session) generate(ctx context.Context, req Request, send func(Event)) error {
@@ -86,7 +95,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	if err != nil {
 		return err
 	}
-	promptText, prompt, err := e.renderPrompt(req)
+	promptText, spans, prompt, err := e.renderPromptSpans(req)
 	if err != nil {
 		return err
 	}
@@ -97,9 +106,18 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	seq := s.seq
+	seq, st := s.seq, s.st
 	turnStart := time.Now()
-	start, err := seq.Reuse(prompt)
+	var snapAt []int // hybrid models: where the prefill snapshots the state
+	if st != nil {
+		if b := e.turnBoundary(promptText, spans, prompt); b > 0 {
+			snapAt = []int{b}
+		}
+		// Runs after the truncation below: the state never claims more
+		// than the K/V holds.
+		defer e.syncState(seq, st)
+	}
+	start, err := e.resume(seq, st, prompt)
 	if err != nil {
 		var full *kvcache.PoolFullError
 		if errors.As(err, &full) && full.E4M3Capacity == 0 && e.layout.DType != kvcache.FP8E4M3 {
@@ -120,11 +138,11 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	send(Event{Kind: EventProgress, Done: 0, Total: newTokens})
 	var logits []float32
 	done := 0
-	err = e.prefill(ctx, seq, prompt, start, &logits, func(n int) {
+	err = e.prefill(ctx, seq, st, prompt, start, &logits, func(n int) {
 		done += n
 		computed += n
 		send(Event{Kind: EventProgress, Done: done, Total: newTokens})
-	})
+	}, snapAt...)
 	prefillDur := time.Since(turnStart)
 	if err != nil {
 		newTokens = done // a cut-short prefill counts only what it computed
@@ -206,7 +224,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 			return err
 		}
 		history = append(history, id)
-		out, err := e.forwardToken(id, pos, seq.Pages())
+		out, err := e.forwardToken(id, pos, seq.Pages(), st)
 		if err != nil {
 			return err
 		}
@@ -220,6 +238,9 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	}
 	text += dec.Flush()
 	emit(len(text))
+	if st != nil && st.pos == seq.Len() {
+		e.state.snapshot(st) // the end of the answer: a turn boundary
+	}
 	e.recordDecode(generated, time.Since(decodeStart))
 	e.statsMu.Lock()
 	e.lastTurn = time.Since(turnStart)
@@ -267,6 +288,9 @@ func (s *Session) Reset() {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	s.seq.Truncate(0)
+	if s.st != nil {
+		s.e.state.reset(s.st)
+	}
 }
 
 // Tokens is how many tokens the session holds in the cache.
@@ -281,5 +305,8 @@ func (s *Session) Close() {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	s.seq.Free()
+	if s.st != nil {
+		s.e.state.release(s.st)
+	}
 	delete(s.e.sessions, s)
 }

@@ -35,6 +35,11 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 	}
 	seq := e.pool.NewSequence()
 	defer seq.Free()
+	st, release, err := e.state.scratch()
+	if err != nil {
+		return res, err
+	}
+	defer release()
 	vocab := e.mdl.Config.Vocab
 	r := rand.New(rand.NewPCG(seed, 99))
 	tokens := make([]int32, depth+prefillN)
@@ -46,7 +51,7 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 		return res, err
 	}
 	t0 := time.Now()
-	if err := e.prefill(ctx, seq, tokens[:depth], 0, nil, nil); err != nil {
+	if err := e.prefill(ctx, seq, st, tokens[:depth], 0, nil, nil); err != nil {
 		return res, err
 	}
 	if err := e.sync(); err != nil {
@@ -56,7 +61,7 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 
 	var logits []float32
 	t1 := time.Now()
-	if err := e.prefillOnce(seq, tokens, depth, &logits); err != nil {
+	if err := e.prefillOnce(seq, st, tokens, depth, &logits); err != nil {
 		return res, err
 	}
 	res.PrefillPerS = float64(prefillN) / time.Since(t1).Seconds()
@@ -68,7 +73,7 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 		if err != nil {
 			return res, err
 		}
-		out, err := e.forwardToken(id, pos, seq.Pages())
+		out, err := e.forwardToken(id, pos, seq.Pages(), st)
 		if err != nil {
 			return res, err
 		}
@@ -82,8 +87,8 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 }
 
 // prefillOnce runs tokens[start:] as one batch (the measured chunk).
-func (e *Engine) prefillOnce(seq interface{ Pages() []int32 }, tokens []int32, start int, logits *[]float32) error {
-	b := batchFor(tokens[start:], start, seq.Pages())
+func (e *Engine) prefillOnce(seq interface{ Pages() []int32 }, st *seqState, tokens []int32, start int, logits *[]float32) error {
+	b := batchFor(tokens[start:], start, seq.Pages(), st)
 	out, err := e.mdl.Forward(b, []int{len(tokens) - start - 1})
 	if err == nil {
 		err = backendErr(e.be)
