@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
@@ -180,7 +181,7 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 			a.calledTool = true
 		}
 		if len(out.calls) == 0 && len(out.malformed) == 0 {
-			a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text})
+			a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text, Reasoning: out.thinking})
 			switch out.stop {
 			case engine.StopPoolFull:
 				res.Stop = StopPoolFull
@@ -201,7 +202,7 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 			}
 			return res, nil
 		}
-		a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text, ToolCalls: out.calls})
+		a.msgs = append(a.msgs, engine.Message{Role: "assistant", Content: out.text, Reasoning: out.thinking, ToolCalls: out.calls})
 		for _, c := range out.calls {
 			content, denied := a.execute(ctx, c)
 			if err := ctx.Err(); err != nil {
@@ -219,13 +220,18 @@ func (a *Agent) Run(ctx context.Context, request string) (Result, error) {
 }
 
 // malformedFeedback tells the model what was wrong with its calls and how
-// a call looks.
+// a call looks, in the format its template taught it.
 func malformedFeedback(errs []error) string {
 	var b strings.Builder
+	format := chat.ToolHermes
 	for _, e := range errs {
 		fmt.Fprintf(&b, "Error: %v. ", e)
+		var me *chat.MalformedCallError
+		if errors.As(e, &me) && me.Format != chat.ToolNone {
+			format = me.Format
+		}
 	}
-	b.WriteString(`The call was not run. Write a call exactly like this: <tool_call>{"name": "read_file", "arguments": {"path": "README.md"}}</tool_call>`)
+	b.WriteString("The call was not run. Write a call exactly like this: " + chat.CallExample(format))
 	return b.String()
 }
 
@@ -259,6 +265,7 @@ func (a *Agent) execute(ctx context.Context, c engine.ToolCall) (string, string)
 
 type stepOutput struct {
 	text      string
+	thinking  string // kept as Message.Reasoning: the template decides what the next prompt shows
 	calls     []engine.ToolCall
 	malformed []error
 	stop      engine.StopReason
@@ -269,7 +276,7 @@ type stepOutput struct {
 // it reported (EventToolError).
 func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, error) {
 	var out stepOutput
-	var text strings.Builder
+	var text, thinking strings.Builder
 	var genErr error
 	for ev := range a.cfg.Gen.Generate(ctx, req) {
 		switch ev.Kind {
@@ -277,6 +284,7 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 			text.WriteString(ev.Text)
 			a.cfg.Sink.Text(ev.Text)
 		case engine.EventThinking:
+			thinking.WriteString(ev.Text)
 			a.cfg.Sink.Thinking(ev.Text)
 		case engine.EventProgress:
 			if ps, ok := a.cfg.Sink.(ProgressSink); ok {
@@ -303,6 +311,7 @@ func (a *Agent) generate(ctx context.Context, req engine.Request) (stepOutput, e
 		}
 	}
 	out.text = strings.TrimSpace(text.String())
+	out.thinking = strings.TrimSpace(thinking.String())
 	if genErr != nil {
 		return out, genErr
 	}
