@@ -516,7 +516,7 @@ func (m *model) abandon() {
 	m.gen = nil
 	m.unsaved = true // the turn ends here, unsaved
 	if answer := g.text.String(); strings.TrimSpace(answer) != "" {
-		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
+		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer, Reasoning: strings.TrimSpace(g.think.String())})
 	} else {
 		m.msgs = m.msgs[:g.userMsg]
 	}
@@ -763,7 +763,7 @@ func (m *model) finishGen() tea.Cmd {
 			g.entry.note = "(no answer)"
 		}
 	} else {
-		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer})
+		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer, Reasoning: strings.TrimSpace(g.think.String())})
 	}
 	m.gen = nil
 	g.cancel()
