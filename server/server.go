@@ -120,7 +120,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s (see docs/serve.md)", r.Method, r.URL.Path)})
 		return
 	}
-	h.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r) // sets the path values
 }
 
 // statusProbe captures the status the mux's fallback handler would write.
