@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -34,7 +35,7 @@ type Config struct {
 	NormTopK    bool
 
 	TiedEmbeddings bool  // no output.weight: logits use token_embd
-	WeightBytes    int64 // bytes of all tensors as stored in the file
+	WeightBytes    int64 // bytes of the tensors Load uses, as stored in the file (not the skipped MTP blocks)
 
 	// Hybrid families (qwen35, qwen35moe, qwen3next); zero otherwise.
 	//
@@ -225,9 +226,26 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedEmbeddings = !hasOut
 	for _, ti := range f.Tensors {
+		if b, ok := blockOf(ti.Name); ok && b >= c.Layers {
+			continue // an MTP block: not loaded
+		}
 		c.WeightBytes += int64(ti.Bytes()) // gguf.Open checked each lies in the file
 	}
 	return c, nil
+}
+
+// blockOf returns N of a "blk.N." tensor name.
+func blockOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "blk.")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	return n, err == nil && n >= 0
 }
 
 // Bounds on shape metadata, far above any real model, so that products of

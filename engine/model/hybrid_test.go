@@ -124,6 +124,16 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 			if got := m.Config; got.Layers != 4 || got.AttnLayers != 1 || got.RecurrentLayers() != 3 || got.NextN != c.nextn || !m.NeedsState() {
 				t.Fatalf("config: %d layers, %d attention, %d recurrent, nextn %d", got.Layers, got.AttnLayers, got.RecurrentLayers(), got.NextN)
 			}
+			// WeightBytes counts what Load uses: all F32 tensors but the MTP block's.
+			var want int64
+			for name, v := range s.t {
+				if !strings.HasPrefix(name, "blk.4.") {
+					want += 4 * int64(len(v))
+				}
+			}
+			if m.Config.WeightBytes != want {
+				t.Errorf("WeightBytes %d, want %d", m.Config.WeightBytes, want)
+			}
 			r := rand.New(rand.NewPCG(5, 6))
 			seq := func(n int) []int32 {
 				p := make([]int32, n)
