@@ -59,6 +59,9 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		MaxTokens:     cfg.MaxTokens,
 	}
 	if printMode {
+		if cfg.Verbose {
+			uc.Thinking = os.Stderr // the answer alone stays on stdout
+		}
 		return engine.ForPrintMode(ui.PrintMode(ctx, uc))
 	}
 	return ui.Run(ctx, uc)

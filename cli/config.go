@@ -85,7 +85,7 @@ func ChatFlags(f *pflag.FlagSet) {
 	f.Float32("repeat-penalty", 1.1, "repetition penalty (1 = off)")
 	f.Int("repeat-last-n", 64, "tokens considered by the repetition penalty")
 	f.Uint64("seed", 0, "sampling seed (0 = a new random one each run, shown by -p --verbose and the chat's model line)")
-	f.Bool("verbose", false, "-p: print the seed and model used on stderr")
+	f.Bool("verbose", false, "-p: print the seed and model used, and the model's thinking, on stderr")
 	f.Int("max-tokens", 0, "maximum tokens per answer (0 = until done or the pool is full)")
 }
 

@@ -41,6 +41,10 @@ type Config struct {
 	NoSave bool
 	// ShowThinking starts with thinking blocks expanded.
 	ShowThinking bool
+	// Thinking, when set, receives the model's thinking in PrintMode
+	// (ftchat -p --verbose gives stderr); nil drops it: Out gets only the
+	// answer either way.
+	Thinking io.Writer
 
 	// Agent, when set, makes the UI the coding agent's front end: Enter
 	// runs the agent (tool calls, approvals in a dialog) instead of a chat
@@ -226,7 +230,10 @@ func PrintMode(ctx context.Context, cfg Config) error {
 		endedNL = true
 		cut     error // the pool filled up mid-answer
 	)
+	think := thinkingWriter{w: cfg.Thinking}
+	defer think.end()
 	for ev := range cfg.Session.Generate(ctx, req) {
+		think.event(ev)
 		switch ev.Kind {
 		case engine.EventText:
 			if werr == nil && ev.Text != "" {
