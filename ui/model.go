@@ -106,6 +106,9 @@ type model struct {
 	queued       string // a message typed during the switch, sent after it
 	drop         *dropOffer
 	copying      string // what /copy copies, for its notice
+	menuSel      int    // the chosen row of the command menu…
+	menuFor      string // …for this input
+	menuClosedOn string // the input Esc closed the menu on
 	ticking      bool
 	ticksSched   int // how many ticks were scheduled (tests)
 
@@ -345,6 +348,9 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	if ks != "ctrl+c" && m.quitArmed {
 		m.quitArmed = false
 		m.setNotice("", false)
+	}
+	if cmd, ok := m.menuKey(ks); ok {
+		return cmd
 	}
 	switch ks {
 	case "ctrl+c":

@@ -170,7 +170,8 @@ func (m *model) layout() (chatH, inputH int, status []string) {
 	inputH = m.inputHeight()
 	status = m.statusView()
 	status = status[:min(len(status), max(m.height-1-inputH-1, 0))]
-	return max(m.height-1-inputH-len(status), 0), inputH, status
+	chatH = max(m.height-1-inputH-len(status), 0)
+	return chatH - m.menuRows(chatH), inputH, status
 }
 
 func (m *model) chatHeight() int {
@@ -207,6 +208,8 @@ func (m *model) noticeLine() string {
 		left = fmt.Sprintf("prefill %s / %s tokens · esc to stop", formatInt(int64(m.gen.prefill[0])), formatInt(int64(m.gen.prefill[1])))
 	case m.gen != nil:
 		left = "answering · " + formatRate(m.stats.DecodeTokensPerS) + " tok/s · esc to stop"
+	case m.notice == "" && len(m.menuItems()) > 0:
+		left = "↑/↓ choose · Tab completes · Enter runs · Esc closes"
 	case m.notice != "":
 		left = m.notice
 		if m.noticeErr {
@@ -248,6 +251,7 @@ func (m *model) noticeLine() string {
 func (m *model) frame() (string, *tea.Cursor) {
 	ch, ih, status := m.layout()
 	m.input.SetHeight(ih)
+	menu := m.menuView(max(m.height-1-ih-len(status)-ch, 0))
 	lines := m.chatView(ch)
 	iv, cur := m.inputView()
 	if m.ag != nil && m.ag.dialog != nil {
@@ -273,6 +277,10 @@ func (m *model) frame() (string, *tea.Cursor) {
 		}
 		b.WriteByte('\n')
 	}
+	for _, l := range menu {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
 	b.WriteString(m.noticeLine())
 	b.WriteByte('\n')
 	b.WriteString(iv)
@@ -281,7 +289,7 @@ func (m *model) frame() (string, *tea.Cursor) {
 		b.WriteString(s)
 	}
 	if cur != nil {
-		cur.Y += ch + 1
+		cur.Y += ch + len(menu) + 1
 	}
 	return b.String(), cur
 }
