@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -20,8 +21,9 @@ import (
 var _ model.StateBackend = (*Backend)(nil)
 
 const (
-	gdnModule      = "gdn"
-	gdnChunkModule = "gdn_chunk"
+	gdnModule       = "gdn"
+	gdnChunkModule  = "gdn_chunk"  // gdn_chunked: the chunked form as first written
+	gdnChunk2Module = "gdn_chunk2" // gdn_chunked2: the same math with less latency
 	// gdnMaxDim bounds KeyDim and ValueDim: the recurrence keeps 16 state
 	// rows per warp of 8 (128) and the value columns in blocks of 32.
 	gdnMaxDim = 128
@@ -36,6 +38,9 @@ const (
 // lower it to 1 to run the chunked kernel on decode-sized batches).
 var gdnChunkedMinTokens = 17
 
+// gdnChunkedForm picks the chunked kernel: 1 gdn_chunked, 2 gdn_chunked2.
+const gdnChunkedForm = 2
+
 // hybridState is the device state storage and the batch metadata of its kernels.
 type hybridState struct {
 	l        model.StateLayout
@@ -45,6 +50,7 @@ type hybridState struct {
 	meta     Buffer
 	metaHost []int32
 	chunkL   int // forced chunk length of the chunked form (tests); 0: by device
+	form     int // forced chunked kernel, 1 or 2 (tests, benchmarks); 0: gdnChunkedForm
 }
 
 // AllocState allocates zeroed state storage for l through the budgeted
@@ -344,7 +350,11 @@ func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.Ga
 				L = 64
 			}
 		}
-		return b.gdnLaunch(c, gdnChunkModule, "gdn_chunked", grid, Dim3{X: 256}, gdnChunkSmem(L, Dk),
+		mod, name := gdnChunk2Module, "gdn_chunked2"
+		if form := cmp.Or(hs.form, gdnChunkedForm); form == 1 {
+			mod, name = gdnChunkModule, "gdn_chunked"
+		}
+		return b.gdnLaunch(c, mod, name, grid, Dim3{X: 256}, gdnChunkSmem(L, Dk),
 			x.buf, a.buf, be.buf, wa.f32, wb.f32, d.buf, delta, hs.slot, meta, Hk, Hv, Dk, Dv, g.Tiled, L)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -95,42 +96,55 @@ func (r *hybridRef) deltaRule(qkv, alpha, beta, A, dtb []float32, g *model.Gated
 	W := 2*Hk*Dk + Hv*Dv
 	rows := len(qkv) / W
 	out := nanVec(rows * Hv * Dv)
+	var wg sync.WaitGroup // (sequence, head) pairs are independent: one goroutine each
 	for _, s := range b.Seqs {
 		for j := 0; j < Hv; j++ {
-			kh := j / (Hv / Hk)
-			if g.Tiled {
-				kh = j % Hk
-			}
-			S := r.delta[s.State][layer][j*Dk*Dv : (j+1)*Dk*Dv]
-			for t := 0; t < s.NewTokens; t++ {
-				row := s.Offset + t
-				x := qkv[row*W : (row+1)*W]
-				q := l2norm64(x[kh*Dk:(kh+1)*Dk], 1/math.Sqrt(float64(Dk)))
-				k := l2norm64(x[Hk*Dk+kh*Dk:Hk*Dk+(kh+1)*Dk], 1)
-				v := x[2*Hk*Dk+j*Dv : 2*Hk*Dk+(j+1)*Dv]
-				bt := sigmoid64(float64(beta[row*Hv+j]))
-				a := float64(alpha[row*Hv+j]) + float64(dtb[j])
-				decay := math.Exp(float64(A[j]) * math.Log1p(math.Exp(a)))
-				for i := range S {
-					S[i] *= decay
-				}
-				for c := 0; c < Dv; c++ {
-					var kv float64
-					for i := 0; i < Dk; i++ {
-						kv += S[i*Dv+c] * k[i]
-					}
-					u := bt * (float64(v[c]) - kv)
-					var o float64
-					for i := 0; i < Dk; i++ {
-						S[i*Dv+c] += k[i] * u
-						o += S[i*Dv+c] * q[i]
-					}
-					out[row*Hv*Dv+j*Dv+c] = float32(o)
-				}
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.headRule(qkv, alpha, beta, A, dtb, g, layer, s, j, out)
+			}()
 		}
 	}
+	wg.Wait()
 	return out
+}
+
+// headRule runs the recurrence of value head j of sequence s.
+func (r *hybridRef) headRule(qkv, alpha, beta, A, dtb []float32, g *model.GatedDeltaNet, layer int, s model.SeqSpan, j int, out []float32) {
+	Hk, Hv, Dk, Dv := g.KeyHeads, g.ValueHeads, g.KeyDim, g.ValueDim
+	W := 2*Hk*Dk + Hv*Dv
+	kh := j / (Hv / Hk)
+	if g.Tiled {
+		kh = j % Hk
+	}
+	S := r.delta[s.State][layer][j*Dk*Dv : (j+1)*Dk*Dv]
+	for t := 0; t < s.NewTokens; t++ {
+		row := s.Offset + t
+		x := qkv[row*W : (row+1)*W]
+		q := l2norm64(x[kh*Dk:(kh+1)*Dk], 1/math.Sqrt(float64(Dk)))
+		k := l2norm64(x[Hk*Dk+kh*Dk:Hk*Dk+(kh+1)*Dk], 1)
+		v := x[2*Hk*Dk+j*Dv : 2*Hk*Dk+(j+1)*Dv]
+		bt := sigmoid64(float64(beta[row*Hv+j]))
+		a := float64(alpha[row*Hv+j]) + float64(dtb[j])
+		decay := math.Exp(float64(A[j]) * math.Log1p(math.Exp(a)))
+		for i := range S {
+			S[i] *= decay
+		}
+		for c := 0; c < Dv; c++ {
+			var kv float64
+			for i := 0; i < Dk; i++ {
+				kv += S[i*Dv+c] * k[i]
+			}
+			u := bt * (float64(v[c]) - kv)
+			var o float64
+			for i := 0; i < Dk; i++ {
+				S[i*Dv+c] += k[i] * u
+				o += S[i*Dv+c] * q[i]
+			}
+			out[row*Hv*Dv+j*Dv+c] = float32(o)
+		}
+	}
 }
 
 // downloadState returns slot's conv and delta state of layer.
@@ -270,7 +284,7 @@ func TestHybridElementwise(t *testing.T) {
 			g.SigmoidMul(gx, gpuTensor(t, g, n, gcols, gate))
 			want := make([]float32, n*w)
 			for i := range want {
-				gv := gate[i]
+				gv := gate[i%(n*gcols)]
 				if gcols == 1 {
 					gv = gate[i/w]
 				}
@@ -299,6 +313,13 @@ var hybridSteps = [][][2]int{
 	{{0, 1}, {1, 1}, {2, 1}, {3, 1}},
 	{{3, 3}, {0, 20}, {2, 66}},
 	{{2, 1}, {0, 1}},
+}
+
+// hybridStepsShort is hybridSteps with fewer tokens, for the real shape.
+var hybridStepsShort = [][][2]int{
+	{{0, 1}, {2, 5}, {1, 40}, {3, 70}},
+	{{0, 1}, {1, 1}, {2, 1}, {3, 1}},
+	{{3, 3}, {2, 20}},
 }
 
 func TestCausalConv(t *testing.T) {
@@ -377,7 +398,9 @@ func TestGatedDeltaRule(t *testing.T) {
 		name      string
 		minTokens int
 		chunkL    int
-	}{{"auto", gdnChunkedMinTokens, 0}, {"recurrent", 1 << 30, 0}, {"chunked64", 1, 64}, {"chunked32", 1, 32}}
+		form      int
+	}{{"auto", gdnChunkedMinTokens, 0, 0}, {"recurrent", 1 << 30, 0, 0}, {"chunked64", 1, 64, 2}, {"chunked32", 1, 32, 2},
+		{"chunked64-form1", 1, 64, 1}, {"chunked32-form1", 1, 32, 1}}
 	for si, s := range gdnShapes {
 		for mi, m := range modes {
 			t.Run(s.name+"/"+m.name, func(t *testing.T) {
@@ -391,6 +414,7 @@ func TestGatedDeltaRule(t *testing.T) {
 					}
 					g.hs.chunkL = m.chunkL
 				}
+				g.hs.form = m.form
 				ref := newHybridRef(l)
 				var nets []*model.GatedDeltaNet
 				var As, dts [][]float32
@@ -402,7 +426,7 @@ func TestGatedDeltaRule(t *testing.T) {
 				}
 				steps := hybridSteps
 				if s.Dk == 128 && m.name != "auto" {
-					steps = steps[:2] // keep the float64 reference quick at the real shape
+					steps = hybridStepsShort // keep the float64 reference quick at the real shape
 				}
 				cached := map[int]int{}
 				for sj, st := range steps {
@@ -849,10 +873,16 @@ func BenchmarkGDNPrefill(b *testing.B) {
 		g.FromHost(x, qkv)
 		g.FromHost(at, alpha)
 		g.FromHost(bb, beta)
-		for _, mode := range []string{"chunked", "recurrent"} {
+		for _, mode := range []string{"chunked2", "chunked1", "chunked2-L32", "recurrent"} {
 			gdnChunkedMinTokens = 1
-			if mode == "recurrent" {
+			g.hs.form, g.hs.chunkL = 2, 0
+			switch mode {
+			case "recurrent":
 				gdnChunkedMinTokens = 1 << 30
+			case "chunked1":
+				g.hs.form = 1
+			case "chunked2-L32":
+				g.hs.chunkL = 32
 			}
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				ms := timeOps(b, g, max(b.N, 5), func() { g.GatedDeltaRule(out, x, at, bb, net, 0, bt) })
@@ -870,8 +900,9 @@ func BenchmarkGDNPrefill(b *testing.B) {
 // hybrid.go launches is an entry of its module, for both PTX targets.
 func TestHybridKernelsEmbedded(t *testing.T) {
 	mods := map[string][]string{
-		gdnModule:      {"gdn_conv", "gdn_conv_state", "gdn_recurrent", "gated_rmsnorm", "sigmoid_mul", "split_heads"},
-		gdnChunkModule: {"gdn_chunked"},
+		gdnModule:       {"gdn_conv", "gdn_conv_state", "gdn_recurrent", "gated_rmsnorm", "sigmoid_mul", "split_heads"},
+		gdnChunkModule:  {"gdn_chunked"},
+		gdnChunk2Module: {"gdn_chunked2"},
 	}
 	for _, arch := range []int{80, 89, 90} {
 		for mod, names := range mods {
