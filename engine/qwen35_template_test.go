@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,5 +104,54 @@ func TestQwen35DataNeverBecomesControlTokens(t *testing.T) {
 	// The answer that holds </think> is rendered whole, not split.
 	if !strings.Contains(text, forged+"</think>"+forged) {
 		t.Error("an answer holding </think> was split by the template")
+	}
+}
+
+// The engine's output parser for a Qwen3.5 prompt: the answer starts inside
+// the thinking the template opened, and XML calls come out as calls whose
+// values the request's tool schemas typed. With enable_thinking false the
+// prompt closes the block itself and the answer is text.
+func TestQwen35OutputParser(t *testing.T) {
+	ct := templateFrom(t, "qwen35.jinja")
+	tool := Tool{Name: "read_file", Parameters: map[string]any{"type": "object", "properties": map[string]any{
+		"path": map[string]any{"type": "string"}, "start_line": map[string]any{"type": "integer"}}}}
+	msgs := []Message{{Role: "user", Content: "read a.go from line 3"}}
+	prompt, err := ct.Render(msgs, []Tool{tool}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(prompt, "<|im_start|>assistant\n<think>\n") {
+		t.Fatalf("prompt ends %q", prompt[max(0, len(prompt)-40):])
+	}
+	p := newOutputParser(ct, prompt, true, tool)
+	out := "Read it.\n</think>\n\nOK.\n\n<tool_call>\n<function=read_file>\n<parameter=path>\na.go\n</parameter>\n<parameter=start_line>\n3\n</parameter>\n</function>\n</tool_call>"
+	var evs []Event
+	for i := 0; i < len(out); i += 5 {
+		evs = append(evs, p.feed(out[i:min(len(out), i+5)])...)
+	}
+	evs = append(evs, p.flush()...)
+	var kinds []EventKind
+	var call *ToolCall
+	for _, ev := range evs {
+		if n := len(kinds); n == 0 || kinds[n-1] != ev.Kind {
+			kinds = append(kinds, ev.Kind)
+		}
+		if ev.Kind == EventToolCall {
+			call = ev.ToolCall
+		}
+	}
+	if want := []EventKind{EventThinking, EventText, EventToolCall}; !slices.Equal(kinds, want) {
+		t.Fatalf("event kinds %v, want %v", kinds, want)
+	}
+	if call.Name != "read_file" || call.Arguments["path"] != "a.go" || call.Arguments["start_line"] != 3.0 || call.ID == "" {
+		t.Fatalf("call %+v", call)
+	}
+	off := false
+	pr, err := ct.t.Render(msgs, nil, chat.RenderOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chat.PromptOpensThinking(pr) {
+		t.Fatalf("enable_thinking=false prompt %q opens thinking", pr)
 	}
 }
