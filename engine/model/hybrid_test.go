@@ -107,19 +107,28 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 		arch         string
 		recurrentKey bool
 		nextn        int
+		big          bool // the real model's head dims: attention 256 (rope 64), GDN 128
 	}{
-		{"qwen35moe", false, 0},
-		{"qwen35moe", true, 1}, // new converters: recurrent_layers and an MTP block
-		{"qwen35", true, 0},
-		{"qwen3next", false, 0},
+		{"qwen35moe", false, 0, false},
+		{"qwen35moe", true, 1, false}, // new converters: recurrent_layers and an MTP block
+		{"qwen35moe", true, 0, true},
+		{"qwen35", true, 0, false},
+		{"qwen3next", false, 0, false},
 	} {
 		name := c.arch
 		if c.nextn > 0 {
 			name += "_mtp"
 		}
+		if c.big {
+			name += "_headdims"
+		}
 		t.Run(name, func(t *testing.T) {
 			s := newSynthHybrid(c.arch)
 			s.recurrentKey, s.nextn = c.recurrentKey, c.nextn
+			if c.big {
+				s.heads, s.kvHeads, s.hd, s.ropeDim = 2, 1, 256, 64
+				s.hk, s.hv, s.dk, s.dv = 1, 2, 128, 128
+			}
 			m, _ := loadBytes(t, name+".gguf", s.gguf(t, 1), 3, true)
 			if got := m.Config; got.Layers != 4 || got.AttnLayers != 1 || got.RecurrentLayers() != 3 || got.NextN != c.nextn || !m.NeedsState() {
 				t.Fatalf("config: %d layers, %d attention, %d recurrent, nextn %d", got.Layers, got.AttnLayers, got.RecurrentLayers(), got.NextN)
