@@ -380,7 +380,7 @@ func (m *model) applySession(f *SessionFile) {
 			m.addEntry(e)
 			m.pushHistory(e.text)
 		case "assistant":
-			m.addEntry(&entry{kind: entryAssistant, text: msg.Content})
+			m.addEntry(&entry{kind: entryAssistant, text: msg.Content, think: msg.Reasoning})
 		}
 		m.msgs = append(m.msgs, msg)
 	}

@@ -69,3 +69,35 @@ func TestPrintModeThinking(t *testing.T) {
 		}
 	}
 }
+
+// A turn's thinking is saved with the session (reasoning_content) and a
+// resumed session shows it collapsed again; the next request carries it.
+func TestThinkingSavedAndResumed(t *testing.T) {
+	dir := t.TempDir()
+	d := newDriver(t, func(c *Config) { c.SessionDir = dir })
+	d.sess.push(think("weighing the options"), text("the answer"), done(engine.StopEOS))
+	d.submit("a question")
+	d.settle()
+	st := &Store{Dir: dir}
+	name, err := st.Latest()
+	if err != nil || name == "" {
+		t.Fatalf("no saved session: %q %v", name, err)
+	}
+	f, err := st.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.Messages); n != 2 || f.Messages[1].Reasoning != "weighing the options" || f.Messages[1].Content != "the answer" {
+		t.Fatalf("saved %+v", f.Messages)
+	}
+	d2 := newDriver(t, func(c *Config) { c.SessionDir = dir; c.Continue = true })
+	if fr := d2.frame(); !strings.Contains(fr, "▸ thinking (3 words)") || strings.Contains(fr, "weighing") {
+		t.Fatalf("resumed frame:\n%s", fr)
+	}
+	d2.sess.push(text("more"), done(engine.StopEOS))
+	d2.submit("next")
+	d2.settle()
+	if r := d2.sess.lastReq(); r.Messages[1].Reasoning != "weighing the options" {
+		t.Fatalf("request %+v", r.Messages)
+	}
+}
