@@ -498,11 +498,25 @@ type CapacityReport struct {
 	KVMemory   int64         `json:"kv_memory_bytes"`
 	Rows       []CapacityRow `json:"dtypes"`
 	ContextLen int           `json:"context_len,omitempty"`
+
+	// Hybrid models: all blocks, and the recurrent state of the others
+	// (float32, fixed per sequence; it comes off a --gpu-memory budget
+	// before the pool).
+	Blocks           int   `json:"layers,omitempty"`
+	StateLayers      int   `json:"state_layers,omitempty"`
+	StateBytesPerSeq int64 `json:"state_bytes_per_seq,omitempty"`
+	StateSlots       int   `json:"state_slots,omitempty"`
+	StateBytes       int64 `json:"state_bytes,omitempty"`
+	// ExpertsOnHost: the weights count without the routed experts, which
+	// --experts-on-host assumes are in host RAM (ExpertBytes of them).
+	ExpertsOnHost bool  `json:"experts_on_host,omitempty"`
+	ExpertBytes   int64 `json:"expert_bytes,omitempty"`
 }
 
 // capacityRows sizes a pool of each dtype in the same budget: budget -
-// weights - workspace, whole pages (kvcache.PlanPool).
-func capacityRows(l kvcache.Layout, budget, weights, workspace int64) ([]CapacityRow, error) {
+// weights - workspace - the recurrent state of a hybrid model, whole pages
+// (kvcache.PlanHybridPool).
+func capacityRows(l kvcache.Layout, budget, weights, workspace int64, st kvcache.RecurrentState) ([]CapacityRow, error) {
 	specs := []struct {
 		d kvcache.DType
 		m kvcache.ScaleMode
@@ -519,7 +533,7 @@ func capacityRows(l kvcache.Layout, budget, weights, workspace int64) ([]Capacit
 				x.KScale[i], x.VScale[i] = 1, 1
 			}
 		}
-		pages, err := kvcache.PlanPool(budget, weights, workspace, x)
+		pages, err := kvcache.PlanHybridPool(budget, weights, workspace, st, x)
 		if err != nil {
 			return nil, err
 		}
@@ -561,13 +575,25 @@ func parseShape(s string) (layers, kvHeads, headDim int, err error) {
 // workspaceBytes estimates the activations of one prefill chunk (float32)
 // as the engine's GPU plan does, plus a fixed reserve for the driver.
 func workspaceBytes(c model.Config, chunk int) int64 {
-	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
-	return int64(chunk)*4*int64(4*c.Dim+2*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+3*ff) + int64(4*c.Vocab) + 256<<20
+	return engine.WorkspaceBytes(c, chunk) + 256<<20
+}
+
+// routedExpertBytes is the size of f's routed-expert tensors
+// (blk.N.ffn_{gate,up,down,gate_up}_exps), what --experts-on-host keeps
+// off the device.
+func routedExpertBytes(f *gguf.File) int64 {
+	var n int64
+	for _, t := range f.Tensors {
+		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, "_exps.weight") {
+			n += int64(t.Bytes())
+		}
+	}
+	return n
 }
 
 func benchCapacityCmd(v *viper.Viper) *cobra.Command {
 	var shape, kvMem, weightsText, name string
-	var asJSON bool
+	var asJSON, expertsOnHost bool
 	cmd := &cobra.Command{
 		Use:   "capacity [--model M | --shape L,H,D] [--gpu-memory 8GiB | --kv-memory 2GiB] [--json]",
 		Short: "Tokens and pages of KV cache that fit per dtype in a memory budget",
@@ -580,7 +606,13 @@ The model's shape comes from its GGUF metadata (weights are not loaded), or
 from --shape ATTN_LAYERS,KV_HEADS,HEAD_DIM for a hypothetical model; with
 --shape and --gpu-memory give --weights for the weight bytes. Example, the
 Qwen3.6-35B-A3B hybrid (attention in 10 of 40 layers, 2 KV heads, head_dim 256):
-  ftchat bench capacity --shape 10/40,2,256 --kv-memory 2.5GiB`,
+  ftchat bench capacity --shape 10/40,2,256 --kv-memory 2.5GiB
+A hybrid model file (qwen35, qwen35moe, qwen3next) also has a recurrent state
+per sequence (float32, fixed whatever the length): it is printed apart from
+the KV bytes per token, and --state-slots of it (live conversations plus
+snapshots) come off a --gpu-memory budget before the pool. --experts-on-host
+counts the weights without the routed experts, for a budget that keeps them
+in host RAM (an estimate: the engine keeps every weight on the device today).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := ConfigFrom(v)
@@ -628,11 +660,27 @@ Qwen3.6-35B-A3B hybrid (attention in 10 of 40 layers, 2 KV heads, head_dim 256):
 					return err
 				}
 				c, err = model.ReadConfig(f)
+				experts := routedExpertBytes(f)
 				f.Close()
 				if err != nil {
 					return err
 				}
 				rep.Model, rep.Weights, rep.ContextLen = c.Name, c.WeightBytes, c.ContextLen
+				if expertsOnHost {
+					if experts == 0 {
+						return fmt.Errorf("--experts-on-host: %s has no routed-expert tensors (ffn_*_exps)", path)
+					}
+					rep.ExpertsOnHost, rep.ExpertBytes, rep.Weights = true, experts, c.WeightBytes-experts
+				}
+				if c.Hybrid() {
+					slots := cfg.Engine.StateSlots
+					if slots == 0 {
+						slots = engine.DefaultStateSlots
+					}
+					sl := c.StateLayout(slots)
+					rep.Blocks, rep.StateLayers, rep.StateSlots = c.Layers, sl.Layers, slots
+					rep.StateBytesPerSeq, rep.StateBytes = sl.BytesPerSlot(), sl.Bytes()
+				}
 				if rep.Model == "" {
 					rep.Model = path
 				}
@@ -648,14 +696,24 @@ Qwen3.6-35B-A3B hybrid (attention in 10 of 40 layers, 2 KV heads, head_dim 256):
 					return fmt.Errorf("--kv-memory %q: %w", kvMem, err)
 				}
 				budget, rep.Weights, rep.Workspace = b, 0, 0
+				rep.ExpertsOnHost, rep.ExpertBytes = false, 0
 			} else {
 				budget = cfg.Engine.GPUMemory
 				rep.Budget = budget
 			}
-			rep.KVMemory = budget - rep.Weights - rep.Workspace
+			var st kvcache.RecurrentState
+			if rep.Budget > 0 {
+				// A --kv-memory budget is the pool's alone; the state is
+				// shown beside it.
+				st = kvcache.RecurrentState{Slots: rep.StateSlots, PerSlot: rep.StateBytesPerSeq}
+			}
+			rep.KVMemory = budget - rep.Weights - rep.Workspace - st.Bytes()
 			l := kvcache.Layout{Layers: c.AttnLayers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: ps}
-			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace)
+			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace, st)
 			if err != nil {
+				if rep.Budget > 0 && c.Experts > 0 && !rep.ExpertsOnHost && rep.Weights >= budget {
+					return fmt.Errorf("%w\n(the weights alone exceed the budget; --experts-on-host estimates the budget with the routed experts in host RAM)", err)
+				}
 				return err
 			}
 			rep.Rows = rows
@@ -671,15 +729,32 @@ Qwen3.6-35B-A3B hybrid (attention in 10 of 40 layers, 2 KV heads, head_dim 256):
 	f.StringVar(&kvMem, "kv-memory", "", "budget for the KV pool alone, e.g. 2GiB")
 	f.StringVar(&weightsText, "weights", "", "with --shape and --gpu-memory: the model's weight bytes, e.g. 19GiB")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&expertsOnHost, "experts-on-host", false, "MoE model file with --gpu-memory: count the weights without the routed experts (kept in host RAM)")
 	return cmd
 }
 
 func writeCapacityTable(w io.Writer, r CapacityReport) error {
-	fmt.Fprintf(w, "%s: %d attention layers, %d kv heads, head_dim %d, pages of %d tokens\n", r.Model, r.Layers, r.KVHeads, r.HeadDim, r.PageSize)
-	if r.Budget > 0 {
-		fmt.Fprintf(w, "budget %s - weights %s - workspace %s = %s for the KV pool\n",
-			kvcache.FormatBytes(r.Budget), kvcache.FormatBytes(r.Weights), kvcache.FormatBytes(r.Workspace), kvcache.FormatBytes(r.KVMemory))
-	} else {
+	layers := fmt.Sprintf("%d attention layers", r.Layers)
+	if r.Blocks > r.Layers {
+		layers = fmt.Sprintf("attention in %d of %d layers", r.Layers, r.Blocks)
+	}
+	fmt.Fprintf(w, "%s: %s, %d kv heads, head_dim %d, pages of %d tokens\n", r.Model, layers, r.KVHeads, r.HeadDim, r.PageSize)
+	if r.StateLayers > 0 {
+		fmt.Fprintf(w, "recurrent state: %d Gated DeltaNet layers, %s B = %s per sequence (float32, any length, any KV dtype); %d slots (--state-slots) = %s\n",
+			r.StateLayers, groupInt(r.StateBytesPerSeq), kvcache.FormatBytes(r.StateBytesPerSeq), r.StateSlots, kvcache.FormatBytes(r.StateBytes))
+	}
+	weights := "weights " + kvcache.FormatBytes(r.Weights)
+	if r.ExpertsOnHost {
+		weights += fmt.Sprintf(" (routed experts, %s, in host RAM)", kvcache.FormatBytes(r.ExpertBytes))
+	}
+	switch {
+	case r.Budget > 0 && r.StateLayers > 0:
+		fmt.Fprintf(w, "budget %s - %s - workspace %s - state %s = %s for the KV pool\n",
+			kvcache.FormatBytes(r.Budget), weights, kvcache.FormatBytes(r.Workspace), kvcache.FormatBytes(r.StateBytes), kvcache.FormatBytes(r.KVMemory))
+	case r.Budget > 0:
+		fmt.Fprintf(w, "budget %s - %s - workspace %s = %s for the KV pool\n",
+			kvcache.FormatBytes(r.Budget), weights, kvcache.FormatBytes(r.Workspace), kvcache.FormatBytes(r.KVMemory))
+	default:
 		fmt.Fprintf(w, "KV pool budget %s\n", kvcache.FormatBytes(r.KVMemory))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -694,6 +769,15 @@ func writeCapacityTable(w io.Writer, r CapacityReport) error {
 		fmt.Fprintf(w, "(the model's context is %d tokens: %.1f full contexts fit in bf16)\n", r.ContextLen, float64(r.Rows[0].Tokens)/float64(r.ContextLen))
 	}
 	return nil
+}
+
+// groupInt writes n with thousands separators: 65863680 -> "65,863,680".
+func groupInt(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func calibrateCmd(v *viper.Viper) *cobra.Command {

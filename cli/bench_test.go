@@ -56,7 +56,7 @@ func TestCapacityRowsHandComputed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			l := kvcache.Layout{Layers: c.layers, KVHeads: c.heads, HeadDim: c.dim, PageSize: c.pageSize}
-			rows, err := capacityRows(l, c.budget, c.weights, c.ws)
+			rows, err := capacityRows(l, c.budget, c.weights, c.ws, kvcache.RecurrentState{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestCapacityRowsHandComputed(t *testing.T) {
 	}
 	// A budget the weights already use up is an error, not zero pages.
 	l := kvcache.Layout{Layers: 30, KVHeads: 3, HeadDim: 64, PageSize: 16}
-	if _, err := capacityRows(l, 1<<20, 2<<20, 0); err == nil {
+	if _, err := capacityRows(l, 1<<20, 2<<20, 0, kvcache.RecurrentState{}); err == nil {
 		t.Error("budget below the weights: no error")
 	}
 }
@@ -113,7 +113,7 @@ func TestParseShape(t *testing.T) {
 
 func TestCapacityTableGolden(t *testing.T) {
 	l := kvcache.Layout{Layers: 10, KVHeads: 2, HeadDim: 256, PageSize: 16}
-	rows, err := capacityRows(l, 5<<29, 0, 0)
+	rows, err := capacityRows(l, 5<<29, 0, 0, kvcache.RecurrentState{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,10 +51,7 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st k
 		return 0, fmt.Errorf("internal: GPU budget without a GPU backend")
 	}
 	used := g.Device().MemStats().Used
-	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
-	// Activations of one chunk (float32): residual, norms, q/k/v, attention
-	// out, feed-forward and logits of one row.
-	workspace := int64(chunk)*int64(4)*int64(4*c.Dim+2*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+3*ff) + int64(4*c.Vocab)
+	workspace := WorkspaceBytes(c, chunk)
 	if left := budget - used - workspace - gpuReserve; st.Bytes() > 0 && left < st.Bytes() {
 		return 0, fmt.Errorf("--gpu-memory %s: weights %s + workspace %s + reserve %s leave %s, less than the recurrent state of the hybrid model (%s, float32 whatever the KV dtype), before any KV page; raise --gpu-memory",
 			kvcache.FormatBytes(budget), kvcache.FormatBytes(used), kvcache.FormatBytes(workspace), kvcache.FormatBytes(gpuReserve),
@@ -65,6 +62,21 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st k
 		return 0, err
 	}
 	return plan.Pool, nil
+}
+
+// WorkspaceBytes is what the GPU plan reserves for the activations of one
+// prefill chunk of chunk tokens (float32): residual, norms, q/k/v,
+// attention out, feed-forward, the logits of one row and, for hybrid
+// models, the Gated DeltaNet buffers (conv input and output, output gate,
+// delta-rule output, decay and beta) and the attention's query+gate.
+func WorkspaceBytes(c model.Config, chunk int) int64 {
+	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
+	row := int64(4*c.Dim + 2*c.Heads*c.HeadDim + 2*c.KVHeads*c.HeadDim + 3*ff)
+	if c.Hybrid() {
+		value := int64(c.SSM.ValueHeads * c.SSM.ValueDim)
+		row += 2*int64(c.SSM.ConvChannels()) + 2*value + 2*int64(c.SSM.ValueHeads) + 3*int64(c.Heads*c.HeadDim) + 2*int64(c.SharedFF) + 1
+	}
+	return int64(chunk)*4*row + int64(4*c.Vocab)
 }
 
 // backendErr surfaces the first asynchronous error of a backend that

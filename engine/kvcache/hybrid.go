@@ -32,6 +32,10 @@ func PlanHybridPool(budget, weights, workspace int64, st RecurrentState, l Layou
 		return PlanPool(budget, weights, workspace, l)
 	}
 	left := budget - weights - workspace
+	if left <= 0 {
+		return 0, fmt.Errorf("memory budget %s: weights %s + workspace %s exceed it by %s, before the recurrent state of the hybrid model (%s) and any KV page; raise --gpu-memory or use a smaller model",
+			FormatBytes(budget), FormatBytes(weights), FormatBytes(workspace), FormatBytes(-left), st)
+	}
 	if left < st.Bytes() {
 		return 0, fmt.Errorf("memory budget %s: weights %s + workspace %s leave %s, less than the recurrent state of the hybrid model (%s, float32 whatever the KV dtype); raise --gpu-memory or use a smaller model",
 			FormatBytes(budget), FormatBytes(weights), FormatBytes(workspace), FormatBytes(max(0, left)), st)

@@ -30,6 +30,7 @@ func TestPlanHybridPool(t *testing.T) {
 		{"state comes off first, bf16", 2 * gib, gib, 0, st, BF16, int((gib - st.Bytes()) / (20480 * 64)), "", ""},
 		{"state comes off first, fp8", 2 * gib, gib, 0, st, FP8E4M3, int((gib - st.Bytes()) / (10400 * 64)), "", ""},
 		{"too small for the state", gib + 100<<20, gib, 0, st, BF16, 0, "leave 100.00 MiB, less than the recurrent state of the hybrid model (4 slots × 62.81 MiB = 251.25 MiB", "KV page"},
+		{"weights alone too big", gib, gib + 100<<20, 0, st, BF16, 0, "weights 1.10 GiB + workspace 0 B exceed it by 100.00 MiB, before the recurrent state of the hybrid model (4 slots × 62.81 MiB = 251.25 MiB) and any KV page", ""},
 		{"state fits, no page", gib + st.Bytes() + 1000, gib, 0, st, BF16, 0, "+ recurrent state 4 slots × 62.81 MiB = 251.25 MiB leave 1000 B, less than one KV page (64 tokens of bf16 = 1.25 MiB)", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/gguf/synth"
+)
+
+// shapeOnlyGGUF writes a GGUF of a synth preset whose header (metadata and
+// tensor infos) is real and whose tensor data is a hole: a sparse file of
+// the model's full size, which costs no disk. bench capacity reads only
+// the header.
+func shapeOnlyGGUF(t *testing.T, preset string) string {
+	t.Helper()
+	spec, err := synth.Preset(preset, gguf.Q4_K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := spec.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), preset+".gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := gguf.NewWriter(f, kv, spec.Tensors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close flushes the header and reports the tensors never written.
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "tensors missing") {
+		t.Fatalf("closing a header-only writer: %v", err)
+	}
+	hdr, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos := w.Tensors()
+	last := infos[len(infos)-1]
+	data := int64(last.Offset+last.Bytes()+31) / 32 * 32
+	if err := f.Truncate(hdr + data); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The Qwen3.6-35B-A3B shape in an 8 GiB budget: KV 20,480 B/token in bf16
+// and 10,400 in fp8, the state per sequence apart, and the tokens that fit
+// once the state is off the budget.
+func TestCapacityHybridGolden(t *testing.T) {
+	path := shapeOnlyGGUF(t, "qwen3.6-35b-a3b")
+	run := func(args ...string) (string, error) {
+		v := viper.New()
+		var configFile string
+		root := &cobra.Command{Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
+			PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) }}
+		root.PersistentFlags().StringVar(&configFile, "config", "", "")
+		EngineFlags(root.PersistentFlags())
+		root.AddCommand(benchCmd(v))
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"bench", "capacity", "--model", path}, args...))
+		err := root.Execute()
+		return strings.ReplaceAll(out.String(), path, "MODEL"), err
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	_, err := run("--gpu-memory", "8GiB")
+	if err == nil || !strings.Contains(err.Error(), "--experts-on-host") {
+		t.Fatalf("all weights in 8 GiB: error %v, want one pointing at --experts-on-host", err)
+	}
+	t.Logf("all weights in 8 GiB: %v", err)
+	out, err := run("--gpu-memory", "8GiB", "--experts-on-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "capacity_qwen36_35b_8gib.txt", []byte(out))
+	js, err := run("--gpu-memory", "8GiB", "--experts-on-host", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r CapacityReport
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatal(err)
+	}
+	const perSeq = 4 * 30 * (3*8192 + 32*128*128) // 65,863,680
+	if r.Rows[0].BytesPerToken != 20480 || r.Rows[2].BytesPerToken != 10400 || r.StateBytesPerSeq != perSeq ||
+		r.StateSlots != 4 || r.StateBytes != 4*perSeq || r.Layers != 10 || r.Blocks != 40 {
+		t.Errorf("report: %+v", r)
+	}
+	for _, row := range r.Rows {
+		left := r.Budget - r.Weights - r.Workspace - r.StateBytes
+		if want := int(left/int64(row.BytesPerToken*64)) * 64; row.DType != "fp8_e4m3" || row.ScaleMode != "static" {
+			if row.Tokens != want {
+				t.Errorf("%s %s: %d tokens, want %d", row.DType, row.ScaleMode, row.Tokens, want)
+			}
+		}
+	}
+}
