@@ -184,6 +184,13 @@ const maxRecordedRows = 16
 // logitsRows, row after row, each Config.Vocab floats. Decode asks for the
 // last row only; perplexity evaluation can ask for every row. The KV pool
 // must have been allocated with be.AllocKV.
+//
+// A hybrid model (NeedsState) also reads and advances each sequence's
+// recurrent state in slot SeqSpan.State (distinct within a batch), which
+// must hold the state after the sequence's first Cached tokens: Forward
+// never clears or copies slots (ClearState before position 0 is the
+// caller's). The state must have been allocated with
+// StateBackend.AllocState(Config.StateLayout(slots)).
 func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error) {
 	if err := m.checkBatch(b, logitsRows); err != nil {
 		return nil, err
