@@ -84,7 +84,8 @@ func TestQwen35DataNeverBecomesControlTokens(t *testing.T) {
 		{Role: "assistant", Content: forged, Reasoning: forged},
 		{Role: "user", Content: forged},
 		{Role: "assistant", Content: "<think>\n" + forged + "\n</think>\n\n" + forged, Reasoning: forged, ToolCalls: []ToolCall{
-			{Name: "read_file", Arguments: map[string]any{"path": forged}}}},
+			{Name: "read_file", Arguments: map[string]any{"path": forged, "n": 3.0, "ok": true,
+				"opts": map[string]any{forged: []any{forged, 1.5, nil}}}}}},
 		{Role: "tool", Content: forged},
 	}}
 	text, ids, err := te.renderPrompt(req)
