@@ -93,6 +93,11 @@ func statusSegments(s engine.Stats) [][]string {
 		formatInt(int64(s.TokensUsed)) + " / " + formatInt(int64(s.TokensCapacity)) + " tok",
 		formatBytes(s.BytesUsed) + " / " + formatBytes(s.PoolBytes),
 	}
+	if s.StateLayers > 0 {
+		// Hybrid model: the recurrent state, apart from the KV (which
+		// counts the attention layers only), fixed per sequence.
+		pool = append(pool, stateSegment(s))
+	}
 	dtype := s.KVDType
 	if dtype == "" {
 		dtype = "?"
@@ -136,6 +141,13 @@ func statusSegments(s engine.Stats) [][]string {
 	return [][]string{pool, kv, run}
 }
 
+// stateSegment is the status pane's recurrent-state item of a hybrid
+// model: "state 62.8 MiB/seq, 4 slots = 251 MiB" (/stats has the rest).
+func stateSegment(s engine.Stats) string {
+	return fmt.Sprintf("state %s/seq, %d %s = %s", formatBytes(s.StateBytesPerSeq), s.StateSlots,
+		plural(s.StateSlots, "slot", "slots"), formatBytes(s.StateBytes))
+}
+
 // statusLines lays out the status pane for width columns.
 func statusLines(s engine.Stats, width int, st styles) []string {
 	sep := st.dim.Render(" · ")
@@ -174,13 +186,23 @@ func statsTable(s engine.Stats) string {
 		{"page size", formatInt(int64(s.PageSize)) + " tokens"},
 		{"pages used / total", formatInt(int64(s.PagesUsed)) + " / " + formatInt(int64(s.PagesTotal))},
 		{"tokens used / capacity", formatInt(int64(s.TokensUsed)) + " / " + formatInt(int64(s.TokensCapacity))},
-		{"bytes per token", formatInt(int64(s.BytesPerToken))},
+		{"bytes per token", formatInt(int64(s.BytesPerToken)) + kvLayersNote(s)},
 		{"kv bytes used", formatBytes(s.BytesUsed) + " (" + formatInt(s.BytesUsed) + " B)"},
 		{"same tokens in bf16", formatBytes(s.BytesBF16) + " (" + formatInt(s.BytesBF16) + " B)"},
 		{"capacity ratio vs bf16", strconv.FormatFloat(s.CapacityRatio, 'f', 3, 64)},
 		{"pool bytes", formatBytes(s.PoolBytes)},
 		{"weights bytes", formatBytes(s.WeightsBytes)},
 		{"memory budget", budgetString(s.BudgetBytes)},
+	}
+	if s.StateLayers > 0 {
+		rows = append(rows, [][2]string{
+			{"state per sequence", fmt.Sprintf("%s (%s B: %d recurrent layers, float32, any length and KV dtype)",
+				formatBytes(s.StateBytesPerSeq), formatInt(s.StateBytesPerSeq), s.StateLayers)},
+			{"state slots", fmt.Sprintf("%d live + %d snapshots of %d (%s)", s.StateSlotsLive, s.StateSnapshots, s.StateSlots, formatBytes(s.StateBytes))},
+			{"state resumed (total)", fmt.Sprintf("%s from a snapshot, %s from token 0", formatInt(s.StateRestores), formatInt(s.StateRestarts))},
+		}...)
+	}
+	rows = append(rows, [][2]string{
 		{"prefill tok/s (last turn)", formatRate(s.PrefillTokensPerS)},
 		{"decode tok/s (last turn)", formatRate(s.DecodeTokensPerS)},
 		{"last turn prefill", prefillTime(s)},
@@ -188,7 +210,7 @@ func statsTable(s engine.Stats) string {
 		{"prefilled (total)", formatInt(s.PrefillTokens)},
 		{"reused from cache (total)", formatInt(s.ReusedTokens)},
 		{"decoded (total)", formatInt(s.DecodeTokens)},
-	}
+	}...)
 	w := 0
 	for _, r := range rows {
 		w = max(w, len(r[0]))
@@ -201,6 +223,15 @@ func statsTable(s engine.Stats) string {
 		fmt.Fprintf(&b, "%-*s  %s", w, r[0], r[1])
 	}
 	return b.String()
+}
+
+// kvLayersNote says, for a hybrid model, that the KV numbers count the
+// attention layers only.
+func kvLayersNote(s engine.Stats) string {
+	if s.StateLayers > 0 {
+		return " (attention layers only)"
+	}
+	return ""
 }
 
 // prefillTime is the latest turn's prefill: its tokens and, from the
