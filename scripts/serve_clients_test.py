@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Drives a running `ftchat serve` with the real openai and anthropic Python
+packages and checks their answers (SmolLM2-135M-Instruct, greedy).
+
+    FTCHAT_BASE_URL=http://127.0.0.1:8080 FTCHAT_API_KEY=KEY python3 scripts/serve_clients_test.py
+
+The Go test TestServeWithPythonClients (serve_test.go) starts the server and
+runs this script. Exit status 0 when every check passes; the failures are
+printed otherwise.
+"""
+import json
+import os
+import sys
+import traceback
+
+import anthropic
+import openai
+
+BASE = os.environ.get("FTCHAT_BASE_URL", "http://127.0.0.1:8080")
+KEY = os.environ.get("FTCHAT_API_KEY", "none")
+MODEL = os.environ.get("FTCHAT_MODEL_ID", "smollm2")
+
+oa = openai.OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=120)
+an = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
+
+# anthropic 2.x has no temperature argument (the API keeps the field):
+# greedy decoding is asked for through the body.
+GREEDY = {"extra_body": {"temperature": 0}}
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+OA_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+AN_TOOLS = [{"name": "get_weather", "description": "Get the current weather in a city",
+             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+
+
+def oa_call(city, i):
+    return {"role": "assistant", "content": None, "tool_calls": [{
+        "id": f"call_{i}", "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]}
+
+
+# Few-shot turns: SmolLM2-135M calls the tool after seeing earlier calls.
+OA_SHOTS = [{"role": "user", "content": "What is the weather in London?"}, oa_call("London", 1),
+            {"role": "user", "content": "What is the weather in Tokyo?"}, oa_call("Tokyo", 2),
+            {"role": "user", "content": "What is the weather in Paris?"}]
+AN_SHOTS = [{"role": "user", "content": "What is the weather in London?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "London"}}]},
+            {"role": "user", "content": "What is the weather in Tokyo?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Tokyo"}}]},
+            {"role": "user", "content": "What is the weather in Paris?"}]
+
+checks = []
+
+
+def check(fn):
+    checks.append(fn)
+    return fn
+
+
+@check
+def openai_models():
+    ids = [m.id for m in oa.models.list().data]
+    assert len(ids) == 1, ids
+
+
+@check
+def openai_chat():
+    r = oa.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=20)
+    text = r.choices[0].message.content
+    assert "Paris" in text, text
+    assert r.choices[0].finish_reason == "stop", r.choices[0].finish_reason
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0, r.usage
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-"), r
+    return text
+
+
+@check
+def openai_chat_stream():
+    stream = oa.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=20,
+                                        stream=True, stream_options={"include_usage": True})
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+    assert text == openai_chat(), (text, "differs from the non-streamed answer")
+    assert finish == "stop" and usage and usage.completion_tokens > 0, (finish, usage)
+
+
+@check
+def openai_stop_and_max_tokens():
+    r = oa.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=3)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3, r
+    r = oa.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=20, stop=["Paris"])
+    assert "Paris" not in r.choices[0].message.content and r.choices[0].finish_reason == "stop", r
+
+
+@check
+def openai_logprobs():
+    r = oa.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=5, logprobs=True, top_logprobs=2)
+    lps = r.choices[0].logprobs.content
+    assert len(lps) == 5 and all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in lps), lps
+    assert all(lp.token == lp.top_logprobs[0].token for lp in lps), "greedy picks the top token"
+
+
+@check
+def openai_tools():
+    r = oa.chat.completions.create(model=MODEL, messages=OA_SHOTS, tools=OA_TOOLS, temperature=0, max_tokens=60)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    call = c.message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}, call
+    # The tool's result goes back; the model answers with it.
+    msgs = OA_SHOTS + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                       {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24 degrees"}]
+    r = oa.chat.completions.create(model=MODEL, messages=msgs, tools=OA_TOOLS, temperature=0, max_tokens=40)
+    assert "24" in r.choices[0].message.content, r.choices[0].message.content
+
+
+@check
+def openai_tools_stream():
+    stream = oa.chat.completions.create(model=MODEL, messages=OA_SHOTS, tools=OA_TOOLS, temperature=0, max_tokens=60, stream=True)
+    calls, finish = [], None
+    for chunk in stream:
+        for c in chunk.choices:
+            calls += c.delta.tool_calls or []
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+    assert calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments)["city"] == "Paris", calls
+
+
+@check
+def openai_errors():
+    try:
+        oa.chat.completions.create(model="gpt-nope", messages=QUESTION, max_tokens=5)
+        raise AssertionError("unknown model accepted")
+    except openai.NotFoundError as e:
+        assert "gpt-nope" in str(e), e
+    try:
+        oa.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=5, response_format={"type": "json_object"})
+        raise AssertionError("json_object accepted")
+    except openai.BadRequestError as e:
+        assert "constrained decoding" in str(e), e
+    bad = openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0)
+    try:
+        bad.models.list()
+        raise AssertionError("wrong key accepted")
+    except openai.AuthenticationError:
+        pass
+
+
+@check
+def anthropic_messages():
+    r = an.messages.create(model=MODEL, max_tokens=20, **GREEDY, system="You are terse.", messages=QUESTION)
+    assert r.type == "message" and r.role == "assistant" and r.content[0].type == "text", r
+    assert "Paris" in r.content[0].text, r.content[0].text
+    assert r.stop_reason == "end_turn" and r.usage.output_tokens > 0 and r.usage.input_tokens >= 0, r
+    return r.content[0].text
+
+
+@check
+def anthropic_stream():
+    with an.messages.stream(model=MODEL, max_tokens=20, **GREEDY, system="You are terse.", messages=QUESTION) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == anthropic_messages() == final.content[0].text, (text, final)
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0, final
+    kinds = [ev.type for ev in an.messages.create(model=MODEL, max_tokens=5, messages=QUESTION, stream=True, **GREEDY)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "content_block_delta" in kinds and "message_delta" in kinds, kinds
+
+
+@check
+def anthropic_stop_sequence():
+    r = an.messages.create(model=MODEL, max_tokens=20, **GREEDY, messages=QUESTION, stop_sequences=["Paris"])
+    assert r.stop_reason == "stop_sequence" and r.stop_sequence == "Paris", r
+    r = an.messages.create(model=MODEL, max_tokens=2, **GREEDY, messages=QUESTION)
+    assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 2, r
+
+
+@check
+def anthropic_tools():
+    r = an.messages.create(model=MODEL, max_tokens=60, **GREEDY, tools=AN_TOOLS, messages=AN_SHOTS)
+    assert r.stop_reason == "tool_use", r
+    use = [b for b in r.content if b.type == "tool_use"][0]
+    assert use.name == "get_weather" and use.input == {"city": "Paris"}, use
+    with an.messages.stream(model=MODEL, max_tokens=60, **GREEDY, tools=AN_TOOLS, messages=AN_SHOTS) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}, final
+    # The result goes back as a tool_result block.
+    msgs = AN_SHOTS + [{"role": "assistant", "content": [use.model_dump()]},
+                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24 degrees"}]}]
+    r = an.messages.create(model=MODEL, max_tokens=40, **GREEDY, tools=AN_TOOLS, messages=msgs)
+    assert "24" in r.content[0].text, r
+
+
+@check
+def anthropic_count_tokens():
+    n = an.messages.count_tokens(model=MODEL, system="You are terse.", messages=QUESTION).input_tokens
+    r = an.messages.create(model=MODEL, max_tokens=1, **GREEDY, system="You are terse.", messages=QUESTION)
+    assert n > 0 and n == r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0), (n, r.usage)
+
+
+@check
+def anthropic_errors():
+    try:
+        an.messages.create(model="claude-nope", max_tokens=5, messages=QUESTION)
+        raise AssertionError("unknown model accepted")
+    except anthropic.NotFoundError as e:
+        assert "claude-nope" in str(e), e
+    try:
+        an.messages.create(model=MODEL, max_tokens=9000, messages=QUESTION)
+        raise AssertionError("max_tokens beyond the context accepted")
+    except anthropic.BadRequestError as e:
+        assert "context" in str(e), e
+
+
+def main():
+    failed = 0
+    for fn in checks:
+        try:
+            fn()
+            print(f"ok   {fn.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAIL {fn.__name__}")
+            traceback.print_exc()
+    print(f"{len(checks) - failed}/{len(checks)} checks passed (openai {openai.__version__}, anthropic {anthropic.__version__})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
