@@ -49,18 +49,21 @@ type entry struct {
 type renderer struct {
 	width int
 	style string
+	// label heads each answer (the model's name); "" for none
+	label string
 	tr    *glamour.TermRenderer
 	st    styles
 }
 
 type styles struct {
-	user, userBar, dim, err, info, note, think lipgloss.Style
+	user, userBar, asst, dim, err, info, note, think lipgloss.Style
 }
 
 func newStyles() styles {
 	return styles{
 		user:    lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("12")),
 		userBar: lipgloss.NewStyle().Foreground(lipgloss.Color("12")),
+		asst:    lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("13")),
 		dim:     lipgloss.NewStyle().Foreground(lipgloss.Color("8")),
 		err:     lipgloss.NewStyle().Foreground(lipgloss.Color("9")),
 		info:    lipgloss.NewStyle().Foreground(lipgloss.Color("7")),
@@ -137,6 +140,9 @@ func (r *renderer) render(e *entry, showThink bool) []string {
 			out = append(out, r.st.userBar.Render("▌ ")+r.st.dim.Render(e.attached))
 		}
 	case entryAssistant:
+		if r.label != "" {
+			out = append(out, r.st.asst.Render("◆ "+r.label))
+		}
 		out = append(out, r.thinkLines(e, showThink)...)
 		if e.streaming {
 			out = append(out, r.streamLines(e)...)

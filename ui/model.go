@@ -178,7 +178,7 @@ func newModel(ctx context.Context, cfg Config) *model {
 	m.initialQueue = cfg.InitialPrompt
 	// Render at 80x24 until the terminal reports its size.
 	m.style = cfg.glamourStyle()
-	m.r = newRenderer(m.width, m.style)
+	m.r = m.newRenderer(m.width, m.style)
 	m.resize(cfg.Width, cfg.Height)
 	m.sessName = newSessionName(time.Now())
 	if cfg.Continue {
@@ -239,11 +239,21 @@ func (m *model) setStyle(style string) {
 		return
 	}
 	m.style = style
-	m.r = newRenderer(m.width, style)
+	m.r = m.newRenderer(m.width, style)
 	for _, e := range m.entries {
 		e.valid = false
 		e.stableLen, e.stableLines = 0, nil
 	}
+}
+
+// newRenderer makes the chat's renderer, its answers headed by the model's name.
+func (m *model) newRenderer(w int, style string) *renderer {
+	r := newRenderer(w, style)
+	r.label = m.stats.Model
+	if r.label == "" {
+		r.label = "assistant"
+	}
+	return r
 }
 
 func (m *model) resize(w, h int) {
@@ -251,7 +261,7 @@ func (m *model) resize(w, h int) {
 		return
 	}
 	if m.r == nil || w != m.width || m.r.width != w {
-		m.r = newRenderer(w, m.style)
+		m.r = m.newRenderer(w, m.style)
 	}
 	m.width, m.height = w, h
 	m.input.SetWidth(w)

@@ -133,8 +133,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	_, err := p.Run()
+	if g := m.gen; g != nil && g.entry != nil { // cut short: keep what was shown
+		m.flushStream()
+		g.entry.streaming, g.entry.valid = false, false
+		if g.entry.note == "" {
+			g.entry.note = "stopped"
+		}
+	}
 	m.abandon() // the context ended the program, or it was killed
 	m.waitAgent(5 * time.Second)
+	m.printTranscript(cfg.Out, cfg.ColorProfile)
 	if len(m.msgs) > 0 && !m.cfg.NoSave {
 		m.saveOnExit(cfg.Out, cfg.Err)
 	}

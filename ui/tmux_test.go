@@ -83,6 +83,7 @@ func TestTmuxFakeEngine(t *testing.T) {
 	}
 
 	tm.typeText("/kvd")
+	tm.waitText("/kvdtype <dtype>", 5*time.Second) // the command menu
 	tm.keys("Tab")
 	tm.typeText("fp8_e4m3")
 	tm.keys("Enter")
@@ -99,6 +100,13 @@ func TestTmuxFakeEngine(t *testing.T) {
 	s = tm.waitText("CHILD EXITED", 10*time.Second)
 	if !strings.Contains(s, "resume with: ftchat --continue") {
 		t.Errorf("no resume hint after quitting:\n%s", s)
+	}
+	// The conversation stays on the main screen (and in the scrollback)
+	// after the alternate screen is gone (issue 15 item 17).
+	for _, want := range []string{"KV cache is now fp8_e4m3", "unknown command /nope"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("transcript lacks %q after quitting:\n%s", want, s)
+		}
 	}
 	if strings.Contains(s, "RUN ERROR") {
 		t.Errorf("Run failed:\n%s", s)
