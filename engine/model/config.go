@@ -83,6 +83,24 @@ func (c Config) RecurrentLayers() int {
 	return n
 }
 
+// LayerSummary describes the blocks for display: "30 layers", or for a
+// hybrid model "40 layers (30 Gated DeltaNet + 10 attention; 1 MTP layer
+// not run)".
+func (c Config) LayerSummary() string {
+	if !c.Hybrid() {
+		return fmt.Sprintf("%d layers", c.Layers)
+	}
+	s := fmt.Sprintf("%d layers (%d Gated DeltaNet + %d attention", c.Layers, c.RecurrentLayers(), c.AttnLayers)
+	switch c.NextN {
+	case 0:
+	case 1:
+		s += "; 1 MTP layer not run"
+	default:
+		s += fmt.Sprintf("; %d MTP layers not run", c.NextN)
+	}
+	return s + ")"
+}
+
 // StateLayout is the recurrent-state geometry of slots sequences (live
 // ones plus snapshots) for a hybrid model.
 func (c Config) StateLayout(slots int) StateLayout {

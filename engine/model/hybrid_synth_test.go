@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -31,6 +32,7 @@ type synthHybrid struct {
 	vocab                      int
 	eps                        float64
 	theta                      float64
+	q8                         bool // matrices (not conv, router, shexp gate) stored Q8_0
 
 	t map[string][]float32 // tensor data (row-major, rows = outputs)
 }
@@ -166,11 +168,19 @@ func (s *synthHybrid) gguf(t testing.TB, seed uint64) []byte {
 	}
 	var wts []gguf.WriteTensor
 	for _, x := range ts {
-		raw, err := gguf.Quantize(gguf.F32, s.t[x.name])
+		typ := gguf.F32
+		if s.q8 && len(x.dims) >= 2 && x.dims[0]%32 == 0 && !strings.Contains(x.name, "conv1d") && !strings.Contains(x.name, "gate_inp") {
+			typ = gguf.Q8_0
+		}
+		raw, err := gguf.Quantize(typ, s.t[x.name])
 		if err != nil {
 			t.Fatal(err)
 		}
-		wts = append(wts, gguf.WriteTensor{Name: x.name, Dims: x.dims, Type: gguf.F32, Data: raw})
+		// The reference computes with what the file holds.
+		if err := gguf.Dequantize(typ, raw, s.t[x.name]); err != nil {
+			t.Fatal(err)
+		}
+		wts = append(wts, gguf.WriteTensor{Name: x.name, Dims: x.dims, Type: typ, Data: raw})
 	}
 	var buf bytes.Buffer
 	if err := gguf.Write(&buf, kv, wts); err != nil {

@@ -108,12 +108,14 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 		recurrentKey bool
 		nextn        int
 		big          bool // the real model's head dims: attention 256 (rope 64), GDN 128
+		q8           bool // Q8_0 matrices (qwen3next: ssm_ba split by whole blocks)
 	}{
-		{"qwen35moe", false, 0, false},
-		{"qwen35moe", true, 1, false}, // new converters: recurrent_layers and an MTP block
-		{"qwen35moe", true, 0, true},
-		{"qwen35", true, 0, false},
-		{"qwen3next", false, 0, false},
+		{"qwen35moe", false, 0, false, false},
+		{"qwen35moe", true, 1, false, false}, // new converters: recurrent_layers and an MTP block
+		{"qwen35moe", true, 0, true, false},
+		{"qwen35", true, 0, false, false},
+		{"qwen3next", false, 0, false, false},
+		{"qwen3next", false, 0, false, true},
 	} {
 		name := c.arch
 		if c.nextn > 0 {
@@ -122,9 +124,12 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 		if c.big {
 			name += "_headdims"
 		}
+		if c.q8 {
+			name += "_q8_0"
+		}
 		t.Run(name, func(t *testing.T) {
 			s := newSynthHybrid(c.arch)
-			s.recurrentKey, s.nextn = c.recurrentKey, c.nextn
+			s.recurrentKey, s.nextn, s.q8 = c.recurrentKey, c.nextn, c.q8
 			if c.big {
 				s.heads, s.kvHeads, s.hd, s.ropeDim = 2, 1, 256, 64
 				s.hk, s.hv, s.dk, s.dv = 1, 2, 128, 128
@@ -133,15 +138,24 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 			if got := m.Config; got.Layers != 4 || got.AttnLayers != 1 || got.RecurrentLayers() != 3 || got.NextN != c.nextn || !m.NeedsState() {
 				t.Fatalf("config: %d layers, %d attention, %d recurrent, nextn %d", got.Layers, got.AttnLayers, got.RecurrentLayers(), got.NextN)
 			}
-			// WeightBytes counts what Load uses: all F32 tensors but the MTP block's.
-			var want int64
-			for name, v := range s.t {
-				if !strings.HasPrefix(name, "blk.4.") {
-					want += 4 * int64(len(v))
-				}
+			wantSummary := "4 layers (3 Gated DeltaNet + 1 attention)"
+			if c.nextn > 0 {
+				wantSummary = "4 layers (3 Gated DeltaNet + 1 attention; 1 MTP layer not run)"
 			}
-			if m.Config.WeightBytes != want {
-				t.Errorf("WeightBytes %d, want %d", m.Config.WeightBytes, want)
+			if got := m.Config.LayerSummary(); got != wantSummary {
+				t.Errorf("LayerSummary %q, want %q", got, wantSummary)
+			}
+			if c.nextn > 0 {
+				// WeightBytes counts what Load uses: all F32 tensors but the MTP block's.
+				var want int64
+				for name, v := range s.t {
+					if !strings.HasPrefix(name, "blk.4.") {
+						want += 4 * int64(len(v))
+					}
+				}
+				if m.Config.WeightBytes != want {
+					t.Errorf("WeightBytes %d, want %d", m.Config.WeightBytes, want)
+				}
 			}
 			r := rand.New(rand.NewPCG(5, 6))
 			seq := func(n int) []int32 {
