@@ -110,9 +110,7 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	turnStart := time.Now()
 	var snapAt []int // hybrid models: where the prefill snapshots the state
 	if st != nil {
-		if b := e.turnBoundary(promptText, spans, prompt); b > 0 {
-			snapAt = []int{b}
-		}
+		snapAt = e.turnBoundaries(promptText, spans, prompt)
 		// Runs after the truncation below: the state never claims more
 		// than the K/V holds.
 		defer e.syncState(seq, st)

@@ -395,29 +395,35 @@ func (e *Engine) stateStats(s *Stats) {
 	s.StateRestores, s.StateRestarts = p.restores.Load(), p.restarts.Load()
 }
 
-// turnBoundary is the position just after the content of a prompt's last
-// message: where the template's own text for the next turn (end of
-// message, the assistant's header, a <think> opening) begins. A follow-up
-// turn renders that text differently (earlier thinking is dropped, the
-// answer follows the header), so the prompt's end may not be a prefix of
-// the next prompt, but this position is: the snapshot taken there lets
-// the next turn resume without recomputing the conversation. spans are
-// the prompt's plain-text byte ranges; 0 when there is no such position.
-func (e *Engine) turnBoundary(text string, spans [][2]int, ids []int32) int {
-	if len(spans) == 0 {
-		return 0
+// turnBoundaries are where a prompt's prefill snapshots the state: just
+// after the content of its last message, where the template's own text for
+// the next turn (end of message, the assistant's header, a <think>
+// opening) begins, and just after the message before it. A follow-up turn
+// renders that text differently (earlier thinking is dropped, the answer
+// follows the header), so the prompt's end is often not a prefix of the
+// next prompt, but the first position is; the second is where a retried or
+// edited last message diverges (the chat drops a turn that got no answer).
+// spans are the prompt's plain-text byte ranges.
+func (e *Engine) turnBoundaries(text string, spans [][2]int, ids []int32) []int {
+	var at []int
+	for k := max(0, len(spans)-2); k < len(spans); k++ {
+		end := spans[k][1]
+		if end <= 0 || end >= len(text) {
+			continue
+		}
+		// The suffix's tokens are the prompt's last ones: it starts with
+		// the template's text after a message, a special token in the chat
+		// formats. Elsewhere the position may be off by a token, which costs
+		// a token, not correctness: a snapshot is the state at its position,
+		// whatever that position is.
+		var rest [][2]int
+		for _, sp := range spans[k+1:] {
+			rest = append(rest, [2]int{sp[0] - end, sp[1] - end})
+		}
+		n := len(ids) - len(e.tok.EncodeWith(text[end:], tokenizer.EncodeOptions{PlainSpans: rest}))
+		if n > 0 && n < len(ids) && (len(at) == 0 || n > at[len(at)-1]) {
+			at = append(at, n)
+		}
 	}
-	end := spans[len(spans)-1][1]
-	if end <= 0 || end >= len(text) {
-		return 0
-	}
-	// The suffix is template text; it starts with a special token in the
-	// chat formats, so its tokens are the prompt's last ones. Elsewhere the
-	// position may be off by a token, which costs a token, not correctness:
-	// a snapshot is the state at its position whatever that position is.
-	n := len(ids) - len(e.tok.EncodeWith(text[end:], tokenizer.EncodeOptions{}))
-	if n <= 0 || n >= len(ids) {
-		return 0
-	}
-	return n
+	return at
 }

@@ -567,3 +567,33 @@ func TestHybridSessionsShareSlots(t *testing.T) {
 	}
 	_ = b1
 }
+
+// The prefill snapshots just after the last two messages' contents: where
+// a follow-up turn, or a retried last message, still matches.
+func TestTurnBoundaries(t *testing.T) {
+	e := loadHybrid(t, hybridFixtures[0], Options{})
+	for _, tc := range []struct {
+		name  string
+		msgs  []Message
+		after []string // the text each boundary follows
+	}{
+		{"one message", conversation("first question"), []string{"first question"}},
+		{"three messages", conversation("first question", "an answer", "second question"), []string{"an answer", "second question"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text, spans, ids, err := e.renderPromptSpans(greedy(1, tc.msgs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := e.turnBoundaries(text, spans, ids)
+			if len(at) != len(tc.after) {
+				t.Fatalf("boundaries %v, want %d", at, len(tc.after))
+			}
+			for i, p := range at {
+				if got := e.tok.Decode(ids[:p]); !strings.HasSuffix(got, tc.after[i]) {
+					t.Errorf("boundary %d at token %d follows %q, want ...%q", i, p, got[max(0, len(got)-30):], tc.after[i])
+				}
+			}
+		})
+	}
+}
