@@ -224,6 +224,16 @@ func (b *Batcher) poke() {
 	}
 }
 
+// CanBatch says why the Batcher cannot serve this engine's model, or nil.
+// Hybrid models keep a recurrent state per sequence in a few slots
+// (state.go) that the batcher does not yet hand out.
+func (e *Engine) CanBatch() error {
+	if e.state != nil {
+		return fmt.Errorf("%s is a hybrid (recurrent-state) model: batched serving supports attention-only models for now", e.info.Name)
+	}
+	return nil
+}
+
 // PromptTokens renders and tokenizes req as Submit would and returns the
 // prompt's token count (count_tokens).
 func (e *Engine) PromptTokens(req Request) (int, error) {
@@ -242,6 +252,9 @@ func (e *Engine) PromptTokens(req Request) (int, error) {
 // the whole pool, and ErrQueueFull.
 func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEvent, error) {
 	e := b.e
+	if err := e.CanBatch(); err != nil {
+		return nil, err
+	}
 	sp, err := sample.New(sample.Params{
 		Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 		MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty,
