@@ -99,6 +99,9 @@ func Serve(ctx context.Context, cfg Config, sc ServeConfig, stderr io.Writer) er
 		return err
 	}
 	defer eng.Close()
+	if err := eng.CanBatch(); err != nil {
+		return fmt.Errorf("ftchat serve: %w", err)
+	}
 	queue := sc.Queue
 	if queue == 0 {
 		queue = -1
