@@ -172,6 +172,30 @@ func TestHybridModelsMatchTransformers(t *testing.T) {
 					}
 				})
 			}
+			// Two sequences of the same tokens in different slots and pages,
+			// sharing batches at different offsets: each must match the
+			// reference as if alone (per-position |Δ log p| <= 1e-2).
+			t.Run("two_sequences", func(t *testing.T) {
+				pages := (T + testPage - 1) / testPage
+				newHybridPool(t, m, 2*pages, 3, kvcache.BF16)
+				a, b := &hybridSession{m: m, slot: 2}, &hybridSession{m: m, slot: 0}
+				for i := range pages {
+					a.pages, b.pages = append(a.pages, int32(2*i+1)), append(b.pages, int32(2*i))
+				}
+				var la, lb []float32
+				la = append(la, runHybrid(t, m, []*hybridSession{a}, [][]int32{toks[:120]})[0]...)
+				out := runHybrid(t, m, []*hybridSession{b, a}, [][]int32{toks[:150], toks[120:200]})
+				lb, la = append(lb, out[0]...), append(la, out[1]...)
+				out = runHybrid(t, m, []*hybridSession{a, b}, [][]int32{toks[200:], toks[150:]})
+				la, lb = append(la, out[0]...), append(lb, out[1]...)
+				for _, l := range [][]float32{la, lb} {
+					for p := 0; p+1 < T; p++ {
+						if d := math.Abs(logSoftmaxAt(l[p*V:(p+1)*V], toks[p+1]) - fx.Prefill.LogprobNext[p]); d > 1e-2 || math.IsNaN(d) {
+							t.Fatalf("position %d: |Δ log p| %.3g > 1e-2", p, d)
+						}
+					}
+				}
+			})
 		})
 	}
 }
