@@ -280,7 +280,7 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 		ctx: ctx, req: req, out: newOutbox(),
 		prompt: prompt, promptText: text, hist: slices.Clone(prompt),
 		sampler: sp, stopper: sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop),
-		dec: e.tok.NewStreamDecoder(), parser: newOutputParser(e.tmpl, text, len(req.Tools) > 0),
+		dec: e.tok.NewStreamDecoder(), parser: newOutputParser(e.tmpl, text, len(req.Tools) > 0, req.Tools...),
 	}
 	b.mu.Lock()
 	switch {
