@@ -1,8 +1,8 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -21,9 +21,8 @@ import (
 var _ model.StateBackend = (*Backend)(nil)
 
 const (
-	gdnModule       = "gdn"
-	gdnChunkModule  = "gdn_chunk"  // gdn_chunked: the chunked form as first written
-	gdnChunk2Module = "gdn_chunk2" // gdn_chunked2: the same math with less latency
+	gdnModule      = "gdn"
+	gdnChunkModule = "gdn_chunk"
 	// gdnMaxDim bounds KeyDim and ValueDim: the recurrence keeps 16 state
 	// rows per warp of 8 (128) and the value columns in blocks of 32.
 	gdnMaxDim = 128
@@ -34,12 +33,14 @@ const (
 )
 
 // gdnChunkedMinTokens is the longest sequence of a batch from which
-// GatedDeltaRule uses the chunked form instead of the recurrence (tests
-// lower it to 1 to run the chunked kernel on decode-sized batches).
-var gdnChunkedMinTokens = 17
-
-// gdnChunkedForm picks the chunked kernel: 1 gdn_chunked, 2 gdn_chunked2.
-const gdnChunkedForm = 2
+// GatedDeltaRule uses the chunked form instead of the recurrence; tests and
+// benchmarks set it. Measured on the H200 at the 35B-A3B shape
+// (docs/benchmarks.md), the chunked kernel (fp32 CUDA cores, no tensor
+// cores yet) is no faster than the recurrence, which spreads each head's
+// state over 4 CTAs: 720 against 597 us for 512 tokens, 6.0 against 6.1 ms
+// for 4096. So the recurrence runs every batch until the chunked form
+// gets faster.
+var gdnChunkedMinTokens = math.MaxInt32
 
 // hybridState is the device state storage and the batch metadata of its kernels.
 type hybridState struct {
@@ -50,7 +51,6 @@ type hybridState struct {
 	meta     Buffer
 	metaHost []int32
 	chunkL   int // forced chunk length of the chunked form (tests); 0: by device
-	form     int // forced chunked kernel, 1 or 2 (tests, benchmarks); 0: gdnChunkedForm
 }
 
 // AllocState allocates zeroed state storage for l through the budgeted
@@ -294,11 +294,10 @@ func gdnChunkSmem(L, dk int) int {
 }
 
 // GatedDeltaRule runs the gated delta rule of every sequence of the batch
-// from its slot's state, leaving the state after its last row. Batches
-// whose sequences have at most gdnChunkedMinTokens-1 rows (decode) use the
-// recurrence, which reads and writes the state once per call; longer ones
-// the chunked form (64 tokens per chunk where the device has the shared
-// memory, else 32).
+// from its slot's state, leaving the state after its last row. The
+// recurrence reads and writes the state once per call; batches with a
+// sequence of gdnChunkedMinTokens rows or more use the chunked form (64
+// tokens per chunk where the device has the shared memory, else 32).
 func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.GatedDeltaNet, layer int, bt *model.Batch) {
 	d, ok1 := b.ten(dst, "GatedDeltaRule")
 	x, ok2 := b.ten(qkv, "GatedDeltaRule")
@@ -350,11 +349,7 @@ func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.Ga
 				L = 64
 			}
 		}
-		mod, name := gdnChunk2Module, "gdn_chunked2"
-		if form := cmp.Or(hs.form, gdnChunkedForm); form == 1 {
-			mod, name = gdnChunkModule, "gdn_chunked"
-		}
-		return b.gdnLaunch(c, mod, name, grid, Dim3{X: 256}, gdnChunkSmem(L, Dk),
+		return b.gdnLaunch(c, gdnChunkModule, "gdn_chunked", grid, Dim3{X: 256}, gdnChunkSmem(L, Dk),
 			x.buf, a.buf, be.buf, wa.f32, wb.f32, d.buf, delta, hs.slot, meta, Hk, Hv, Dk, Dv, g.Tiled, L)
 	})
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
@@ -239,20 +241,67 @@ func hybridBatch(seqs [][2]int, cached map[int]int) (*model.Batch, int) {
 	return b, off
 }
 
+// allocState allocates l on g (freed at cleanup) and checks that the
+// allocator counts it: FreeState gives back the state and its small batch
+// table, nothing else.
 func allocState(t *testing.T, g *Backend, l model.StateLayout) {
 	t.Helper()
-	before := g.dev.MemStats().Used
 	if err := g.AllocState(l); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(g.FreeState)
-	if got := g.dev.MemStats().Used - before; got < l.Bytes() {
-		t.Errorf("AllocState of %d bytes: the budget counts %d", l.Bytes(), got)
+	t.Cleanup(func() {
+		before := g.dev.MemStats().Used
+		g.FreeState()
+		if got := before - g.dev.MemStats().Used; got < l.Bytes() || got > l.Bytes()+1<<20 {
+			t.Errorf("FreeState of a %d-byte state gave back %d bytes of budget", l.Bytes(), got)
+		}
+	})
+}
+
+// cpuTwin runs the same ops on the CPU backend (engine/cpu, the project's
+// numerical reference) beside the float64 formulas of this file.
+type cpuTwin struct {
+	t *testing.T
+	c *cpu.Backend
+}
+
+func newCPUTwin(t *testing.T, l *model.StateLayout) *cpuTwin {
+	c := cpu.New(cpu.Options{Threads: 4})
+	t.Cleanup(c.Close)
+	if l != nil {
+		if err := c.AllocState(*l); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return &cpuTwin{t: t, c: c}
+}
+
+func (w *cpuTwin) tensor(rows, cols int, data []float32) model.Tensor {
+	x := w.c.NewTensor(rows, cols)
+	if data == nil {
+		data = nanVec(rows * cols)
+	}
+	w.c.FromHost(x, data)
+	return x
+}
+
+func (w *cpuTwin) weight(info gguf.TensorInfo, v []float32) model.Weight {
+	x, err := w.c.LoadWeight(info, f32Bytes(v))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return x
+}
+
+func (w *cpuTwin) download(x model.Tensor) []float32 {
+	v := make([]float32, x.Rows()*x.Cols())
+	w.c.ToHost(x, v)
+	return v
 }
 
 func TestHybridElementwise(t *testing.T) {
 	g := newTestBackend(t)
+	cp := newCPUTwin(t, nil)
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, sh := range []struct{ rows, heads, hd int }{{1, 32, 128}, {7, 3, 64}, {5, 16, 256}} {
 		n, w := sh.rows, sh.heads*sh.hd
@@ -274,6 +323,9 @@ func TestHybridElementwise(t *testing.T) {
 			}
 		}
 		checkClose(t, "GatedRMSNorm "+tag, download(t, g, gd), want, tolF32)
+		cd := cp.tensor(n, w, nil)
+		cp.c.GatedRMSNorm(cd, cp.tensor(n, w, x), cp.tensor(n, w, z), cp.weight(vecInfo("ssm_norm", sh.hd), gw), sh.hd, 1e-6)
+		checkClose(t, "GatedRMSNorm vs cpu "+tag, download(t, g, gd), cp.download(cd), tolF32)
 		// In place, as the model calls it.
 		g.GatedRMSNorm(gx, gx, gz, gpuVec(t, g, "ssm_norm", gw), sh.hd, 1e-6)
 		checkClose(t, "GatedRMSNorm in place "+tag, download(t, g, gx), want, tolF32)
@@ -291,6 +343,9 @@ func TestHybridElementwise(t *testing.T) {
 				want[i] = float32(float64(x[i]) * sigmoid64(float64(gv)))
 			}
 			checkClose(t, fmt.Sprintf("SigmoidMul gate %dx%d %s", n, gcols, tag), download(t, g, gx), want, tolExact)
+			cx := cp.tensor(n, w, x)
+			cp.c.SigmoidMul(cx, cp.tensor(n, gcols, gate))
+			checkClose(t, fmt.Sprintf("SigmoidMul gate %dx%d vs cpu %s", n, gcols, tag), download(t, g, gx), cp.download(cx), tolExact)
 		}
 
 		src := randVec(r, n*2*w, 1)
@@ -303,6 +358,9 @@ func TestHybridElementwise(t *testing.T) {
 		}
 		checkClose(t, "SplitHeads first "+tag, download(t, g, d1), w1, 0)
 		checkClose(t, "SplitHeads second "+tag, download(t, g, d2), w2, 0)
+		c1, c2 := cp.tensor(n, w, nil), cp.tensor(n, w, nil)
+		cp.c.SplitHeads(c1, c2, cp.tensor(n, 2*w, src), sh.heads, sh.hd)
+		checkClose(t, "SplitHeads vs cpu "+tag, append(download(t, g, d1), download(t, g, d2)...), append(cp.download(c1), cp.download(c2)...), 0)
 	}
 }
 
@@ -329,16 +387,17 @@ func TestCausalConv(t *testing.T) {
 		t.Run(fmt.Sprintf("C%d-K%d", sh.C, sh.K), func(t *testing.T) {
 			l := model.StateLayout{Layers: 2, Slots: 5, ConvChannels: sh.C, ConvKernel: sh.K, ValueHeads: 1, KeyDim: 4, ValueDim: 4}
 			allocState(t, g, l)
-			ref := newHybridRef(l)
+			ref, cp := newHybridRef(l), newCPUTwin(t, &l)
 			ws := [][]float32{randVec(r, sh.C*sh.K, 0.5), randVec(r, sh.C*sh.K, 0.5)}
-			var gws []model.Weight
+			var gws, cws []model.Weight
 			for _, w := range ws {
-				gw, err := g.LoadWeight(gguf.TensorInfo{Name: "ssm_conv1d", Dims: []uint64{uint64(sh.K), uint64(sh.C)}, Type: gguf.F32}, f32Bytes(w))
+				info := gguf.TensorInfo{Name: "ssm_conv1d", Dims: []uint64{uint64(sh.K), uint64(sh.C)}, Type: gguf.F32}
+				gw, err := g.LoadWeight(info, f32Bytes(w))
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { g.FreeWeight(gw) })
-				gws = append(gws, gw)
+				gws, cws = append(gws, gw), append(cws, cp.weight(info, w))
 			}
 			cached := map[int]int{}
 			for si, st := range hybridSteps {
@@ -348,7 +407,11 @@ func TestCausalConv(t *testing.T) {
 					gd := gpuTensor(t, g, rows, sh.C, nil)
 					g.CausalConv(gd, gpuTensor(t, g, rows, sh.C, x), gws[layer], layer, b)
 					want := ref.causalConv(x, ws[layer], layer, b)
-					checkClose(t, fmt.Sprintf("step %d layer %d output", si, layer), download(t, g, gd), want, tolF32)
+					got := download(t, g, gd)
+					checkClose(t, fmt.Sprintf("step %d layer %d output", si, layer), got, want, tolF32)
+					cd := cp.tensor(rows, sh.C, nil)
+					cp.c.CausalConv(cd, cp.tensor(rows, sh.C, x), cws[layer], layer, b)
+					checkClose(t, fmt.Sprintf("step %d layer %d output vs cpu", si, layer), got, cp.download(cd), tolF32)
 				}
 			}
 			for slot := range 4 {
@@ -398,9 +461,8 @@ func TestGatedDeltaRule(t *testing.T) {
 		name      string
 		minTokens int
 		chunkL    int
-		form      int
-	}{{"auto", gdnChunkedMinTokens, 0, 0}, {"recurrent", 1 << 30, 0, 0}, {"chunked64", 1, 64, 2}, {"chunked32", 1, 32, 2},
-		{"chunked64-form1", 1, 64, 1}, {"chunked32-form1", 1, 32, 1}}
+	}{{"auto", gdnChunkedMinTokens, 0}, {"recurrent", math.MaxInt32, 0}, {"chunked64", 1, 64}, {"chunked32", 1, 32},
+		{"prefill-chunked", 17, 0}}
 	for si, s := range gdnShapes {
 		for mi, m := range modes {
 			t.Run(s.name+"/"+m.name, func(t *testing.T) {
@@ -414,15 +476,17 @@ func TestGatedDeltaRule(t *testing.T) {
 					}
 					g.hs.chunkL = m.chunkL
 				}
-				g.hs.form = m.form
-				ref := newHybridRef(l)
-				var nets []*model.GatedDeltaNet
+				ref, cp := newHybridRef(l), newCPUTwin(t, &l)
+				var nets, cnets []*model.GatedDeltaNet
 				var As, dts [][]float32
 				for range 2 {
 					A, dtb := gdnWeights(r, s.Hv)
 					As, dts = append(As, A), append(dts, dtb)
-					nets = append(nets, &model.GatedDeltaNet{KeyHeads: s.Hk, ValueHeads: s.Hv, KeyDim: s.Dk, ValueDim: s.Dv, Tiled: s.tiled,
-						A: gpuVec(t, g, "ssm_a", A), DtBias: gpuVec(t, g, "ssm_dt", dtb)})
+					net := model.GatedDeltaNet{KeyHeads: s.Hk, ValueHeads: s.Hv, KeyDim: s.Dk, ValueDim: s.Dv, Tiled: s.tiled,
+						A: gpuVec(t, g, "ssm_a", A), DtBias: gpuVec(t, g, "ssm_dt", dtb)}
+					cnet := net
+					cnet.A, cnet.DtBias = cp.weight(vecInfo("ssm_a", s.Hv), A), cp.weight(vecInfo("ssm_dt", s.Hv), dtb)
+					nets, cnets = append(nets, &net), append(cnets, &cnet)
 				}
 				steps := hybridSteps
 				if s.Dk == 128 && m.name != "auto" {
@@ -437,7 +501,11 @@ func TestGatedDeltaRule(t *testing.T) {
 						g.GatedDeltaRule(gd, gpuTensor(t, g, rows, len(qkv)/rows, qkv), gpuTensor(t, g, rows, s.Hv, alpha),
 							gpuTensor(t, g, rows, s.Hv, beta), nets[layer], layer, b)
 						want := ref.deltaRule(qkv, alpha, beta, As[layer], dts[layer], nets[layer], layer, b)
-						checkClose(t, fmt.Sprintf("step %d layer %d output", sj, layer), download(t, g, gd), want, tolGDN)
+						got := download(t, g, gd)
+						checkClose(t, fmt.Sprintf("step %d layer %d output", sj, layer), got, want, tolGDN)
+						cd := cp.tensor(rows, s.Hv*s.Dv, nil)
+						cp.c.GatedDeltaRule(cd, cp.tensor(rows, len(qkv)/rows, qkv), cp.tensor(rows, s.Hv, alpha), cp.tensor(rows, s.Hv, beta), cnets[layer], layer, b)
+						checkClose(t, fmt.Sprintf("step %d layer %d output vs cpu", sj, layer), got, cp.download(cd), tolGDN)
 					}
 				}
 				for slot := range 4 {
@@ -502,6 +570,18 @@ func TestStateSlots(t *testing.T) {
 		if c3[0] == 0 && c3[len(c3)-1] == 0 {
 			t.Errorf("layer %d: copied slot has no conv state", layer)
 		}
+	}
+	// The state counts against the budget: one far larger than the card is refused, naming it.
+	huge := l
+	card := g.dev.Info().TotalMem
+	huge.Slots = int(2 * card / l.BytesPerSlot())
+	if err := g.AllocState(huge); !errors.Is(err, ErrBudget) && !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("AllocState of %d bytes on a %d-byte card: %v, want a budget error", huge.Bytes(), card, err)
+	} else {
+		t.Logf("too large: %v", err)
+	}
+	if err := g.AllocState(l); err != nil { // the refused call dropped the old state
+		t.Fatal(err)
 	}
 	g.ClearState(4)
 	if err := g.Synchronize(); err == nil {
@@ -873,15 +953,12 @@ func BenchmarkGDNPrefill(b *testing.B) {
 		g.FromHost(x, qkv)
 		g.FromHost(at, alpha)
 		g.FromHost(bb, beta)
-		for _, mode := range []string{"chunked2", "chunked1", "chunked2-L32", "recurrent"} {
-			gdnChunkedMinTokens = 1
-			g.hs.form, g.hs.chunkL = 2, 0
+		for _, mode := range []string{"chunked", "chunked-L32", "recurrent"} {
+			gdnChunkedMinTokens, g.hs.chunkL = 1, 0
 			switch mode {
 			case "recurrent":
-				gdnChunkedMinTokens = 1 << 30
-			case "chunked1":
-				g.hs.form = 1
-			case "chunked2-L32":
+				gdnChunkedMinTokens = math.MaxInt32
+			case "chunked-L32":
 				g.hs.chunkL = 32
 			}
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
@@ -900,9 +977,8 @@ func BenchmarkGDNPrefill(b *testing.B) {
 // hybrid.go launches is an entry of its module, for both PTX targets.
 func TestHybridKernelsEmbedded(t *testing.T) {
 	mods := map[string][]string{
-		gdnModule:       {"gdn_conv", "gdn_conv_state", "gdn_recurrent", "gated_rmsnorm", "sigmoid_mul", "split_heads"},
-		gdnChunkModule:  {"gdn_chunked"},
-		gdnChunk2Module: {"gdn_chunked2"},
+		gdnModule:      {"gdn_conv", "gdn_conv_state", "gdn_recurrent", "gated_rmsnorm", "sigmoid_mul", "split_heads"},
+		gdnChunkModule: {"gdn_chunked"},
 	}
 	for _, arch := range []int{80, 89, 90} {
 		for mod, names := range mods {

@@ -1,10 +1,6 @@
-// Chunked gated delta rule, second form (gdn_chunked2): the equations and
-// the shared-memory layout of gdn_chunk.cu's gdn_chunked, with the latency
-// taken out: the chunk's q and k rows are loaded by the whole CTA at once
-// and normalised from shared memory, the cumulative decay is a warp scan,
-// the triangular solve goes 16 rows at a time (earlier blocks applied by
-// every warp, then one warp's short chain), and the inner loops are
-// unrolled with split accumulators. Accuracy matters: no --use_fast_math.
+// Chunked gated delta rule of the ftchat CUDA backend (prefill); the
+// recurrence, the state layout and the other hybrid kernels are in gdn.cu.
+// Accuracy matters (recurrent state): no --use_fast_math.
 #include "gdn.cuh"
 
 // Gated delta rule, chunked (prefill): the same result as gdn_recurrent,
@@ -17,10 +13,15 @@
 // Every exponent is <= 0. One CTA of 8 warps per (value head, 32-column
 // block of Dv, sequence), walking the sequence's chunks; the state block
 // [Dk][32] lives in shared memory. Dynamic shared memory: gdnChunkSmem in
-// hybrid.go.
-// L (the chunk length) is 64 or 32 (devices with less shared memory).
-#define CH_LMAX 64  // as in gdn_chunk.cu
-extern "C" __global__ void __launch_bounds__(256) gdn_chunked2(
+// hybrid.go. L (the chunk length) is 64, or 32 on devices with less
+// shared memory. Latency is what limits this kernel (one CTA per SM at L
+// 64): the chunk's q and k rows are loaded by the whole CTA at once and
+// normalised from shared memory, the cumulative decay is a warp scan, the
+// triangular solve goes 16 rows at a time (earlier blocks applied by every
+// warp, then one warp's short chain), and the inner loops are unrolled
+// with split accumulators. Tensor cores are not used yet.
+#define CH_LMAX 64
+extern "C" __global__ void __launch_bounds__(256) gdn_chunked(
     const float* __restrict__ qkv, const float* __restrict__ alpha, const float* __restrict__ beta,
     const float* __restrict__ A, const float* __restrict__ dtb, float* __restrict__ dst, float* S,
     long long slotStride, const int4* __restrict__ seqs, int Hk, int Hv, int Dk, int Dv, int tiled, int L) {
