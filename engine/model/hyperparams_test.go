@@ -97,6 +97,13 @@ func TestBadHyperparametersNamedAtLoad(t *testing.T) {
 		{"tiny_qwen3.gguf", "qwen3.rope.dimension_count", uint32(0)},
 		{"tiny_qwen3moe.gguf", "qwen3moe.expert_count", uint64(1) << 40},
 		{"tiny_qwen3moe.gguf", "qwen3moe.expert_used_count", uint32(0)},
+		{"tiny_qwen35moe.gguf", "qwen35moe.ssm.conv_kernel", uint32(0)},
+		{"tiny_qwen35moe.gguf", "qwen35moe.ssm.inner_size", uint32(65)},
+		{"tiny_qwen35moe.gguf", "qwen35moe.attention.recurrent_layers", []bool{true, false}},
+		{"tiny_qwen35moe_old.gguf", "qwen35moe.full_attention_interval", nil},
+		{"tiny_qwen35moe_mtp.gguf", "qwen35moe.nextn_predict_layers", uint32(5)},
+		{"tiny_qwen35.gguf", "qwen35.ssm.state_size", uint64(1) << 40},
+		{"tiny_qwen3next.gguf", "qwen3next.ssm.group_count", uint32(3)},
 	}
 	be := cpu.New(cpu.Options{Threads: 1})
 	defer be.Close()
@@ -123,7 +130,8 @@ func TestBadHyperparametersNamedAtLoad(t *testing.T) {
 			check("Load", err)
 		})
 	}
-	for _, fx := range []string{"tiny_llama3.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf", "tiny_qwen3moe.gguf"} {
+	for _, fx := range []string{"tiny_llama3.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf", "tiny_qwen3moe.gguf",
+		"tiny_qwen35moe.gguf", "tiny_qwen35moe_mtp.gguf", "tiny_qwen35moe_old.gguf", "tiny_qwen35.gguf", "tiny_qwen3next.gguf"} {
 		f, err := gguf.Open(filepath.Join("testdata", fx))
 		if err != nil {
 			t.Fatal(err)
