@@ -52,16 +52,27 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st k
 	}
 	used := g.Device().MemStats().Used
 	workspace := WorkspaceBytes(c, chunk)
-	if left := budget - used - workspace - gpuReserve; st.Bytes() > 0 && left < st.Bytes() {
-		return 0, fmt.Errorf("--gpu-memory %s: weights %s + workspace %s + reserve %s leave %s, less than the recurrent state of the hybrid model (%s, float32 whatever the KV dtype), before any KV page; raise --gpu-memory",
-			kvcache.FormatBytes(budget), kvcache.FormatBytes(used), kvcache.FormatBytes(workspace), kvcache.FormatBytes(gpuReserve),
-			kvcache.FormatBytes(max(left, 0)), st)
+	if err := checkStateBudget(budget, used, workspace, st); err != nil {
+		return 0, err
 	}
 	plan, err := gpu.PlanMemory(budget, used, workspace+st.Bytes(), gpuReserve, 1)
 	if err != nil {
 		return 0, err
 	}
 	return plan.Pool, nil
+}
+
+// checkStateBudget refuses a --gpu-memory budget that cannot hold a hybrid
+// model's recurrent state beside the weights (used), the workspace and the
+// reserve, before anything is allocated for it.
+func checkStateBudget(budget, used, workspace int64, st kvcache.RecurrentState) error {
+	left := budget - used - workspace - gpuReserve
+	if st.Bytes() == 0 || left >= st.Bytes() {
+		return nil
+	}
+	return fmt.Errorf("--gpu-memory %s: weights %s + workspace %s + reserve %s leave %s, less than the recurrent state of the hybrid model (%s, float32 whatever the KV dtype), before any KV page; raise --gpu-memory by at least %s, or lower --state-slots",
+		kvcache.FormatBytes(budget), kvcache.FormatBytes(used), kvcache.FormatBytes(workspace), kvcache.FormatBytes(gpuReserve),
+		kvcache.FormatBytes(max(left, 0)), st, kvcache.FormatBytes(st.Bytes()-max(left, 0)))
 }
 
 // WorkspaceBytes is what the GPU plan reserves for the activations of one

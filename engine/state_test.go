@@ -597,3 +597,33 @@ func TestTurnBoundaries(t *testing.T) {
 		})
 	}
 }
+
+// A --gpu-memory budget too small for the recurrent state says so with the
+// numbers, before anything is allocated.
+func TestStateBudgetTooSmall(t *testing.T) {
+	const mib = 1 << 20
+	st := kvcache.RecurrentState{Slots: 4, PerSlot: 4 * 30 * (3*8192 + 32*128*128)} // Qwen3.6-35B-A3B
+	for _, tc := range []struct {
+		name                    string
+		budget, used, workspace int64
+		st                      kvcache.RecurrentState
+		want                    string
+	}{
+		{"fits", 8192 * mib, 1400 * mib, 300 * mib, st, ""},
+		{"no state", 600 * mib, 300 * mib, 40 * mib, kvcache.RecurrentState{}, ""},
+		{"exactly", 300*mib + gpuReserve + st.Bytes(), 200 * mib, 100 * mib, st, ""},
+		{"too small", 2048 * mib, 1600 * mib, 200 * mib, st,
+			"--gpu-memory 2.00 GiB: weights 1.56 GiB + workspace 200.00 MiB + reserve 256.00 MiB leave 0 B, less than the recurrent state of the hybrid model (4 slots × 62.81 MiB = 251.25 MiB, float32 whatever the KV dtype), before any KV page; raise --gpu-memory by at least 251.25 MiB, or lower --state-slots"},
+		{"some left", 2048 * mib, 1500 * mib, 100 * mib, st, "leave 192.00 MiB, less than the recurrent state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkStateBudget(tc.budget, tc.used, tc.workspace, tc.st)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
