@@ -84,7 +84,9 @@ type StateBackend interface {
 	// result must match the token-by-token recurrence.
 	GatedDeltaRule(dst, qkv, alpha, beta Tensor, g *GatedDeltaNet, layer int, b *Batch)
 	// GatedRMSNorm: for each headDim slice, dst = rmsnorm(x) * w * silu(z)
-	// (norm before gate; w is [headDim], used as stored, no +1).
+	// (norm before gate; w is [headDim], used as stored, no +1). The model
+	// passes a dst distinct from x and z (as for CausalConv and
+	// GatedDeltaRule: only SigmoidMul works in place).
 	GatedRMSNorm(dst, x, z Tensor, w Weight, headDim int, eps float32)
 	// SigmoidMul: x *= sigmoid(gate). gate is x's shape, or [tokens][1]
 	// (one gate per row, the shared expert's gate).
