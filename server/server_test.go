@@ -396,18 +396,6 @@ func TestToolCalls(t *testing.T) {
 	golden(t, "messages_tool_stream.golden", normalize(body))
 }
 
-// sseData returns the data lines of an SSE body.
-func sseData(body []byte) []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // TestConcurrentRequestsBatch: four greedy requests sent at once decode
 // in shared steps (fewer steps than tokens) and answer as they do alone.
 func TestConcurrentRequestsBatch(t *testing.T) {
