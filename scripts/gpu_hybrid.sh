@@ -17,7 +17,7 @@ if [ "${1:-}" = build ]; then
 fi
 OUT=${OUT:-.gpu-gdn/out}
 mkdir -p "$OUT"
-TESTS=${1:-'TestHybridElementwise TestCausalConv TestGatedDeltaRule TestStateSlots TestHybridDecodeGraph TestQwen35Attention TestHybridKernelsEmbedded TestChunkedFormMath'}
+TESTS=${1:-'TestHybridElementwise TestCausalConv TestGatedDeltaRule TestStateSlots TestHybridDecodeGraph TestQwen35Attention TestHybridKernelsEmbedded TestChunkedFormMath TestHybridModelGPUvsCPU'}
 BENCH=${2:-'BenchmarkGDN'}
 bin=.gpu-gdn/gpu.test
 [ -x $bin ] || { xz -dkf $bin.xz && chmod +x $bin; }

@@ -178,9 +178,10 @@ extern "C" __global__ void __launch_bounds__(REC_NW * 32) gdn_recurrent(
     }
 }
 
-// dst = rmsnorm(x) * w * silu(z) over each headDim slice; one warp per slice.
-extern "C" __global__ void gated_rmsnorm(float* dst, const float* __restrict__ x, const float* __restrict__ z,
-                                         const float* __restrict__ g, int nslices, int headDim, float eps) {
+// dst = rmsnorm(x) * w * silu(z) over each headDim slice; one warp per
+// slice. dst may be x (each element is read before the same thread writes it).
+extern "C" __global__ void gated_rmsnorm(float* dst, const float* x, const float* z, const float* __restrict__ g,
+                                         int nslices, int headDim, float eps) {
     const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (s >= nslices) return;
     const int lane = threadIdx.x & 31;
