@@ -77,7 +77,9 @@ then the config file, then defaults.`,
 			return cli.LoadSettings(v, cmd, configFile)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cli.Chat(cmd.Context(), cli.ConfigFrom(v), strings.Join(args, " "))
+			cfg := cli.ConfigFrom(v)
+			cfg.Files, _ = cmd.Flags().GetStringArray("file")
+			return cli.Chat(cmd.Context(), cfg, strings.Join(args, " "))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n") // cobra's default repeats the name

@@ -32,6 +32,10 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 			return fmt.Errorf("reading stdin: %w", err)
 		}
 	}
+	piped, pipedFrom, err := attachFiles(piped, cfg.Files)
+	if err != nil {
+		return err
+	}
 	printMode := cfg.Print || !isTerminal(os.Stdout)
 	eng, err := loadEngine(ctx, cfg, printMode)
 	if err != nil {
@@ -52,6 +56,7 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		Engine: eng, Session: sess,
 		ModelInfo:     modelInfo,
 		Piped:         piped,
+		PipedFrom:     pipedFrom,
 		InitialPrompt: prompt,
 		System:        cfg.System,
 		Continue:      cfg.Continue,

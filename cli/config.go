@@ -52,6 +52,10 @@ type Config struct {
 
 	AgentMaxSteps int // model turns per agent request
 
+	// Files are attached to the first message as context (--file, -f;
+	// command line only). Set by the root command from its flag.
+	Files []string
+
 	configErr error
 }
 
@@ -73,12 +77,13 @@ func EngineFlags(f *pflag.FlagSet) {
 func ChatFlags(f *pflag.FlagSet) {
 	f.BoolP("print", "p", false, "print only the answer to the prompt and exit (no TUI)")
 	f.String("system", "", "system prompt")
-	f.Bool("continue", false, "resume the most recent saved session")
+	f.BoolP("continue", "c", false, "resume the most recent saved session")
+	f.StringArrayP("file", "f", nil, "attach FILE's text to the first message as context, like piped input (repeatable)")
 	f.Bool("agent", false, "run as a coding agent in the current directory")
 	f.Bool("yolo", false, "agent: run tools without asking for approval (never the default)")
 	f.Int("agent-max-steps", agent.DefaultMaxSteps, fmt.Sprintf("agent: model turns per task before it stops (each answer is capped at --max-tokens, %d when that is 0)", agent.DefaultMaxTokens))
 	f.String("shell-env", "", "agent: extra environment variables run_shell passes on, comma-separated names or PREFIX* (the rest of the environment is withheld)")
-	f.Float32("temperature", 0.7, "sampling temperature (0 = greedy)")
+	f.Float32P("temperature", "t", 0.7, "sampling temperature (0 = greedy)")
 	f.Int("top-k", 40, "top-k sampling (0 = off)")
 	f.Float32("top-p", 0.95, "top-p sampling (1 = off)")
 	f.Float32("min-p", 0.05, "min-p sampling (0 = off)")
@@ -86,7 +91,7 @@ func ChatFlags(f *pflag.FlagSet) {
 	f.Int("repeat-last-n", 64, "tokens considered by the repetition penalty")
 	f.Uint64("seed", 0, "sampling seed (0 = a new random one each run, shown by -p --verbose and the chat's model line)")
 	f.Bool("verbose", false, "-p: print the seed and model used, and the model's thinking, on stderr")
-	f.Int("max-tokens", 0, "maximum tokens per answer (0 = until done or the pool is full)")
+	f.IntP("max-tokens", "n", 0, "maximum tokens per answer (0 = until done or the pool is full)")
 }
 
 // ConfigFrom reads the merged settings.
@@ -196,6 +201,7 @@ const maxConfigFile = 1 << 20
 // why, for the warning when one is found there.
 var commandLineOnly = map[string]string{
 	"yolo": "--yolo must be given on the command line of each run (auto-approval is never a standing setting)",
+	"file": "--file attaches a file to one run's first message; give it on the command line",
 }
 
 // settingChecks are range checks beyond what the flag's type accepts. Each

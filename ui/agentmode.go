@@ -113,8 +113,8 @@ func (m *model) sendAgent(text string) tea.Cmd {
 	}
 	content, attached := text, ""
 	if m.piped != "" {
-		content = attachContext(text, m.piped)
-		attached = fmt.Sprintf("+ stdin context: %s tokens", formatInt(int64(m.pipedTokens)))
+		content = attachContext(text, m.piped, m.cfg.PipedFrom)
+		attached = fmt.Sprintf("+ %s context: %s tokens", m.cfg.pipedFrom(), formatInt(int64(m.pipedTokens)))
 		m.piped = ""
 	}
 	m.msgs = append(m.msgs, engine.Message{Role: "user", Content: content})

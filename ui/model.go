@@ -186,8 +186,8 @@ func newModel(ctx context.Context, cfg Config) *model {
 	}
 	if m.piped != "" {
 		n := strings.Count(strings.TrimRight(m.piped, "\n"), "\n") + 1
-		m.addInfo(fmt.Sprintf("stdin: %s %s (%s tokens) will be attached to your first message as context",
-			formatInt(int64(n)), plural(n, "line", "lines"), formatInt(int64(m.pipedTokens))))
+		m.addInfo(fmt.Sprintf("%s: %s %s (%s tokens) will be attached to your first message as context",
+			m.cfg.pipedFrom(), formatInt(int64(n)), plural(n, "line", "lines"), formatInt(int64(m.pipedTokens))))
 	}
 	return m
 }
@@ -586,8 +586,8 @@ func (m *model) send(text string) tea.Cmd {
 	content := text
 	attached := ""
 	if m.piped != "" {
-		content = attachContext(text, m.piped)
-		attached = fmt.Sprintf("+ stdin context: %s tokens", formatInt(int64(m.pipedTokens)))
+		content = attachContext(text, m.piped, m.cfg.PipedFrom)
+		attached = fmt.Sprintf("+ %s context: %s tokens", m.cfg.pipedFrom(), formatInt(int64(m.pipedTokens)))
 	}
 	m.msgs = append(m.msgs, engine.Message{Role: "user", Content: content})
 	req := m.request()
@@ -625,24 +625,37 @@ func (m *model) send(text string) tea.Cmd {
 
 const contextHeader = "\n\nContext (piped from stdin):\n"
 
+// contextHeaderFor heads attached context: piped stdin, or named files.
+func contextHeaderFor(from string) string {
+	if from == "" || from == "stdin" {
+		return contextHeader
+	}
+	return "\n\nContext (from " + from + "):\n"
+}
+
 // splitContext undoes attachContext for display: the prompt and the
 // number of lines of attached context.
 func splitContext(content string) (prompt string, lines int, ok bool) {
-	i := strings.Index(content, contextHeader+"```")
+	i := strings.Index(content, "\n\nContext (")
 	if i < 0 {
 		return content, 0, false
 	}
-	body := strings.Trim(content[i+len(contextHeader):], "`")
+	j := strings.Index(content[i:], "):\n```")
+	if j < 0 || strings.Contains(content[i+2:i+j], "\n") {
+		return content, 0, false
+	}
+	body := strings.Trim(content[i+j+len("):\n"):], "`")
 	return content[:i], strings.Count(strings.Trim(body, "\n"), "\n") + 1, true
 }
 
-// attachContext puts piped text after the prompt in a clearly delimited block.
-func attachContext(prompt, ctx string) string {
+// attachContext puts piped or file text after the prompt in a clearly
+// delimited block; from names where it came from ("" or "stdin": piped).
+func attachContext(prompt, ctx, from string) string {
 	fence := "```"
 	for strings.Contains(ctx, fence) {
 		fence += "`"
 	}
-	return prompt + contextHeader + fence + "\n" + strings.TrimRight(ctx, "\n") + "\n" + fence
+	return prompt + contextHeaderFor(from) + fence + "\n" + strings.TrimRight(ctx, "\n") + "\n" + fence
 }
 
 // listen waits for the next engine events, taking all that are ready.

@@ -222,12 +222,17 @@ func TestPipedContext(t *testing.T) {
 }
 
 func TestSplitContext(t *testing.T) {
-	for _, ctx := range []string{"one line", "a\nb\nc\n", "has ``` fences\ninside"} {
-		p, n, ok := splitContext(attachContext("the prompt", ctx))
-		want := strings.Count(strings.TrimRight(ctx, "\n"), "\n") + 1
-		if !ok || p != "the prompt" || n != want {
-			t.Errorf("splitContext(attach(%q)) = %q, %d, %v; want %d lines", ctx, p, n, ok, want)
+	for _, from := range []string{"", "main.go", "stdin, a.go, b (1).go"} {
+		for _, ctx := range []string{"one line", "a\nb\nc\n", "has ``` fences\ninside"} {
+			p, n, ok := splitContext(attachContext("the prompt", ctx, from))
+			want := strings.Count(strings.TrimRight(ctx, "\n"), "\n") + 1
+			if !ok || p != "the prompt" || n != want {
+				t.Errorf("splitContext(attach(%q, from %q)) = %q, %d, %v; want %d lines", ctx, from, p, n, ok, want)
+			}
 		}
+	}
+	if got := attachContext("q", "x", "main.go"); got != "q\n\nContext (from main.go):\n```\nx\n```" {
+		t.Errorf("attachContext from a file = %q", got)
 	}
 	if p, _, ok := splitContext("plain"); ok || p != "plain" {
 		t.Error("plain message split")

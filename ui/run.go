@@ -28,6 +28,10 @@ type Config struct {
 	// Piped is text read from a non-terminal stdin (see ReadPiped); it is
 	// attached to the first user message as a delimited context block.
 	Piped string
+	// PipedFrom names where Piped came from, for the model and the chat:
+	// "" or "stdin" for piped input, else e.g. "main.go" or
+	// "stdin, a.go, b.go" (--file).
+	PipedFrom string
 	// InitialPrompt is sent at start (interactive) or is the whole
 	// question (PrintMode).
 	InitialPrompt string
@@ -70,6 +74,13 @@ type Config struct {
 	Width, Height int
 	// ColorProfile forces a color profile (tests); 0: detect.
 	ColorProfile colorprofile.Profile
+}
+
+func (c Config) pipedFrom() string {
+	if c.PipedFrom == "" {
+		return "stdin"
+	}
+	return c.PipedFrom
 }
 
 func (c Config) glamourStyle() string {
@@ -223,7 +234,7 @@ func PrintMode(ctx context.Context, cfg Config) error {
 	}
 	content := prompt
 	if piped != "" {
-		content = attachContext(prompt, piped)
+		content = attachContext(prompt, piped, cfg.PipedFrom)
 	}
 	msgs = append(msgs, engine.Message{Role: "user", Content: content})
 	req := engine.Request{Messages: msgs, MaxTokens: cfg.MaxTokens, Sampling: cfg.Sampling}
