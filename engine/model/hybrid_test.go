@@ -203,10 +203,12 @@ func TestSyntheticHybridMatchesReference(t *testing.T) {
 	}
 }
 
-// TestHybridFP8KV: the fp8 pool runs and stays near the reference (the
-// argmax of most positions agrees).
+// TestHybridFP8KV: the fp8 and bf16 host pools run and stay near the
+// reference (the argmax of most positions agrees), at the real model's
+// attention head_dim 256 with rope on 64 dims.
 func TestHybridFP8KV(t *testing.T) {
 	s := newSynthHybrid("qwen35moe")
+	s.heads, s.kvHeads, s.hd, s.ropeDim = 4, 2, 256, 64
 	m, _ := loadBytes(t, "fp8.gguf", s.gguf(t, 2), 2, false)
 	r := rand.New(rand.NewPCG(1, 1))
 	p := make([]int32, 48)
