@@ -15,7 +15,9 @@ sandboxed jinja2 environment apply_chat_template uses, with tojson,
 raise_exception and strftime_now). Cases where transformers raises keep the
 exception; the Go side must fail too.
 
-Output: engine/chat/testdata/qwen35_cases.json (outputs inline).
+Output: engine/chat/testdata/qwen35_cases.json (outputs inline), and
+qwen3coder_cases.json for Qwen3-Coder's template (same sdist,
+models/templates/Qwen3-Coder.jinja), the other template of the XML family.
 
 Run: python3 scripts/chat_qwen35_fixtures.py [path/to/Qwen3.5-4B.jinja]
 (needs jinja2 and transformers; CI only reads the committed output)
@@ -32,6 +34,14 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join(ROOT, "engine", "chat", "testdata")
 TEMPLATE = os.path.join(OUT, "templates", "qwen35.jinja")
 SHA256 = "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"
+# name: (file, sha256, random conversations, seed). qwen3coder is
+# vendor/llama.cpp/models/templates/Qwen3-Coder.jinja of the same sdist, the
+# other template of the XML tool-call family (no thinking).
+TEMPLATES = {
+    "qwen35": (TEMPLATE, SHA256, 40, 3535),
+    "qwen3coder": (os.path.join(OUT, "templates", "qwen3coder.jinja"),
+                   "d287fb2edf144207f868ae1b282755dc19db2a3f1c5b3a3d57e9e5abffa98392", 20, 3030),
+}
 
 WEATHER = {
     "name": "get_weather",
@@ -261,36 +271,40 @@ def render(src, conv, gen, think, answer):
         return None, type(e).__name__ + ": " + str(e)
 
 
+def build(name, src, n_random, seed):
+    cases = []
+    for run in RUNS:
+        conv, gen, think = run[:3]
+        answer = len(run) > 3 and run[3]
+        out, err = render(src, CONVERSATIONS[conv], gen, think, answer)
+        cases.append({"name": f"{conv}__gen{int(gen)}" + ("" if think is None else f"__think{int(think)}")
+                      + ("__answer" if answer else ""),
+                      "conversation": CONVERSATIONS[conv], "add_generation_prompt": gen,
+                      "enable_thinking": think, "content_is_answer": answer, "out": out, "error": err})
+    for i, (conv, gen, think, answer) in enumerate(random_conversations(n_random, seed=seed)):
+        out, err = render(src, conv, gen, think, answer)
+        cases.append({"name": f"random_{i}", "conversation": conv, "add_generation_prompt": gen,
+                      "enable_thinking": think, "content_is_answer": answer, "out": out, "error": err})
+    path = os.path.join(OUT, f"{name}_cases.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print(f"wrote {len(cases)} cases to {path} ({sum(c['error'] is not None for c in cases)} errors)")
+
+
 def main():
     if len(sys.argv) > 1:
         with open(sys.argv[1], "rb") as f:
             data = f.read()
         with open(TEMPLATE, "wb") as f:
             f.write(data)
-    with open(TEMPLATE, "rb") as f:
-        data = f.read()
-    got = hashlib.sha256(data).hexdigest()
-    if got != SHA256:
-        sys.exit(f"{TEMPLATE}: sha256 {got}, want {SHA256} (the Qwen3.5-4B template of llama-cpp-python 0.3.36)")
-    src = data.decode("utf-8")
-    cases = []
-    for run in RUNS:
-        name, gen, think = run[:3]
-        answer = len(run) > 3 and run[3]
-        out, err = render(src, CONVERSATIONS[name], gen, think, answer)
-        cases.append({"name": f"{name}__gen{int(gen)}" + ("" if think is None else f"__think{int(think)}")
-                      + ("__answer" if answer else ""),
-                      "conversation": CONVERSATIONS[name], "add_generation_prompt": gen,
-                      "enable_thinking": think, "content_is_answer": answer, "out": out, "error": err})
-    for i, (conv, gen, think, answer) in enumerate(random_conversations(40, seed=3535)):
-        out, err = render(src, conv, gen, think, answer)
-        cases.append({"name": f"random_{i}", "conversation": conv, "add_generation_prompt": gen,
-                      "enable_thinking": think, "content_is_answer": answer, "out": out, "error": err})
-    path = os.path.join(OUT, "qwen35_cases.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(cases, f, ensure_ascii=False, indent=0)
-        f.write("\n")
-    print(f"wrote {len(cases)} cases to {path} ({sum(c['error'] is not None for c in cases)} errors)")
+    for name, (path, sha, n_random, seed) in TEMPLATES.items():
+        with open(path, "rb") as f:
+            data = f.read()
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            sys.exit(f"{path}: sha256 {got}, want {sha} (the {name} template of llama-cpp-python 0.3.36)")
+        build(name, data.decode("utf-8"), n_random, seed)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@ type qwen35Case struct {
 	Error               *string      `json:"error"`
 }
 
-func loadQwen35Cases(t *testing.T) []qwen35Case {
+func loadQwen35Cases(t *testing.T, name string) []qwen35Case {
 	t.Helper()
 	var cases []qwen35Case
-	readJSON(t, filepath.Join("testdata", "qwen35_cases.json"), &cases)
-	if len(cases) < 60 {
-		t.Fatalf("only %d Qwen3.5 cases", len(cases))
+	readJSON(t, filepath.Join("testdata", name+"_cases.json"), &cases)
+	if len(cases) < 40 {
+		t.Fatalf("only %d %s cases", len(cases), name)
 	}
 	return cases
 }
@@ -32,22 +32,29 @@ func loadQwen35Cases(t *testing.T) []qwen35Case {
 // multi-turn chats, reasoning in reasoning_content and in <think> content,
 // tools, assistant tool calls with typed arguments, tool responses and
 // enable_thinking on and off, and compares byte for byte with transformers.
+// Qwen3-Coder's template, the other one of the XML tool-call family, gets
+// the same conversations.
 func TestQwen35MatchesTransformers(t *testing.T) {
-	tmpl := loadTemplate(t, "qwen35")
-	for _, c := range loadQwen35Cases(t) {
-		t.Run(c.Name, func(t *testing.T) {
-			got, err := tmpl.Render(c.Conversation.Messages, c.Conversation.Tools, RenderOptions{
-				AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking,
-				ContentIsAnswer: c.ContentIsAnswer,
+	for _, name := range []string{"qwen35", "qwen3coder"} {
+		tmpl := loadTemplate(t, name)
+		if f := ToolFormatFor("", tmpl.Source); f != ToolQwenXML {
+			t.Errorf("%s: tool format %v", name, f)
+		}
+		for _, c := range loadQwen35Cases(t, name) {
+			t.Run(name+"/"+c.Name, func(t *testing.T) {
+				got, err := tmpl.Render(c.Conversation.Messages, c.Conversation.Tools, RenderOptions{
+					AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking,
+					ContentIsAnswer: c.ContentIsAnswer,
+				})
+				switch {
+				case c.Out == nil && err == nil:
+					t.Fatalf("transformers failed (%s), we rendered", *c.Error)
+				case c.Out != nil && err != nil:
+					t.Fatal(err)
+				case c.Out != nil && got != *c.Out:
+					t.Fatalf("render differs from transformers\n%s", firstDiff(got, *c.Out))
+				}
 			})
-			switch {
-			case c.Out == nil && err == nil:
-				t.Fatalf("transformers failed (%s), we rendered", *c.Error)
-			case c.Out != nil && err != nil:
-				t.Fatal(err)
-			case c.Out != nil && got != *c.Out:
-				t.Fatalf("render differs from transformers\n%s", firstDiff(got, *c.Out))
-			}
-		})
+		}
 	}
 }
