@@ -16,11 +16,17 @@ import (
 // the prompt Render gives (which matches transformers: engine/chat's
 // TestQwen35MatchesTransformers).
 func TestQwen35RenderSpans(t *testing.T) {
-	ct := templateFrom(t, "qwen35.jinja")
+	for _, name := range []string{"qwen35", "qwen3coder"} {
+		t.Run(name, func(t *testing.T) { testXMLFamilyRenderSpans(t, name) })
+	}
+}
+
+func testXMLFamilyRenderSpans(t *testing.T, name string) {
+	ct := templateFrom(t, name+".jinja")
 	if ct.format != chat.ToolQwenXML {
 		t.Fatalf("format %v, want qwen-xml", ct.format)
 	}
-	data, err := os.ReadFile("chat/testdata/qwen35_cases.json")
+	data, err := os.ReadFile("chat/testdata/" + name + "_cases.json")
 	if err != nil {
 		t.Fatal(err)
 	}
