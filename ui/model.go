@@ -123,9 +123,10 @@ type model struct {
 	unsaved  bool   // changed since that snapshot
 
 	statusCache struct {
-		stats engine.Stats
-		width int
-		lines []string
+		stats   engine.Stats
+		width   int
+		prefill [2]int // done, total while a prompt is prefilled
+		lines   []string
 	}
 	// inputRows caches the input's row count (soft wraps included) on
 	// its text and width.

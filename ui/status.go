@@ -150,9 +150,46 @@ func stateSegment(s engine.Stats) string {
 
 // statusLines lays out the status pane for width columns.
 func statusLines(s engine.Stats, width int, st styles) []string {
+	return layoutSegments(statusSegments(s), width, st)
+}
+
+// statusLinesPrefill is the status pane while a prompt is prefilled: the
+// engine's stats still predate the turn, so the bar shows the tokens
+// cached before it plus the prefill's progress (done of total new
+// tokens), the part still to compute shaded; the notice line has the
+// numbers (issue 15 item 14: the bar stood still).
+func statusLinesPrefill(s engine.Stats, done, total, width int, st styles) []string {
+	groups := statusSegments(s)
+	if total > 0 && s.TokensCapacity > 0 {
+		c := float64(s.TokensCapacity)
+		doneFrac := float64(s.TokensUsed+done) / c
+		pool := groups[0]
+		pool[0] = "KV " + prefillBar(doneFrac, float64(s.TokensUsed+total)/c, 16) + fmt.Sprintf(" %3.0f%%", min(doneFrac, 1)*100)
+	}
+	return layoutSegments(groups, width, st)
+}
+
+// prefillBar is bar with a second, shaded part from done to upto: what
+// the running prefill is about to fill.
+func prefillBar(done, upto float64, width int) string {
+	done, upto = min(max(done, 0), 1), min(max(upto, 0), 1)
+	full := int(done*float64(width) + 0.5)
+	if done > 0 && full == 0 {
+		full = 1
+	}
+	pend := max(int(upto*float64(width)+0.5)-full, 0)
+	if upto > done && pend == 0 && full < width {
+		pend = 1
+	}
+	return "▕" + strings.Repeat("█", full) + strings.Repeat("▒", pend) + strings.Repeat("░", width-full-pend) + "▏"
+}
+
+// layoutSegments joins each group's items with " · ", wrapping a group
+// onto more lines when it is wider than width.
+func layoutSegments(groups [][]string, width int, st styles) []string {
 	sep := st.dim.Render(" · ")
 	var out []string
-	for _, group := range statusSegments(s) {
+	for _, group := range groups {
 		line, w := "", 0
 		for _, seg := range group {
 			if seg == "" {

@@ -117,9 +117,13 @@ func (m *model) chatLines(h int) []string {
 // statusView is cached on the stats and width: View runs after every
 // message, including each batch of streamed tokens.
 func (m *model) statusView() []string {
-	if m.statusCache.lines == nil || m.statusCache.stats != m.stats || m.statusCache.width != m.width {
-		m.statusCache.stats, m.statusCache.width = m.stats, m.width
-		m.statusCache.lines = statusLines(m.stats, m.width, m.st)
+	var pre [2]int
+	if g := m.gen; g != nil && g.prefill[1] > 0 && g.prefill[0] < g.prefill[1] {
+		pre = g.prefill
+	}
+	if m.statusCache.lines == nil || m.statusCache.stats != m.stats || m.statusCache.width != m.width || m.statusCache.prefill != pre {
+		m.statusCache.stats, m.statusCache.width, m.statusCache.prefill = m.stats, m.width, pre
+		m.statusCache.lines = statusLinesPrefill(m.stats, pre[0], pre[1], m.width, m.st)
 		if w := contextWarning(m.stats); w != "" && m.ag != nil {
 			m.statusCache.lines = append([]string{m.st.err.Render(ansi.Truncate(w, m.width-1, "…"))}, m.statusCache.lines...)
 		}
