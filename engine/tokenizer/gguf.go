@@ -37,9 +37,9 @@ func FromGGUF(md Metadata) (*Tokenizer, error) {
 		}
 		s.pre = p
 		// Llama 3 tokenizers take a word whole when it is in the vocabulary
-		// (HF ignore_merges); Qwen2 tokenizers normalize to NFC.
+		// (HF ignore_merges); Qwen2 and Qwen3.5 tokenizers normalize to NFC.
 		s.ignoreMerges = p == PreLlama3
-		s.nfc = p == PreQwen2
+		s.nfc = p == PreQwen2 || p == PreQwen35
 	case "llama":
 		s.model = SentencePieceBPE
 		s.addBOS = true

@@ -25,6 +25,12 @@ const (
 	PreLlama3 PreTokenizer = "llama3"
 	// PreQwen2 is the Llama 3 regex with single digits (\p{N} instead of \p{N}{1,3}).
 	PreQwen2 PreTokenizer = "qwen2"
+	// PreQwen35 is the Qwen2 regex with combining marks in words and out of
+	// punctuation runs (Qwen3.5/3.6; llama.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35):
+	//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+	// A mark that the optional prefix could take starts a [\p{L}\p{M}] run
+	// either way, so this is the Qwen2 scanner with marks counted as letters.
+	PreQwen35 PreTokenizer = "qwen35"
 )
 
 // The exact regex strings found in tokenizer.json files, mapped to scanners.
@@ -32,6 +38,7 @@ const (
 	regexLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	regexQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	regexGPT2   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	regexQwen35 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // splitRegexes maps Split pre-tokenizer patterns (HF spelling and the
@@ -40,8 +47,10 @@ var splitRegexes = map[string]PreTokenizer{
 	regexLlama3: PreLlama3,
 	regexQwen2:  PreQwen2,
 	regexGPT2:   PreGPT2,
-	`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: PreLlama3,
-	`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:      PreQwen2,
+	regexQwen35: PreQwen35,
+	`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: PreQwen35,
+	`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:        PreLlama3,
+	`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:             PreQwen2,
 }
 
 // ggufPre maps tokenizer.ggml.pre values to scanners.
@@ -59,6 +68,7 @@ var ggufPre = map[string]PreTokenizer{
 	"qwen2":            PreQwen2,
 	"deepseek-r1-qwen": PreQwen2,
 	"megrez":           PreQwen2,
+	"qwen35":           PreQwen35,
 }
 
 // split calls emit for every word of s, in order; the words cover s exactly.
@@ -84,6 +94,8 @@ func (p PreTokenizer) split(s string, emit func(word string)) {
 		splitWith(s, scanLlama3, emit)
 	case PreQwen2:
 		splitWith(s, scanQwen2, emit)
+	case PreQwen35:
+		splitWith(s, scanQwen35, emit)
 	default:
 		splitWith(s, scanGPT2, emit)
 	}
@@ -91,10 +103,10 @@ func (p PreTokenizer) split(s string, emit func(word string)) {
 
 func (p PreTokenizer) valid() error {
 	switch p {
-	case PreGPT2, PreSmolLM, PreLlama3, PreQwen2:
+	case PreGPT2, PreSmolLM, PreLlama3, PreQwen2, PreQwen35:
 		return nil
 	}
-	return fmt.Errorf("unknown pre-tokenizer %q (supported: gpt2, smollm, llama3, qwen2)", string(p))
+	return fmt.Errorf("unknown pre-tokenizer %q (supported: gpt2, smollm, llama3, qwen2, qwen35)", string(p))
 }
 
 // Split returns the words the pre-tokenizer cuts s into (for tests and tools).
@@ -156,8 +168,20 @@ func at(s string, i int) (class, rune, int) {
 	return classOf(r, n), r, n
 }
 
+// atMarks is at with combining marks (\p{M}) counted as letters (qwen35).
+func atMarks(s string, i int) (class, rune, int) {
+	r, n := utf8.DecodeRuneInString(s[i:])
+	c := classOf(r, n)
+	if c == clsOther && r >= utf8.RuneSelf && unicode.Is(unicode.M, r) {
+		c = clsLetter
+	}
+	return c, r, n
+}
+
 // runOf returns the end of the run of class c starting at i.
-func runOf(s string, i int, c class) int {
+func runOf(s string, i int, c class) int { return runWith(s, i, c, at) }
+
+func runWith(s string, i int, c class, at func(string, int) (class, rune, int)) int {
 	for i < len(s) {
 		cc, _, n := at(s, i)
 		if cc != c {
@@ -231,10 +255,12 @@ func scanGPT2(s string, i int) int {
 	return spaceEnd(s, i)
 }
 
-func scanLlama3(s string, i int) int { return scanLlamaStyle(s, i, 3) }
-func scanQwen2(s string, i int) int  { return scanLlamaStyle(s, i, 1) }
+func scanLlama3(s string, i int) int { return scanLlamaStyle(s, i, 3, at) }
+func scanQwen2(s string, i int) int  { return scanLlamaStyle(s, i, 1, at) }
+func scanQwen35(s string, i int) int { return scanLlamaStyle(s, i, 1, atMarks) }
 
-func scanLlamaStyle(s string, i int, maxDigits int) int {
+func scanLlamaStyle(s string, i int, maxDigits int, at func(string, int) (class, rune, int)) int {
+	runOf := func(s string, i int, c class) int { return runWith(s, i, c, at) }
 	if s[i] == '\'' {
 		if n := contraction(s, i, true); n > 0 {
 			return i + n
