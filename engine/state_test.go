@@ -186,7 +186,7 @@ func TestStatePoolEviction(t *testing.T) {
 }
 
 // hybridFixtures are the tiny hybrid models the engine tests run.
-var hybridFixtures = []string{"model/testdata/tiny_qwen3next.gguf"}
+var hybridFixtures = []string{"model/testdata/tiny_qwen35moe.gguf", "model/testdata/tiny_qwen3next.gguf"}
 
 func loadHybrid(t testing.TB, path string, o Options) *Engine {
 	t.Helper()
@@ -491,7 +491,8 @@ func TestHybridKVDTypeSwitchKeepsConversation(t *testing.T) {
 // the attention layers only, the state per sequence is
 // 4 * L_rec * ((K-1)*C + H_v*d_k*d_v), and neither depends on the other.
 func TestHybridCapacityNumbersExact(t *testing.T) {
-	// tiny_qwen3next: 1 attention layer of 4, 2 KV heads, head_dim 32;
+	// The tiny hybrid fixtures (tiny_qwen35moe and tiny_qwen3next share
+	// the geometry): 1 attention layer of 4, 2 KV heads, head_dim 32;
 	// 3 GDN layers, conv kernel 4 over 2*2*16 + 4*16 = 128 channels,
 	// 4 value heads of 16x16.
 	const (

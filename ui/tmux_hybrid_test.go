@@ -17,7 +17,7 @@ const tmuxHybridEnv = "FTCHAT_UI_TMUX_HYBRID"
 
 // hybridModel is the tiny hybrid fixture the TUI test chats with (Gated
 // DeltaNet + attention, converted by llama.cpp's converter).
-var hybridModel = filepath.Join("..", "engine", "model", "testdata", "tiny_qwen3next.gguf")
+var hybridModel = filepath.Join("..", "engine", "model", "testdata", "tiny_qwen35moe.gguf")
 
 // TestTmuxHybridChild runs the real program on the real engine with the
 // tiny hybrid model; it is started by TestTmuxHybridModel inside tmux.
