@@ -312,3 +312,46 @@ func TestBatcherLogprobsAndStop(t *testing.T) {
 		}
 	}
 }
+
+// TestBatcherPrefillInterleaves: a long prompt is prefilled in bounded
+// chunks that share steps with a running decoder, which keeps producing
+// tokens meanwhile instead of waiting for the whole prefill.
+func TestBatcherPrefillInterleaves(t *testing.T) {
+	e := load(t, Options{})
+	b := e.NewBatcher(BatcherOptions{PrefillChunk: 32, PrefixCache: -1})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := submit(t, b, ctx, userReq(0, "Write a very long story about a dragon."))
+	for ev := range a { // wait until a decodes
+		if ev.Kind == EventText {
+			break
+		}
+	}
+	long := submit(t, b, context.Background(), userReq(1, longText(480)))
+	var mu sync.Mutex
+	aTokens, longStarted := 0, false
+	during := -1
+	go func() {
+		for ev := range a {
+			mu.Lock()
+			if ev.Kind == EventText && !longStarted {
+				aTokens++
+			}
+			mu.Unlock()
+		}
+	}()
+	for ev := range long {
+		if ev.Kind == EventText && during < 0 {
+			mu.Lock()
+			longStarted, during = true, aTokens
+			mu.Unlock()
+		}
+	}
+	cancel()
+	rows := b.Stats()
+	t.Logf("the decoder produced %d tokens while a 500-token prompt was prefilled (at most %d sequences per step)", during, rows.MaxSeqsInStep)
+	if during < 10 {
+		t.Errorf("the decoder produced only %d tokens during a 500-token prefill in 32-token chunks", during)
+	}
+}
