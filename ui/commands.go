@@ -178,6 +178,10 @@ func (m *model) modelInfo() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model   %s\ndevice  %s\nkv      %s, %s tokens capacity (%s per token)",
 		s.Model, s.Device, s.KVDType, formatInt(int64(s.TokensCapacity)), formatBytes(int64(s.BytesPerToken)))
+	if s.StateLayers > 0 {
+		fmt.Fprintf(&b, "\nstate   %s per sequence (%d recurrent layers, float32), %d slots = %s",
+			formatBytes(s.StateBytesPerSeq), s.StateLayers, s.StateSlots, formatBytes(s.StateBytes))
+	}
 	if m.cfg.ModelInfo != "" {
 		b.WriteString("\n" + strings.TrimRight(m.cfg.ModelInfo, "\n"))
 	}

@@ -128,6 +128,9 @@ func TestTmuxHybridModel(t *testing.T) {
 		t.Errorf("/stats lacks the fp8 KV bytes per token of the attention layers:\n%s", s)
 	}
 	t.Logf("after the second turn:\n%s", s)
+	tm.typeText("/model")
+	tm.keys("Enter")
+	tm.waitText("state   16.5 KiB per sequence (3 recurrent layers, float32), 4 slots = 66.0 KiB", 10*time.Second)
 
 	tm.keys("C-c")
 	tm.waitText("press Ctrl+C again", 5*time.Second)
