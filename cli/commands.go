@@ -49,7 +49,8 @@ vocabulary, e.g. to see how many tokens a file takes:
 --tokenizer takes a Hugging Face tokenizer.json or a GGUF file.
 Special-token text such as <|im_start|> in the input becomes the control
 token; --plain (or --no-specials) encodes it as ordinary text, as ftchat
-encodes message contents.`,
+encodes message contents. The count goes to stderr ("1,234 tokens"), or
+with --json into the JSON; on a terminal, stderr also shows progress.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var tok *tokenizer.Tokenizer
@@ -67,11 +68,7 @@ encodes message contents.`,
 			if err != nil {
 				return err
 			}
-			text, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return fmt.Errorf("reading stdin: %w", err)
-			}
-			return tokenizer.WriteIDs(cmd.OutOrStdout(), tok, string(text), tokenizer.PrintOptions{JSON: asJSON, PlainSpecials: plain})
+			return tokenizeStdin(cmd, tok, tokenizer.PrintOptions{JSON: asJSON, PlainSpecials: plain})
 		},
 	}
 	cmd.Flags().StringVar(&tokFile, "tokenizer", "", "tokenizer.json or GGUF file (instead of --model)")

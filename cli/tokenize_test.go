@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -46,5 +48,36 @@ func TestTokenizePlainKeepsSpecialTextAsText(t *testing.T) {
 				t.Errorf("%d control tokens, want %d: %v", n, tc.controls, res.Pieces)
 			}
 		})
+	}
+}
+
+// Issue 15 item 12: plain output gives the count on stderr (the help
+// promised it), and a terminal's stderr sees what tokenize is doing.
+func TestTokenizeCountAndProgress(t *testing.T) {
+	model := testmodel.Require(t)
+	saved := isTerminalWriter
+	t.Cleanup(func() { isTerminalWriter = saved })
+	for _, tty := range []bool{false, true} {
+		isTerminalWriter = func(io.Writer) bool { return tty }
+		cmd := tokenizeCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetArgs([]string{"--tokenizer", model})
+		cmd.SetIn(strings.NewReader("Hello world, hello tokens."))
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		ids := strings.Fields(out.String())
+		if len(ids) == 0 {
+			t.Fatalf("no ids: %q", out.String())
+		}
+		stderr := errOut.String()
+		if want := fmt.Sprintf("%d tokens\n", len(ids)); !strings.HasSuffix(stderr, want) {
+			t.Errorf("tty=%v: stderr %q does not end with %q", tty, stderr, want)
+		}
+		if got := strings.Contains(stderr, "tokenizing 26 B"); got != tty {
+			t.Errorf("tty=%v: progress shown = %v: %q", tty, got, stderr)
+		}
 	}
 }

@@ -39,7 +39,18 @@ type PrintOptions struct {
 // space-separated ids, or JSON with the ids, their count and each token's
 // vocabulary spelling. It backs `ftchat tokenize`.
 func WriteIDs(w io.Writer, t *Tokenizer, text string, o PrintOptions) error {
+	_, err := WriteIDsCount(w, t, text, o)
+	return err
+}
+
+// WriteIDsCount is WriteIDs that also returns how many tokens it wrote.
+func WriteIDsCount(w io.Writer, t *Tokenizer, text string, o PrintOptions) (int, error) {
 	ids := t.EncodeWith(text, EncodeOptions{AddSpecial: o.AddSpecial, PlainSpecials: o.PlainSpecials})
+	n, err := writeIDs(w, t, ids, o)
+	return n, err
+}
+
+func writeIDs(w io.Writer, t *Tokenizer, ids []int32, o PrintOptions) (int, error) {
 	if o.JSON {
 		pieces := make([]string, len(ids))
 		for i, id := range ids {
@@ -56,10 +67,10 @@ func WriteIDs(w io.Writer, t *Tokenizer, text string, o PrintOptions) error {
 			Count  int      `json:"count"`
 			Pieces []string `json:"pieces"`
 		}{ids, len(ids), pieces}); err != nil {
-			return err
+			return 0, err
 		}
 		_, err := w.Write(buf.Bytes())
-		return err
+		return len(ids), err
 	}
 	var sb strings.Builder
 	for i, id := range ids {
@@ -71,7 +82,7 @@ func WriteIDs(w io.Writer, t *Tokenizer, text string, o PrintOptions) error {
 	sb.WriteByte('\n')
 	_, err := io.WriteString(w, sb.String())
 	if err != nil {
-		return fmt.Errorf("writing ids: %w", err)
+		return 0, fmt.Errorf("writing ids: %w", err)
 	}
-	return nil
+	return len(ids), nil
 }
