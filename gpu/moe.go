@@ -11,8 +11,9 @@ import (
 
 // Mixture-of-experts feed-forward on the device (kernels/moe.cu, moe.cuh).
 //
-// Every path routes on the device: router logits in float32 (moe_router_f32
-// for batches, the float32 GEMV for a few rows), then moe_topk (softmax,
+// Every path routes on the device: router logits in float32 (moe_router_rows
+// for up to 16 rows, the tiled moe_router_f32 for batches; other router
+// types through MatMul), then moe_topk (softmax,
 // top-k, optional renormalisation; one warp per token) writes the expert
 // ids and weights to device memory. No value crosses to the host, so a
 // decode step stays one recordable list of launches (graph.go).
@@ -39,6 +40,10 @@ const (
 	// GEMVs (weights read once per (token, slot) pair), larger ones the
 	// grouped GEMMs (each active expert's weights once per tile).
 	moeGemvMaxTok = 16
+	// moeRouterRows is RS_MAXT of kernels/moe.cu: batches up to this many
+	// rows take moe_router_rows (a CTA per expert), larger ones the tiled
+	// moe_router_f32.
+	moeRouterRows = 16
 	// moeChunkTok bounds the tokens of one pass, and so the scratch
 	// (pairs x (ff + dim) floats) and the grids.
 	moeChunkTok = 2048
@@ -56,7 +61,7 @@ var moeTyped = []struct{ prefix, module string }{
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
-var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32"}
+var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows"}
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {
@@ -160,7 +165,11 @@ func (b *Backend) moeScratch(c *Ctx, what string, sizes ...int) ([]DevicePtr, fu
 // and weights.
 func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts DevicePtr) error {
 	r := l.router
-	if r.info.Type == gguf.F32 && n > gemvMaxTok && r.cols%4 == 0 {
+	if r.info.Type == gguf.F32 && n <= moeRouterRows && r.cols%4 == 0 {
+		if err := b.launch(c, "moe_router_rows", Dim3{X: l.E}, Dim3{X: 256}, r.raw, l.E, r.cols, x, n, logits); err != nil {
+			return err
+		}
+	} else if r.info.Type == gguf.F32 && r.cols%4 == 0 {
 		if err := b.launch(c, "moe_router_f32", Dim3{X: cdiv(l.E, 32), Y: cdiv(n, 16)}, Dim3{X: 128},
 			r.raw, l.E, r.cols, x, n, logits); err != nil {
 			return err

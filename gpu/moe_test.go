@@ -248,7 +248,7 @@ func BenchmarkMoE(b *testing.B) {
 // attention kernel itself (norms, Q/K/V/O projections, QK norms, RoPE, MoE,
 // residuals; Q4_K weights, Q6_K down), as the model code issues it, at 1
 // row (as a replayed CUDA graph, like a decode step) and at 256 and 512
-// rows (prefill chunks). tok/s(48 layers) is rows / (48 x layer time):
+// rows (prefill chunks). tok/s(48layers) is rows / (48 x layer time):
 // an upper bound for the whole model, which adds attention and the head.
 func BenchmarkMoELayer30B(b *testing.B) {
 	g := newTestBackendB(b)
@@ -305,7 +305,7 @@ func BenchmarkMoELayer30B(b *testing.B) {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			ms := timeOps(b, g, max(b.N, 50), layer)
 			b.ReportMetric(ms*1e3, "us/layer")
-			b.ReportMetric(float64(n)*1e3/(48*ms), "tok/s(48 layers)")
+			b.ReportMetric(float64(n)*1e3/(48*ms), "tok/s(48layers)")
 		})
 		for _, t := range []model.Tensor{x, h, q, k, v, o} {
 			g.FreeTensor(t)

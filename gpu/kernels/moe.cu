@@ -167,3 +167,42 @@ extern "C" __global__ void __launch_bounds__(128) moe_router_f32(const float* __
             if (t < ntok && e < nexp) logits[(size_t)t * nexp + e] = acc[i][j];
         }
 }
+
+// Router logits for a few rows (decode, ntok <= RS_MAXT): one CTA per
+// expert, its 256 threads striding over the row in float4s for every
+// token, then a fixed-order reduction (deterministic, float32). Enough CTAs
+// to read the router at full bandwidth, unlike a GEMV with a warp per row.
+#define RS_MAXT 16
+extern "C" __global__ void __launch_bounds__(256) moe_router_rows(const float* __restrict__ R, int nexp, int cols,
+                                                                   const float* __restrict__ X, int ntok,
+                                                                   float* __restrict__ logits) {
+    __shared__ float red[8][RS_MAXT];
+    int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const float* r = R + (size_t)e * cols;
+    float acc[RS_MAXT];
+#pragma unroll
+    for (int t = 0; t < RS_MAXT; t++) acc[t] = 0.f;
+    for (int c = 4 * tid; c < cols; c += 1024) {
+        float4 w = __ldg(reinterpret_cast<const float4*>(r + c));
+#pragma unroll
+        for (int t = 0; t < RS_MAXT; t++) {
+            if (t < ntok) {
+                float4 x = __ldg(reinterpret_cast<const float4*>(X + (size_t)t * cols + c));
+                acc[t] = fmaf(w.w, x.w, fmaf(w.z, x.z, fmaf(w.y, x.y, fmaf(w.x, x.x, acc[t]))));
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < RS_MAXT; t++) {
+        if (t < ntok) {
+            float s = warp_sum(acc[t]);
+            if (lane == 0) red[warp][t] = s;
+        }
+    }
+    __syncthreads();
+    if (tid < ntok) {
+        float s = 0.f;
+        for (int w = 0; w < 8; w++) s += red[w][tid];
+        logits[(size_t)tid * nexp + e] = s;
+    }
+}

@@ -9,9 +9,9 @@
 // moe_gemm_gu covers every active expert for gate and up together and
 // writes silu(gate)*up per sorted pair, one launch of moe_gemm_dn the down
 // projection per sorted pair. Tensor cores: mma.sync m16n8k16 bf16 with
-// float32 accumulators; W units dequantized into shared memory as bf16,
-// the next k step's W unit and activations loaded (and dequantized) into
-// registers while the current step multiplies.
+// float32 accumulators; each k step (MOE_BK = 128) dequantizes its W units
+// straight into shared memory as bf16 (two units per thread, loads issued
+// together), and up to 3 CTAs per SM hide the load latency of one another.
 //
 // Decode (a few tokens): moe_gemv_gu / moe_gemv_dn, a warp per output row
 // and (token, slot) pair resp. token, reading expert ids and weights from
@@ -21,7 +21,7 @@
 #include "common.cuh"
 #include "moe_tile.cuh"
 
-#define MOE_BK 64
+#define MOE_BK 128
 #define MOE_PAD 8
 
 __device__ __forceinline__ uint32_t moe_pack(float a, float b) {
@@ -85,6 +85,46 @@ __device__ __forceinline__ void moe_frag_b(const __nv_bfloat16 (*Bs)[MOE_BK + MO
     b[1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg + 8]);
 }
 
+// One k step of a grouped-GEMM tile, dequantized straight into shared
+// memory: W rows lr (128 of them, two threads per row) take units lh and
+// lh + 2 of the step's 4; activation rows ar (MOE_BM) take 8 floats at
+// 8*aq and 64 + 8*aq. The loads are branch-free, so the two units' and the
+// four float4s' global loads can all be in flight together.
+template <int T>
+__device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int units, int k0, int lr, int lh,
+                                              const float* arow, bool aok, int cols, int ar, int aq,
+                                              __nv_bfloat16 (*As)[MOE_BK + MOE_PAD],
+                                              __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD]) {
+    float4 xv[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) moe_ldx(arow, aok, cols, k0 + 8 * aq + 64 * i, xv[i]);
+    if constexpr (T == T_Q3_K || T == T_Q5_K) {
+        // The largest decoders are not unrolled (keeps the PTX under 200 KB):
+        // prefetch the second unit's block into L1 so both are in flight.
+        int c;
+        const uint8_t* b1 = unit_ptr<T>(wrow, min((k0 >> 5) + lh + 2, units - 1), c);
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(b1));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(b1 + TypeInfo<T>::bb - 1));
+#pragma unroll 1
+        for (int j = 0; j < 2; j++) {
+            int ur = lh + 2 * j;
+            float w[32];
+            moe_ldw<T>(wrow, wok, units, (k0 >> 5) + ur, w);
+            moe_stw(&Bs[lr][32 * ur], w);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int ur = lh + 2 * j;
+            float w[32];
+            moe_ldw<T>(wrow, wok, units, (k0 >> 5) + ur, w);
+            moe_stw(&Bs[lr][32 * ur], w);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i]);
+}
+
 // Grouped gate+up: grid (cdiv(ff, 64), ntiles), 256 threads. CTA tile:
 // MOE_BM sorted pairs x 64 ff columns of gate and the same 64 of up (128
 // W rows) x MOE_BK. Warps 2 (pairs, 16 each) x 4 (columns, 16 each); each
@@ -116,18 +156,9 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
     for (int j = 0; j < 2; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) accg[j][i] = accu[j][i] = 0.f;
-    float w[32];
-    float4 xv[2];
-    moe_ldw<T>(wrow, wok, units, lh, w);
-    moe_ldx(xrow, aok, cols, 8 * aq, xv);
     for (int k0 = 0; k0 < cols; k0 += MOE_BK) {
-        moe_stw(&Bs[lr][32 * lh], w);
-        moe_stx(&As[ar][8 * aq], xv);
+        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, As, Bs);
         __syncthreads();
-        // next step's loads (past the end: harmless clamped reads)
-        int k1 = k0 + MOE_BK;
-        moe_ldw<T>(wrow, wok, units, (k1 >> 5) + lh, w);
-        moe_ldx(xrow, aok, cols, k1 + 8 * aq, xv);
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], bg[2], bu[2];
@@ -184,17 +215,9 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
-    float w[32];
-    float4 xv[2];
-    moe_ldw<T>(wrow, wok, units, lh, w);
-    moe_ldx(hrow, aok, ff, 8 * aq, xv);
-    for (int k0 = 0; k0 < ff; k0 += MOE_BK) {  // as in moe_gemm_gu_body
-        moe_stw(&Bs[lr][32 * lh], w);
-        moe_stx(&As[ar][8 * aq], xv);
+    for (int k0 = 0; k0 < ff; k0 += MOE_BK) {
+        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, As, Bs);
         __syncthreads();
-        int k1 = k0 + MOE_BK;
-        moe_ldw<T>(wrow, wok, units, (k1 >> 5) + lh, w);
-        moe_ldx(hrow, aok, ff, k1 + 8 * aq, xv);
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], b[2];
@@ -301,7 +324,7 @@ __device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowByt
     float acc = 0.f;
     if (ok) {
         int units = ff >> 5, total = topk * units;
-#pragma unroll 1
+#pragma unroll 2
         for (int q = part * 32 + lane; q < total; q += 32 * MOE_WPR) {
             int k = q / units, u = q - k * units;
             int p = t * topk + k;
@@ -318,12 +341,12 @@ __device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowByt
 
 #define MOE_KERNELS(T_, NAME) MOE_KERNELS_(T_, NAME)
 #define MOE_KERNELS_(T_, NAME)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(256) moe_gemm_gu_##NAME(                                      \
+    extern "C" __global__ void __launch_bounds__(256, 3) moe_gemm_gu_##NAME(                                      \
         const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
         const int* sorted, const int* tiles, float* H) {                                                       \
         moe_gemm_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, sorted, tiles, H);                           \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(256) moe_gemm_dn_##NAME(                                      \
+    extern "C" __global__ void __launch_bounds__(256, 3) moe_gemm_dn_##NAME(                                      \
         const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, const int* tiles, float* Y) {   \
         moe_gemm_dn_body<T_>(W, rowBytes, dim, ff, H, tiles, Y);                                               \
     }
