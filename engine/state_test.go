@@ -628,3 +628,43 @@ func TestStateBudgetTooSmall(t *testing.T) {
 		})
 	}
 }
+
+// After /kvdtype fp8_e4m3 the re-derived state and K/V are those of a run
+// that was fp8 from the start (logits equal within 1e-4 to a from-scratch
+// fp8 prefill), and close to bf16's.
+func TestHybridFP8SwitchLogits(t *testing.T) {
+	for _, path := range hybridFixtures {
+		t.Run(path, func(t *testing.T) {
+			r := make([]int32, 170)
+			for i := range r {
+				r[i] = int32(1 + (i*53+i*i*7)%250)
+			}
+			scratch := func(dtype string) []float32 {
+				e := loadHybrid(t, path, Options{KVDType: dtype, PrefillChunk: 32})
+				s := e.NewSession()
+				_, l := forwardFrom(t, e, s.seq, s.st, r)
+				return l
+			}
+			bf16, fp8 := scratch("bf16"), scratch("fp8_e4m3")
+			e := loadHybrid(t, path, Options{PrefillChunk: 32})
+			s := e.NewSession()
+			forwardFrom(t, e, s.seq, s.st, r[:120], 90)
+			if err := e.SwitchKV(context.Background(), "fp8_e4m3", nil); err != nil {
+				t.Fatal(err)
+			}
+			checkInStep(t, s)
+			start, got := forwardFrom(t, e, s.seq, s.st, r)
+			if start != 120 {
+				t.Errorf("after the switch the turn resumed at %d, want 120 (the live state)", start)
+			}
+			if d, scale := maxDiff(got, fp8); d > 1e-4*max(scale, 1) {
+				t.Errorf("after bf16 -> fp8 the logits differ from an fp8 run's by %g (max |logit| %g)", d, scale)
+			}
+			if d, scale := maxDiff(got, bf16); d > 0.1*scale {
+				t.Errorf("fp8 logits differ from bf16's by %g (max |logit| %g)", d, scale)
+			} else {
+				t.Logf("fp8 vs bf16: max |diff| %.3g of max |logit| %.3g", d, scale)
+			}
+		})
+	}
+}
