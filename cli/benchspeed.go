@@ -43,6 +43,8 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			if !asJSON {
 				fmt.Fprintf(w, "%-10s %8s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "device")
 			}
+			prog := newSpeedProgress(cmd.ErrOrStderr(), kinds, ds, prefillN, decodeN)
+			defer prog.stop()
 			for i, dt := range kinds {
 				if i > 0 {
 					if err := eng.Reconfigure(cmd.Context(), dt, nil); err != nil {
@@ -50,7 +52,9 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 					}
 				}
 				for _, d := range ds {
+					prog.begin(dt, d)
 					r, err := eng.BenchSpeed(cmd.Context(), d, prefillN, decodeN, uint64(d)+1)
+					prog.end()
 					if err != nil {
 						return fmt.Errorf("%s at depth %d: %w", dt, d, err)
 					}
