@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -550,15 +551,24 @@ func (e *Engine) refill(ctx context.Context, ss []sessionTokens, progress func(d
 	for _, s := range ss {
 		total += len(s.tokens)
 	}
+	if e.state != nil {
+		// With fewer state slots than sessions, a refill takes the slot of
+		// the least recently used one: go from there to the most recent,
+		// which keeps its slot.
+		slices.SortStableFunc(ss, func(a, b sessionTokens) int { return cmp.Compare(a.s.st.used, b.s.st.used) })
+	}
 	for _, st := range ss {
 		if st.s.seq.Len() != 0 {
 			st.s.seq.Truncate(0)
 		}
-		// Snapshots are taken again at the same positions.
-		snapAt := e.restartState(st.s.st, len(st.tokens))
 		if len(st.tokens) == 0 {
+			if st.s.st != nil {
+				e.state.reset(st.s.st)
+			}
 			continue
 		}
+		// Snapshots are taken again at the same positions.
+		snapAt := e.restartState(st.s.st, len(st.tokens))
 		start, err := st.s.seq.Append(st.tokens...)
 		if err != nil {
 			return err

@@ -668,3 +668,34 @@ func TestHybridFP8SwitchLogits(t *testing.T) {
 		})
 	}
 }
+
+// /kvdtype with fewer state slots than sessions: an empty session takes no
+// slot, and the most recently used session keeps its conversation.
+func TestHybridSwitchWithMoreSessionsThanSlots(t *testing.T) {
+	e := loadHybrid(t, hybridFixtures[0], Options{StateSlots: 1})
+	ctx := context.Background()
+	a := e.NewSession()
+	for range 4 {
+		e.NewSession() // empty sessions
+	}
+	answer(t, a.Generate(ctx, greedy(8, conversation("Name a prime number.")...)))
+	held := a.Tokens()
+	if err := e.SwitchKV(ctx, "fp8_e4m3", nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.Tokens() != held || a.st.pos != held {
+		t.Fatalf("after the switch a holds %d tokens (was %d), state at %d", a.Tokens(), held, a.st.pos)
+	}
+	// Two sessions with tokens, one slot: b (used last) keeps its tokens.
+	b := e.NewSession()
+	answer(t, b.Generate(ctx, greedy(8, conversation("Name a colour.")...)))
+	heldB := b.Tokens()
+	if err := e.SwitchKV(ctx, "bf16", nil); err != nil {
+		t.Fatal(err)
+	}
+	checkInStep(t, a)
+	checkInStep(t, b)
+	if b.Tokens() != heldB || a.Tokens() != 0 {
+		t.Errorf("after the switch: b holds %d tokens (was %d), a %d (want 0: b took the slot)", b.Tokens(), heldB, a.Tokens())
+	}
+}
