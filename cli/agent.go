@@ -55,6 +55,10 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 			return fmt.Errorf("reading stdin: %w", err)
 		}
 	}
+	piped, pipedFrom, err := attachFiles(piped, cfg.Files)
+	if err != nil {
+		return err
+	}
 	if printMode {
 		prompt = withPiped(prompt, piped)
 	}
@@ -107,6 +111,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 			Engine: eng, Session: sess,
 			ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
 			Piped:         piped,
+			PipedFrom:     pipedFrom,
 			InitialPrompt: prompt,
 			Sampling:      cfg.Sampling,
 			MaxTokens:     cfg.MaxTokens,
@@ -135,7 +140,8 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	res, err := a.Run(ctx, prompt)
 	sink.Finish()
 	if err != nil {
-		return err
+		// As plain -p: no slash commands to suggest, flags instead.
+		return engine.ForPrintMode(err)
 	}
 	reportDenied(pio.out, res, printMode)
 	if err := sink.Err(); err != nil {

@@ -208,3 +208,23 @@ func TestAgentEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// Issue 15 (small): -p --agent reports a full KV pool like plain -p, with
+// flag advice instead of the chat's slash commands.
+func TestAgentPrintModeErrorsGiveFlagAdvice(t *testing.T) {
+	model := agentTestModel(t)
+	cfg := Config{Engine: engine.Options{Model: model, Device: "cpu", KVTokens: 256}, Agent: true, Print: true, MaxTokens: 8}
+	var out, errOut bytes.Buffer
+	err := agentMain(context.Background(), cfg, "list the Go files", agentIO{in: strings.NewReader(""), out: &out, errOut: &errOut, dir: t.TempDir()})
+	if err == nil {
+		t.Fatalf("a 256-token pool held the agent's prompt:\n%s", out.String())
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "/clear") || strings.Contains(msg, "/kvdtype") || strings.Contains(msg, "/drop") {
+		t.Errorf("-p --agent suggests chat commands: %s", msg)
+	}
+	if !strings.Contains(msg, "--kv-cache-dtype fp8_e4m3") && !strings.Contains(msg, "--ctx-size") && !strings.Contains(msg, "--kv-tokens") {
+		t.Errorf("no flag advice: %s", msg)
+	}
+	t.Log(msg)
+}
