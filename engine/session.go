@@ -104,13 +104,16 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 			pool: &kvcache.PoolFullError{Asked: len(prompt) + 1, Fit: e.info.ContextLen, DType: e.layout.DType}}
 	}
 
+	var snapAt []int // hybrid models: where the prefill snapshots the state
+	if s.st != nil {
+		snapAt = e.turnBoundaries(promptText, spans, prompt)
+	}
+
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	seq, st := s.seq, s.st
 	turnStart := time.Now()
-	var snapAt []int // hybrid models: where the prefill snapshots the state
 	if st != nil {
-		snapAt = e.turnBoundaries(promptText, spans, prompt)
 		// Runs after the truncation below: the state never claims more
 		// than the K/V holds.
 		defer e.syncState(seq, st)
