@@ -38,8 +38,11 @@ const (
 	moeRows = 2  // MOE_ROWS in kernels/moe.cuh: output rows per decode-GEMV CTA
 	// moeGemvMaxTok: batches of up to this many tokens take the decode
 	// GEMVs (weights read once per (token, slot) pair), larger ones the
-	// grouped GEMMs (each active expert's weights once per tile).
-	moeGemvMaxTok = 16
+	// grouped GEMMs (each active expert's weights once per tile). Measured
+	// on the H200 at the Qwen3-30B-A3B shape (docs/benchmarks.md): 1 row
+	// 58 µs GEMVs / 75 µs grouped, 16 rows 715 / 411 µs; the lines cross
+	// near 2 rows.
+	moeGemvMaxTok = 2
 	// moeRouterRows is RS_MAXT of kernels/moe.cu: batches up to this many
 	// rows take moe_router_rows (a CTA per expert), larger ones the tiled
 	// moe_router_f32.
