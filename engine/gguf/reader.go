@@ -105,6 +105,7 @@ type File struct {
 	keys      []string
 	kv        map[string]any
 	tensorIdx map[string]int
+	source    func(TensorInfo) ([]byte, error) // NewVirtual files: the tensor bytes
 }
 
 // Open maps the GGUF file at path and parses its header, metadata and tensor
@@ -295,6 +296,9 @@ func (f *File) TensorData(ti TensorInfo) ([]byte, error) {
 	if !ti.Type.Known() {
 		return nil, &FormatError{Path: f.Path, Offset: -1, Msg: fmt.Sprintf(
 			"tensor %q has unsupported type %s; re-quantize the model to a supported type", ti.Name, ti.Type)}
+	}
+	if f.source != nil {
+		return f.virtualData(ti)
 	}
 	n := ti.Bytes()
 	start := f.dataStart + ti.Offset
