@@ -162,6 +162,7 @@ var blockDecoders = map[Type]func(b []byte, y []float32){
 	Q4_0: dequantQ4_0, Q4_1: dequantQ4_1, Q5_0: dequantQ5_0, Q5_1: dequantQ5_1,
 	Q8_0: dequantQ8_0, Q8_1: dequantQ8_1,
 	Q2_K: dequantQ2_K, Q3_K: dequantQ3_K, Q4_K: dequantQ4_K, Q5_K: dequantQ5_K, Q6_K: dequantQ6_K,
+	MXFP4: dequantMXFP4, NVFP4: dequantNVFP4,
 }
 
 // Q4_0: d f16, qs[16]; element j is low nibble of qs[j], j+16 the high nibble.

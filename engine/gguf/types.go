@@ -29,6 +29,12 @@ const (
 	Q6_K Type = 14
 	Q8_K Type = 15
 	BF16 Type = 30
+	// MXFP4 (gpt-oss): 32 E2M1 elements sharing one E8M0 scale byte.
+	MXFP4 Type = 39
+	// NVFP4: 64 E2M1 elements, four UE4M3 scales (one per 16). The
+	// per-tensor float32 second-level scale is a separate <name>.scale
+	// tensor (see ScaleTensorName).
+	NVFP4 Type = 40
 )
 
 var typeInfo = map[Type]struct {
@@ -43,6 +49,7 @@ var typeInfo = map[Type]struct {
 	Q2_K: {"Q2_K", 256, 84}, Q3_K: {"Q3_K", 256, 110},
 	Q4_K: {"Q4_K", 256, 144}, Q5_K: {"Q5_K", 256, 176},
 	Q6_K: {"Q6_K", 256, 210}, Q8_K: {"Q8_K", 256, 292},
+	MXFP4: {"MXFP4", 32, 17}, NVFP4: {"NVFP4", 64, 36},
 }
 
 func (t Type) String() string {

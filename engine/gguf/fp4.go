@@ -1,0 +1,93 @@
+package gguf
+
+import "math"
+
+// The FP4 types store E2M1 elements (1 sign, 2 exponent, 1 mantissa bits)
+// as 4-bit codes. ggml decodes them as the doubled values in KValuesFP4
+// and halves the block scale to compensate, and so do we: every product
+// below is then exact in float32 (a 4-bit integer times a scale with at
+// most 4 significant bits), so any decoder that keeps this convention
+// agrees bit for bit.
+
+// KValuesFP4 are the E2M1 codes 0..15 times two (ggml's kvalues_mxfp4).
+var KValuesFP4 = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+// UE4M3 is the float32 value of an NVFP4 block-scale byte in ggml's
+// convention (unsigned E4M3, bias 7, times 0.5 for the doubled kvalues):
+// 0x00 and the NaN code 0x7F decode to 0, bit 7 is ignored by the
+// exponent and mantissa (as ggml_ue4m3_to_fp32 does).
+func UE4M3(x byte) float32 { return ue4m3Tab[x] }
+
+// E8M0Half is the float32 value of an MXFP4 scale byte in ggml's
+// convention: 2^(x-128), i.e. 2^(x-127) halved (ggml_e8m0_to_fp32_half).
+func E8M0Half(x byte) float32 { return e8m0Tab[x] }
+
+var ue4m3Tab = func() (t [256]float32) {
+	for i := range t {
+		x := byte(i)
+		if x == 0 || x == 0x7F {
+			continue
+		}
+		exp := int(x>>3) & 0xF
+		man := float64(x & 7)
+		var raw float64
+		if exp == 0 {
+			raw = math.Ldexp(man, -9)
+		} else {
+			raw = math.Ldexp(1+man/8, exp-7)
+		}
+		t[i] = float32(raw * 0.5)
+	}
+	return t
+}()
+
+var e8m0Tab = func() (t [256]float32) {
+	for i := range t {
+		if i < 2 {
+			t[i] = math.Float32frombits(0x00200000 << uint(i))
+		} else {
+			t[i] = math.Float32frombits(uint32(i-1) << 23)
+		}
+	}
+	return t
+}()
+
+// UE4M3Table and E8M0Table expose the decode tables to kernels that index
+// them directly (the AVX2 dot products).
+func UE4M3Table() *[256]float32 { return &ue4m3Tab }
+func E8M0Table() *[256]float32  { return &e8m0Tab }
+
+// NVFP4: d[4] (UE4M3, one per 16 elements), qs[32]. Sub-block s holds
+// elements 16s..16s+15: qs[8s+j] = code(16s+j) | code(16s+j+8)<<4.
+func dequantNVFP4(b []byte, y []float32) {
+	b = b[:36]
+	y = y[:64]
+	for s := 0; s < 4; s++ {
+		d := ue4m3Tab[b[s]]
+		qs := b[4+8*s : 12+8*s]
+		yy := y[16*s : 16*s+16]
+		for j := 0; j < 8; j++ {
+			yy[j] = float32(KValuesFP4[qs[j]&0xF]) * d
+			yy[j+8] = float32(KValuesFP4[qs[j]>>4]) * d
+		}
+	}
+}
+
+// MXFP4: e (E8M0), qs[16]; element j is the low nibble of qs[j], j+16 the
+// high nibble.
+func dequantMXFP4(b []byte, y []float32) {
+	b = b[:17]
+	y = y[:32]
+	d := e8m0Tab[b[0]]
+	qs := b[1:17]
+	for j := 0; j < 16; j++ {
+		y[j] = float32(KValuesFP4[qs[j]&0xF]) * d
+		y[j+16] = float32(KValuesFP4[qs[j]>>4]) * d
+	}
+}
+
+// ScaleTensorName is the name of the float32 second-level scale tensor that
+// llama.cpp's converter writes beside an NVFP4 weight (ModelOpt's
+// weight_scale_2): a scalar for a dense weight, one value per expert for
+// stacked experts. Absent means 1.
+func ScaleTensorName(weight string) string { return weight + ".scale" }

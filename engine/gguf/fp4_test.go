@@ -1,0 +1,94 @@
+package gguf
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+)
+
+// TestFP4MatchesReference compares NVFP4 and MXFP4 decoding bit for bit with
+// gguf-py's dequantize_blocks (scripts/fp4_fixtures.py): every scale byte,
+// every code in both nibbles, random blocks.
+func TestFP4MatchesReference(t *testing.T) {
+	f, err := Open(filepath.Join("testdata", "fp4.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, typ := range []Type{NVFP4, MXFP4} {
+		t.Run(typ.String(), func(t *testing.T) {
+			ti, ok := f.Tensor(typ.String())
+			if !ok || ti.Type != typ {
+				t.Fatalf("fixture tensor %s missing or wrong type: %+v", typ, ti)
+			}
+			if want := ti.Elements() / uint64(typ.BlockElems()) * uint64(typ.BlockBytes()); ti.Bytes() != want {
+				t.Fatalf("Bytes() = %d, want %d", ti.Bytes(), want)
+			}
+			raw, err := f.TensorData(ti)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := readF32File(t, filepath.Join("testdata", "dequant", typ.String()+".f32"))
+			got := poisoned(len(want))
+			if err := Dequantize(typ, raw, got); err != nil {
+				t.Fatal(err)
+			}
+			compareBits(t, got, want)
+			be, bb := typ.BlockElems(), typ.BlockBytes()
+			scratch := poisoned(be)
+			for i := 0; i < len(want)/be; i++ {
+				if err := DequantizeBlock(typ, raw[i*bb:], scratch); err != nil {
+					t.Fatal(err)
+				}
+				compareBits(t, scratch, want[i*be:(i+1)*be])
+				if t.Failed() {
+					t.Fatalf("block %d differs", i)
+				}
+			}
+		})
+	}
+}
+
+func TestFP4ScaleTables(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		got  float32
+		want float64
+	}{
+		{"ue4m3 0x00", UE4M3(0x00), 0},
+		{"ue4m3 NaN code", UE4M3(0x7F), 0},
+		{"ue4m3 smallest subnormal", UE4M3(0x01), 0.5 * 0x1p-9},
+		{"ue4m3 1.0", UE4M3(0x38), 0.5},
+		{"ue4m3 max 448", UE4M3(0x7E), 224},
+		{"ue4m3 bit 7 ignored", UE4M3(0xB8), 0.5},
+		{"ue4m3 0xFF", UE4M3(0xFF), 240},
+		{"e8m0 0", E8M0Half(0), 0x1p-128},
+		{"e8m0 1", E8M0Half(1), 0x1p-127},
+		{"e8m0 127", E8M0Half(127), 0.5},
+		{"e8m0 255", E8M0Half(255), 0x1p127},
+	} {
+		if float64(c.got) != c.want {
+			t.Errorf("%s: got %g, want %g", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestFP4Geometry(t *testing.T) {
+	for _, c := range []struct {
+		typ          Type
+		name         string
+		elems, bytes int
+	}{{NVFP4, "NVFP4", 64, 36}, {MXFP4, "MXFP4", 32, 17}} {
+		if c.typ.String() != c.name || c.typ.BlockElems() != c.elems || c.typ.BlockBytes() != c.bytes {
+			t.Errorf("%d: %s %d/%d, want %s %d/%d", uint32(c.typ), c.typ, c.typ.BlockElems(), c.typ.BlockBytes(), c.name, c.elems, c.bytes)
+		}
+		if p, err := ParseType(c.name); err != nil || p != c.typ {
+			t.Errorf("ParseType(%q) = %v, %v", c.name, p, err)
+		}
+	}
+	// A corrupt file's dims saturate instead of wrapping.
+	ti := TensorInfo{Dims: []uint64{math.MaxUint64 / 64 * 64, 4}, Type: NVFP4}
+	if ti.Bytes() != math.MaxUint64 {
+		t.Errorf("huge NVFP4 tensor: Bytes() = %d, want saturation", ti.Bytes())
+	}
+}
