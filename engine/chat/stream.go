@@ -101,6 +101,9 @@ type StreamParser struct {
 	// name: they type ToolQwenXML values.
 	schemas map[string]map[string]any
 	xml     xmlCallState // the <tool_call> being read in modeXML
+	// thinkEmitted: the current thinking block has emitted text (so a tag
+	// at buf[0] does not start a line).
+	thinkEmitted bool
 }
 
 // NewStreamParser returns a parser for one generation. startInThinking
@@ -139,6 +142,9 @@ func (p *StreamParser) emit(kind SegmentKind, text string) {
 	}
 	if kind == SegText {
 		p.sawContent = true
+	}
+	if kind == SegThinking {
+		p.thinkEmitted = true
 	}
 	if n := len(p.out); n > 0 && p.out[n-1].Kind == kind && (kind == SegText || kind == SegThinking) {
 		p.out[n-1].Text += text
@@ -235,6 +241,7 @@ func (p *StreamParser) stepText(final bool) bool {
 	case thinkOpen:
 		p.mode = modeThink
 		p.skipWS = true
+		p.thinkEmitted = false
 	case hermesOpen:
 		p.searchFrom = 0
 		p.mode = modeHermes // keeps its whitespace: the raw text of a malformed call is reported verbatim
@@ -250,9 +257,24 @@ func (p *StreamParser) stepText(final bool) bool {
 }
 
 func (p *StreamParser) stepThink(final bool) bool {
+	tags := []string{thinkClose}
+	if p.format == ToolQwenXML {
+		tags = append(tags, hermesOpen)
+	}
 	i := bytes.Index(p.buf, []byte(thinkClose))
+	call := p.callInThinking()
+	if call >= 0 && (i < 0 || call < i) {
+		// Qwen3.5 models often skip </think> before a call: a <tool_call>
+		// at the start of a line ends the thinking (as llama.cpp reads it).
+		p.emit(SegThinking, string(bytes.TrimRightFunc(p.buf[:call], unicode.IsSpace)))
+		p.buf = p.buf[call+len(hermesOpen):]
+		p.searchFrom = 0
+		p.mode = modeXML
+		p.xml = xmlCallState{schemas: p.schemas}
+		return true
+	}
 	if i < 0 {
-		p.emitHeld(SegThinking, []string{thinkClose}, final)
+		p.emitHeld(SegThinking, tags, final)
 		return false
 	}
 	p.emit(SegThinking, string(bytes.TrimRightFunc(p.buf[:i], unicode.IsSpace)))
@@ -260,6 +282,29 @@ func (p *StreamParser) stepThink(final bool) bool {
 	p.mode = modeText
 	p.skipWS = true
 	return true
+}
+
+// callInThinking finds, in the XML format, a <tool_call> inside thinking
+// that starts a line (after spaces or tabs): the start of the block or
+// right after a newline. Held-back whitespace stays in buf, so a newline
+// before the tag is always there to see; a tag at buf[0] follows emitted
+// thinking that ended mid-line unless nothing was emitted yet. -1: none.
+func (p *StreamParser) callInThinking() int {
+	if p.format != ToolQwenXML {
+		return -1
+	}
+	for from := 0; ; {
+		k := bytes.Index(p.buf[from:], []byte(hermesOpen))
+		if k < 0 {
+			return -1
+		}
+		k += from
+		before := bytes.TrimRight(p.buf[:k], " \t")
+		if len(before) == 0 && !p.thinkEmitted || len(before) > 0 && before[len(before)-1] == '\n' {
+			return k
+		}
+		from = k + 1
+	}
 }
 
 func (p *StreamParser) stepHermes(final bool) bool {

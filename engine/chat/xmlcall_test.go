@@ -84,7 +84,12 @@ func TestXMLToolCalls(t *testing.T) {
 		{"parameter twice", false, xmlCall("f", "a", "1", "a", "2"), []seg{bad(xmlCall("f", "a", "1", "a", "2"))}},
 		{"empty function name", false, "<tool_call><function=>\n</function></tool_call>", []seg{bad("<tool_call><function=>\n</function></tool_call>")}},
 		{"empty call at end", false, "x <tool_call>\n", []seg{text("x"), bad("<tool_call>\n")}},
-		{"tags inside thinking are thinking", true, "maybe " + weather + "\n</think>\nno", []seg{thinking("maybe " + weather), text("no")}},
+		{"a tag mid-line in thinking is thinking", true, "maybe " + weather + "\n</think>\nno", []seg{thinking("maybe " + weather), text("no")}},
+		{"a call ends thinking without </think>", true, weather, []seg{call("get_weather", paris)}},
+		{"a call on its own line ends thinking", true, "Need the weather.\n  " + weather + "\nThen more.",
+			[]seg{thinking("Need the weather."), call("get_weather", paris), text("Then more.")}},
+		{"a call after </think> in thinking opened by the output", false, "<think>\nhmm\n" + weather,
+			[]seg{thinking("hmm"), call("get_weather", paris)}},
 		{"partial tag at end is text", false, "see <tool_", []seg{text("see <tool_")}},
 		{"unicode", false, xmlCall("get_weather", "city", "東京 🚀"), []seg{call("get_weather", map[string]any{"city": "東京 🚀"})}},
 	}
