@@ -70,7 +70,7 @@ func closeTo(t *testing.T, what string, got float32, want, scale, rel float64) {
 }
 
 var matmulTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1,
-	gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K}
+	gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.MXFP4, gguf.NVFP4}
 
 func TestMatMulEveryType(t *testing.T) {
 	b := New(Options{Threads: 3})

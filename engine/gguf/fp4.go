@@ -91,3 +91,85 @@ func dequantMXFP4(b []byte, y []float32) {
 // weight_scale_2): a scalar for a dense weight, one value per expert for
 // stacked experts. Absent means 1.
 func ScaleTensorName(weight string) string { return weight + ".scale" }
+
+// FP32ToUE4M3 encodes x as an NVFP4 block-scale byte, rounding as
+// ggml_fp32_to_ue4m3 does (non-positive and NaN give 0, saturating at 448
+// = 0x7E; never the NaN code 0x7F).
+func FP32ToUE4M3(x float32) byte {
+	if !(x > 0) {
+		return 0
+	}
+	x = min(x, 448)
+	bits := math.Float32bits(x)
+	exp := int(bits>>23&0xFF) - 127 + 7
+	if exp <= 0 {
+		m := int(x*512 + 0.5)
+		return byte(min(m, 7)) // m < 1 gives 0
+	}
+	if exp >= 15 {
+		return 0x7E
+	}
+	man := int(bits>>20&7) + int(bits>>19&1)
+	if man > 7 {
+		man = 0
+		exp++
+		if exp >= 15 {
+			return 0x7E
+		}
+	}
+	return byte(exp<<3 | man)
+}
+
+// bestFP4 is the code whose doubled value times d is nearest x (first wins
+// ties), ggml's best_index_mxfp4.
+func bestFP4(x, d float32) byte {
+	best, bestErr := 0, abs32(float32(KValuesFP4[0])*d-x)
+	for i := 1; i < 16; i++ {
+		if e := abs32(float32(KValuesFP4[i])*d - x); e < bestErr {
+			best, bestErr = i, e
+		}
+	}
+	return byte(best)
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+// quantNVFP4 follows ggml's quantize_row_nvfp4_ref: per 16 elements the
+// scale encodes amax/6 and each element takes the nearest code.
+func quantNVFP4(x []float32, b []byte) {
+	x = x[:64]
+	b = b[:36]
+	for s := 0; s < 4; s++ {
+		xb := x[16*s : 16*s+16]
+		var amax float32
+		for _, v := range xb {
+			amax = max(amax, abs32(v))
+		}
+		ue := FP32ToUE4M3(amax / 6)
+		b[s] = ue
+		d := ue4m3Tab[ue]
+		for j := 0; j < 8; j++ {
+			b[4+8*s+j] = bestFP4(xb[j], d) | bestFP4(xb[j+8], d)<<4
+		}
+	}
+}
+
+// quantMXFP4 follows ggml's quantize_row_mxfp4_ref: e = floor(log2 amax) - 2
+// + 127 (0 for an all-zero block), nearest codes.
+func quantMXFP4(x []float32, b []byte) {
+	x = x[:32]
+	b = b[:17]
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, abs32(v))
+	}
+	var e byte
+	if amax > 0 {
+		e = byte(int(math.Floor(math.Log2(float64(amax)))) - 2 + 127)
+	}
+	b[0] = e
+	d := e8m0Tab[e]
+	for j := 0; j < 16; j++ {
+		b[1+j] = bestFP4(x[j], d) | bestFP4(x[j+16], d)<<4
+	}
+}

@@ -64,6 +64,7 @@ var blockEncoders = map[Type]func(x []float32, b []byte){
 	BF16: func(x []float32, b []byte) { binary.LittleEndian.PutUint16(b, F32ToBF16(x[0])) },
 	Q4_0: quantQ4_0, Q4_1: quantQ4_1, Q5_0: quantQ5_0, Q5_1: quantQ5_1, Q8_0: quantQ8_0,
 	Q4_K: quantQ4_K, Q5_K: quantQ5_K, Q6_K: quantQ6_K,
+	MXFP4: quantMXFP4, NVFP4: quantNVFP4,
 }
 
 func putF16(b []byte, f float32) { binary.LittleEndian.PutUint16(b, F32ToF16(f)) }
