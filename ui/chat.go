@@ -170,11 +170,15 @@ func (r *renderer) thinkLines(e *entry, show bool) []string {
 	if t == "" {
 		return nil
 	}
+	label := "thinking"
+	if e.streaming && strings.TrimSpace(e.text) == "" {
+		label = "thinking…" // still in it: a reasoning model may think for long
+	}
 	if !show {
 		words := len(strings.Fields(t))
-		return []string{"  " + r.st.dim.Render("▸ thinking ("+itoa(words)+" words) · ctrl+t to show")}
+		return []string{"  " + r.st.dim.Render("▸ "+label+" ("+itoa(words)+" words) · ctrl+t to show")}
 	}
-	out := []string{"  " + r.st.dim.Render("▾ thinking · ctrl+t to hide")}
+	out := []string{"  " + r.st.dim.Render("▾ "+label+" · ctrl+t to hide")}
 	out = append(out, r.plain(t, "  "+r.st.dim.Render("┊ "), r.st.think)...)
 	return append(out, "")
 }
