@@ -59,7 +59,7 @@ are the chat's. docs/serve.md describes the API and its limits.`,
 	f.String("api-key", "", "require this key as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also FTCHAT_API_KEY)")
 	f.String("model-id", "", "the model's name in the API (default: the model file's name)")
 	f.Int("parallel", engine.DefaultMaxRunning, "requests decoded together in one batched step")
-	f.Int("queue", engine.DefaultMaxQueue, "requests that may wait for room in the KV pool; more are answered 429")
+	f.Int("queue", engine.DefaultMaxQueue, "requests that may wait for room in the KV pool; more are answered 429 (0 = none wait)")
 	f.Int("prefill-chunk", engine.DefaultBatchPrefillChunk, "prompt tokens computed per batched step (a long prompt shares steps with the decoders)")
 	f.Int("prefix-cache", engine.DefaultPrefixCache, "finished conversations kept in the KV pool for prefix reuse (0 = none)")
 	return cmd
@@ -125,7 +125,7 @@ func Serve(ctx context.Context, cfg Config, sc ServeConfig, stderr io.Writer) er
 		}
 	}
 	srv := server.New(server.Config{Engine: eng, Batcher: b, ModelID: id, Aliases: aliases, APIKey: sc.APIKey, Version: version})
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	st := eng.Stats()
 	fmt.Fprintf(stderr, "ftchat: serving %s (%s, KV %s, %d tokens, %d in parallel) on http://%s\n",
 		id, st.Device, st.KVDType, st.TokensCapacity, sc.Parallel, ln.Addr())

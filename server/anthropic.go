@@ -384,7 +384,7 @@ func (m *anMessageOut) complete(w http.ResponseWriter) {
 			flushText()
 			content = append(content, toolUse(ev.ToolCall))
 		case engine.EventError:
-			writeError(w, anthropicStyle, &apiError{Status: http.StatusInternalServerError, Message: ev.Err.Error()})
+			writeError(w, anthropicStyle, runtimeError(ev.Err))
 			return
 		case engine.EventDone:
 			done = ev
@@ -453,7 +453,7 @@ func (m *anMessageOut) stream(w http.ResponseWriter) {
 				}
 			}
 		case engine.EventError:
-			out.send("error", (&apiError{Status: http.StatusInternalServerError, Message: ev.Err.Error()}).body(anthropicStyle))
+			out.send("error", (runtimeError(ev.Err)).body(anthropicStyle))
 			return
 		case engine.EventDone:
 			if ev.Stop == engine.StopCancelled || closeBlock() != nil {

@@ -352,7 +352,7 @@ func (c *oaCompletion) complete(w http.ResponseWriter) {
 		case engine.EventToolCall:
 			calls = append(calls, c.toolCall(ev.ToolCall))
 		case engine.EventError:
-			writeError(w, openAIStyle, &apiError{Status: http.StatusInternalServerError, Message: ev.Err.Error()})
+			writeError(w, openAIStyle, runtimeError(ev.Err))
 			return
 		case engine.EventDone:
 			done = ev
@@ -418,7 +418,7 @@ func (c *oaCompletion) stream(w http.ResponseWriter) {
 			calls++
 			delta = map[string]any{"tool_calls": []any{tc}}
 		case engine.EventError:
-			out.send("", (&apiError{Status: http.StatusInternalServerError, Message: ev.Err.Error()}).body(openAIStyle))
+			out.send("", (runtimeError(ev.Err)).body(openAIStyle))
 			return
 		case engine.EventDone:
 			if ev.Stop == engine.StopCancelled {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -28,12 +29,20 @@ func (s *Server) start(r *http.Request, req engine.BatchRequest) (*started, *api
 		case engine.EventProgress:
 			return &started{events: ch, prompt: ev.Total, cached: ev.Done}, nil
 		case engine.EventError:
-			return nil, &apiError{Status: http.StatusInternalServerError, Message: ev.Err.Error()}
+			return nil, runtimeError(ev.Err)
 		case engine.EventDone:
 			return nil, &apiError{Status: 499, Message: "request cancelled"}
 		}
 	}
 	return nil, &apiError{Status: 499, Message: "request cancelled"}
+}
+
+// runtimeError is an error the engine reported while answering.
+func runtimeError(err error) *apiError {
+	if errors.Is(err, engine.ErrBatcherClosed) {
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down"}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Message: err.Error()}
 }
 
 // sse writes server-sent events, flushing each.
