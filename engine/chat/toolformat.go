@@ -69,11 +69,12 @@ func PromptOpensThinking(prompt string) bool {
 	return strings.TrimSpace(prompt[open+len(thinkOpen):]) == ""
 }
 
-// AssistantContent is the content to store for an assistant turn whose
-// output had reasoning: "<think>\n" + thinking + "\n</think>\n\n" + text,
-// the shape thinking templates (Qwen3) split back apart when rendering
-// history (they keep the reasoning of the current tool-calling turn and drop
-// older ones). With no thinking it is text unchanged.
+// AssistantContent is an assistant turn's reasoning and answer as one
+// content: "<think>\n" + thinking + "\n</think>\n\n" + text, the shape
+// thinking templates (Qwen3, Qwen3.5) split back apart when they get no
+// reasoning_content. With no thinking it is text unchanged. ftchat's own
+// history does not use it: it keeps the thinking in Message.Reasoning (with
+// RenderOptions.ContentIsAnswer), so an answer is never split.
 func AssistantContent(thinking, text string) string {
 	if thinking == "" {
 		return text
