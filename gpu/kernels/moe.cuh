@@ -23,6 +23,17 @@
 
 #define MOE_BK 128
 #define MOE_PAD 8
+// Tuning knobs for scripts/moe_variants.sh (the committed PTX uses the
+// defaults): MOE_LOADER 2 puts 4 threads of a warp on consecutive units of
+// one W row (a warp's loads touch 8 rows, not 16); MOE_FASTDQ 1 decodes
+// Q4_K nibbles with the 2^23 float trick and one FMA (no int-to-float
+// conversion; one rounding instead of two, for the bf16 GEMMs only).
+#ifndef MOE_LOADER
+#define MOE_LOADER 1
+#endif
+#ifndef MOE_FASTDQ
+#define MOE_FASTDQ 0
+#endif
 
 __device__ __forceinline__ uint32_t moe_pack(float a, float b) {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
@@ -46,7 +57,29 @@ template <int T>
 __device__ __forceinline__ void moe_ldw(const uint8_t* row, bool rowok, int units, int u, float* w) {
     bool ok = rowok && u < units;
     int c;
-    deq32<T>(unit_ptr<T>(row, min(u, units - 1), c), c, w);
+    const uint8_t* b = unit_ptr<T>(row, min(u, units - 1), c);
+    if constexpr (T == T_Q4_K && MOE_FASTDQ) {
+        float d = ldh(b), dmin = ldh(b + 2);
+        int sc, m;
+        scale_min_k4(c, b + 4, sc, m);
+        float d1 = d * (float)sc, m1 = -dmin * (float)m;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
+        int shift = 4 * (c & 1);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 v = q[i];
+            uint32_t x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float f = __uint_as_float(0x4B000000u | ((x[k] >> (8 * e + shift)) & 0xFu)) - 8388608.f;
+                    w[16 * i + 4 * k + e] = fmaf(d1, f, m1);
+                }
+        }
+    } else {
+        deq32<T>(b, c, w);
+    }
 #pragma unroll
     for (int i = 0; i < 32; i++) w[i] = ok ? w[i] : 0.f;
 }
@@ -90,6 +123,29 @@ __device__ __forceinline__ void moe_frag_b(const __nv_bfloat16 (*Bs)[MOE_BK + MO
 // lh + 2 of the step's 4; activation rows ar (MOE_BM) take 8 floats at
 // 8*aq and 64 + 8*aq. The loads are branch-free, so the two units' and the
 // four float4s' global loads can all be in flight together.
+#if MOE_LOADER == 2
+// Loader 2: thread t dequantizes unit t & 3 of W rows t >> 2 (w0) and
+// 64 + (t >> 2) (w1), so the 4 threads of a row read consecutive units.
+template <int T>
+__device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, const uint8_t* w1, bool ok1, int units,
+                                               int k0, const float* arow, bool aok, int cols, int ar, int aq,
+                                               __nv_bfloat16 (*As)[MOE_BK + MOE_PAD],
+                                               __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD]) {
+    int ur = threadIdx.x & 3, r = threadIdx.x >> 2;
+    float4 xv[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) moe_ldx(arow, aok, cols, k0 + 8 * aq + 64 * i, xv[i]);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        float w[32];
+        moe_ldw<T>(j ? w1 : w0, j ? ok1 : ok0, units, (k0 >> 5) + ur, w);
+        moe_stw(&Bs[r + 64 * j][32 * ur], w);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i]);
+}
+#endif
+
 template <int T>
 __device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int units, int k0, int lr, int lh,
                                               const float* arow, bool aok, int cols, int ar, int aq,
@@ -147,6 +203,12 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
     int wc = n0 + (lr & 63);
     bool wok = wc < ff;
     const uint8_t* wrow = (lr < 64 ? Wg : Wu) + ((size_t)e * ff + (wok ? wc : 0)) * rowBytes;
+#if MOE_LOADER == 2
+    int gc = n0 + (tid >> 2);  // loader 2: gate and up row of column gc
+    bool gok = gc < ff;
+    size_t goff = ((size_t)e * ff + (gok ? gc : 0)) * rowBytes;
+    const uint8_t *g0 = Wg + goff, *u0 = Wu + goff;
+#endif
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* xrow = X + (size_t)(aok ? sorted[r0 + ar] / topk : 0) * cols;
@@ -157,7 +219,11 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
 #pragma unroll
         for (int i = 0; i < 4; i++) accg[j][i] = accu[j][i] = 0.f;
     for (int k0 = 0; k0 < cols; k0 += MOE_BK) {
+#if MOE_LOADER == 2
+        moe_load_tile2<T>(g0, gok, u0, gok, units, k0, xrow, aok, cols, ar, aq, As, Bs);
+#else
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, As, Bs);
+#endif
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
@@ -206,6 +272,12 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
     int lr = tid >> 1, lh = tid & 1;
     bool wok = n0 + lr < dim;
     const uint8_t* wrow = W + ((size_t)e * dim + (wok ? n0 + lr : 0)) * rowBytes;
+#if MOE_LOADER == 2
+    int dr0 = n0 + (tid >> 2), dr1 = dr0 + 64;  // loader 2: rows dr0 and dr1
+    bool dok0 = dr0 < dim, dok1 = dr1 < dim;
+    const uint8_t* d0 = W + ((size_t)e * dim + (dok0 ? dr0 : 0)) * rowBytes;
+    const uint8_t* d1 = W + ((size_t)e * dim + (dok1 ? dr1 : 0)) * rowBytes;
+#endif
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* hrow = H + (size_t)(aok ? r0 + ar : 0) * ff;
@@ -216,7 +288,11 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
     for (int k0 = 0; k0 < ff; k0 += MOE_BK) {
+#if MOE_LOADER == 2
+        moe_load_tile2<T>(d0, dok0, d1, dok1, units, k0, hrow, aok, ff, ar, aq, As, Bs);
+#else
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, As, Bs);
+#endif
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
