@@ -31,6 +31,11 @@
 # manylinux2014_x86_64 cmake -d .gpu-peer`; this script installs any
 # .gpu-peer/cmake-*.whl into $WORK/cmake-site and uses its bin/cmake.
 #
+# Tried on a 2-core dev VM with a CPU-only build of the stripped tree (33 min
+# wall, busy machine; WORK=/tmp/peertest with build -> build-cpu, NGL=0,
+# DEVICE=cpu, PRESETS="qwen35moe-tiny qwen3-tiny", DEPTHS=0,256): models and
+# bench ran, llama-bench took both synth files with f16 and q8_0 KV and -fa 1.
+#
 # ftchat reads tokenizer.ggml.pre "qwen35" only once engine/tokenizer maps it;
 # until then its qwen3.6-35b-a3b step fails at load (llama-bench is unaffected).
 #
