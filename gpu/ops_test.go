@@ -54,7 +54,8 @@ var f16Fields = map[gguf.Type][]int{
 
 // randWeight returns random GGUF bytes of type t for rows×cols: float types
 // are encoded normal values; block types are random bits with finite, small
-// float16 scales, so every code path of the decoders is exercised.
+// float16 scales, so every code path of the decoders is exercised. NVFP4's
+// UE4M3 scales are random bytes too (every byte decodes finite).
 func randWeight(r *rand.Rand, t gguf.Type, rows, cols int) []byte {
 	if isFloatType(t) {
 		raw, err := gguf.Quantize(t, randVec(r, rows*cols, 0.5))
@@ -69,6 +70,9 @@ func randWeight(r *rand.Rand, t gguf.Type, rows, cols int) []byte {
 		raw[i] = byte(r.Uint32())
 	}
 	for b := 0; b < nb; b++ {
+		if t == gguf.MXFP4 { // E8M0 scale 2^-20..2^20: random bytes would overflow float32
+			raw[b*t.BlockBytes()] = byte(108 + r.IntN(41))
+		}
 		for _, off := range f16Fields[t] {
 			s := float32(r.Float64()*0.02 + 0.001)
 			if r.IntN(4) == 0 {

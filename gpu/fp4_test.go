@@ -1,0 +1,79 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// TestFP4MatMulShapes runs the NVFP4/MXFP4 GEMVs (both decode variants) and
+// GEMMs against the CPU backend at an expert shape (512 x 2048, the gate/up
+// of Qwen3.6-35B-A3B) and its down projection (2048 x 512).
+func TestFP4MatMulShapes(t *testing.T) {
+	p := newPair(t)
+	defer p.g.gemvMode.Store(0)
+	r := rand.New(rand.NewPCG(40, 41))
+	for _, typ := range []gguf.Type{gguf.NVFP4, gguf.MXFP4} {
+		for _, sh := range []struct{ rows, cols int }{{512, 2048}, {2048, 512}} {
+			raw := randWeight(r, typ, sh.rows, sh.cols)
+			gw, cw := p.weight(gguf.TensorInfo{Name: "w", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: typ}, raw)
+			for _, n := range []int{1, 2, 8, 64, 300} {
+				for _, mode := range []int32{1, 2} {
+					if n > 8 && mode == 2 {
+						continue
+					}
+					p.g.gemvMode.Store(mode)
+					x := randVec(r, n*sh.cols, 1)
+					gx, cx := p.tensor(n, sh.cols, x)
+					gy, cy := p.tensor(n, sh.rows, nil)
+					p.g.MatMul(gy, gx, gw)
+					p.c.MatMul(cy, cx, cw)
+					tol := tolF32
+					if n >= p.g.opts.GEMMMinTokens {
+						tol = tolBF16
+					}
+					p.compare(fmt.Sprintf("%s %dx%d n=%d mode=%d", typ, sh.rows, sh.cols, n, mode), gy, cy, tol)
+				}
+			}
+		}
+	}
+}
+
+// TestMoEFP4 is TestMoEPaths for FP4 experts: decode GEMVs, grouped GEMMs
+// and the automatic choice against the CPU backend.
+func TestMoEFP4(t *testing.T) {
+	p := newPair(t)
+	defer moeForce.Store(0)
+	r := rand.New(rand.NewPCG(42, 43))
+	const E, dim, ff = 16, 512, 256
+	for _, tc := range []moeCase{{gguf.NVFP4, gguf.NVFP4}, {gguf.MXFP4, gguf.NVFP4}} {
+		w := func(name string, rows, cols int, tp gguf.Type) (model.Weight, model.Weight) {
+			return p.weight(gguf.TensorInfo{Name: name, Dims: []uint64{uint64(cols), uint64(rows)}, Type: tp}, randWeight(r, tp, rows, cols))
+		}
+		gr, cr := w("router", E, dim, gguf.F32)
+		gg, cg := w("gate", E*ff, dim, tc.gu)
+		gu, cu := w("up", E*ff, dim, tc.gu)
+		gd, cd := w("down", E*dim, ff, tc.down)
+		for _, n := range []int{1, 2, 7, 64, 513} {
+			gm := &model.MoE{Router: gr, Gate: gg, Up: gu, Down: gd, Experts: E, TopK: 8, NormTopK: true}
+			cm := &model.MoE{Router: cr, Gate: cg, Up: cu, Down: cd, Experts: E, TopK: 8, NormTopK: true}
+			gx, cx := p.tensor(n, dim, randVec(r, n*dim, 1))
+			_, cy := p.tensor(n, dim, nil)
+			p.c.MoE(cy, cx, cm)
+			for _, mode := range []int32{1, 2, 0} {
+				tol := tolMoEGemv
+				if mode == 2 || (mode == 0 && n > moeGemvMaxTok) {
+					tol = tolMoEGrouped
+				}
+				gy, _ := p.tensor(n, dim, nil)
+				moeForce.Store(mode)
+				p.g.MoE(gy, gx, gm)
+				moeForce.Store(0)
+				p.compare(fmt.Sprintf("MoE %s/%s n=%d mode=%d", tc.gu, tc.down, n, mode), gy, cy, tol)
+			}
+		}
+	}
+}

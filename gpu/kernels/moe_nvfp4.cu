@@ -1,0 +1,6 @@
+// Grouped (prefill) mixture-of-experts GEMMs for NVFP4 expert weights: see
+// moe.cuh (decoders in fp4.cuh). Built without --use_fast_math.
+#include "fp4.cuh"
+#define MOE_T T_NVFP4
+#define MOE_NAME nvfp4
+#include "moe.cuh"
