@@ -542,6 +542,7 @@ def build(arch):
             "train": {"steps": steps, "ppl_random_init": ppl0, "ppl_before_f16_round": ppl_tr},
             "layout": {f: {"bytes": d["bytes"], "keys": d["keys"]} for f, d in layout.items()},
         }
+        print(arch, "versions", json.dumps(meta["versions"]), file=sys.stderr)
         with open(os.path.join(OUT, "tiny_%s.json" % arch), "w") as f:
             json.dump(meta, f, indent=None, separators=(",", ":"))
             f.write("\n")
