@@ -7,6 +7,10 @@
 #                                gzip-compressed, into .gpu-moe/ (git-ignored)
 #   scripts/gpu_moe.sh run       on the GPU machine, from the repository root,
 #                                with .gpu-moe carried; logs in $OUT
+#   scripts/gpu_moe.sh variants  there too, after scripts/moe_variants.sh here:
+#                                the grouped-GEMM variants of .gpu-moe/ptx/*,
+#                                each checked (TestMoEPaths -short) and timed
+#                                (1, 256, 512 rows) in the same run
 #
 # Stages are bounded (MOE_T_TEST, MOE_T_BENCH, MOE_T_ENGINE seconds) so the
 # call ends inside a 240 s device limit. MOE_TESTS / MOE_BENCH / ENGINE_TESTS
@@ -47,8 +51,24 @@ run)
   fi
   exit $rc
   ;;
+variants)
+  OUT=${OUT:-$B/out}
+  mkdir -p "$OUT"
+  for f in $B/*.test.gz; do gzip -dc "$f" > "${f%.gz}" && chmod +x "${f%.gz}"; done
+  rc=0
+  for d in $B/ptx/*/; do
+    v=$(basename "$d")
+    (cd gpu && FTCHAT_PTX_DIR=../$d FTCHAT_REQUIRE_GPU=1 timeout 60 ../$B/gpu.test -test.short -test.v -test.run 'TestMoEPaths' -test.timeout 120s) \
+      > "$OUT/variant_$v.log" 2>&1 || rc=1
+    echo "== $v: $(grep -c 'relative error' "$OUT/variant_$v.log") compared, $(grep -c 'relative error .* >' "$OUT/variant_$v.log") over tolerance, $(grep -c FAIL "$OUT/variant_$v.log") FAIL lines"
+    (cd gpu && FTCHAT_PTX_DIR=../$d timeout 60 ../$B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down/n=(1|256|512)$/mode=2$' -test.benchtime 20x) \
+      >> "$OUT/variant_$v.log" 2>&1 || rc=1
+    grep -E '^BenchmarkMoE' "$OUT/variant_$v.log" | sed -E 's/ +/ /g' | awk '{print "   ", $1, $(NF-1), "us/op"}'
+  done
+  exit $rc
+  ;;
 *)
-  echo "usage: scripts/gpu_moe.sh build|run" >&2
+  echo "usage: scripts/gpu_moe.sh build|run|variants" >&2
   exit 2
   ;;
 esac
