@@ -94,7 +94,7 @@ func Load(ctx context.Context, opts Options, progress func(LoadProgress)) (*Engi
 		return nil, err
 	}
 	progress(LoadProgress{Stage: "reading " + path})
-	f, err := gguf.Open(path)
+	f, err := openModelFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.FromGGUF(f)
+	tok, err := loadTokenizer(f)
 	if err != nil {
 		return fmt.Errorf("%s: tokenizer: %w", f.Path, err)
 	}

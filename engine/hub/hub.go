@@ -92,7 +92,10 @@ func Resolve(ctx context.Context, model string, progress Progress) (string, erro
 	}
 	if st, err := os.Stat(model); err == nil {
 		if st.IsDir() {
-			return "", fmt.Errorf("model %q is a directory: pass a .gguf file", model)
+			if isCheckpointDir(model) {
+				return model, nil // a Hugging Face checkpoint (engine/hfmodel)
+			}
+			return "", fmt.Errorf("model %q is a directory without a config.json: pass a .gguf file or a Hugging Face checkpoint directory", model)
 		}
 		if err := safefile.CheckRegular(model, "--model", st); err != nil {
 			return "", err
@@ -120,6 +123,9 @@ func Resolve(ctx context.Context, model string, progress Progress) (string, erro
 				return p, nil
 			}
 		}
+	}
+	if p, ok, err := hfSnapshot(model); ok || err != nil {
+		return p, err
 	}
 	if strings.HasSuffix(strings.ToLower(model), ".gguf") || strings.ContainsAny(model, `/\`) {
 		return "", fmt.Errorf("model file %q not found: check the path, or fetch it with `ftchat pull`", model)
