@@ -109,6 +109,10 @@ type Weight struct {
 	f32        []float32 // F32 weights decoded once (norms, biases, small matrices)
 	kern       rowKernel
 	kern4      rowKernel4 // nil when there is no four-row kernel
+	// scale is the second-level scale (model.ScaledLoader): output row r
+	// is multiplied by scale[r/scaleRows]; nil means 1.
+	scale     []float32
+	scaleRows int
 }
 
 func (w *Weight) Info() gguf.TensorInfo { return w.info }
@@ -201,6 +205,9 @@ func (b *Backend) Embed(dst model.Tensor, table model.Weight, tokens []int32) {
 			}
 			if err := gguf.Dequantize(w.info.Type, w.raw[t*w.rowBytes:(t+1)*w.rowBytes], d.row(i)); err != nil {
 				panic(err)
+			}
+			if w.scale != nil {
+				scaleBy(d.row(i), w.scale[t/w.scaleRows])
 			}
 		}
 	})

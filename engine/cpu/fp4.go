@@ -1,6 +1,11 @@
 package cpu
 
-import "github.com/ftchat/ftchat/engine/gguf"
+import (
+	"fmt"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
 
 // The FP4 kernels (NVFP4, MXFP4) decode E2M1 codes through ggml's doubled
 // value table and the block scale through gguf's 256-entry tables, so the
@@ -53,4 +58,28 @@ func dotMXFP4(w []byte, x, _ []float32) float32 {
 func init() {
 	kernels[gguf.NVFP4] = dotNVFP4
 	kernels[gguf.MXFP4] = dotMXFP4
+}
+
+func scaleBy(v []float32, s float32) {
+	for i := range v {
+		v[i] *= s
+	}
+}
+
+// LoadScaledWeight is LoadWeight with a second-level scale
+// (model.ScaledLoader): one value, or one per equal group of output rows
+// (the experts of a stacked tensor). MatMul (and so MoE) and Embed apply it
+// to their outputs.
+func (b *Backend) LoadScaledWeight(info gguf.TensorInfo, raw []byte, scale []float32) (model.Weight, error) {
+	mw, err := b.LoadWeight(info, raw)
+	if err != nil {
+		return nil, err
+	}
+	w := mw.(*Weight)
+	if len(scale) == 0 || w.rows%len(scale) != 0 {
+		return nil, fmt.Errorf("cpu: tensor %q: %d second-level scales do not divide its %d rows", info.Name, len(scale), w.rows)
+	}
+	w.scale = append([]float32(nil), scale...)
+	w.scaleRows = w.rows / len(scale)
+	return w, nil
 }

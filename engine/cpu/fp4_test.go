@@ -57,3 +57,63 @@ func TestFP4Kernels(t *testing.T) {
 		t.Log("no AVX2+FMA on this CPU: only the portable kernels ran")
 	}
 }
+
+// TestScaledWeights checks the second-level scales: a per-tensor scale and
+// per-expert scales multiply MatMul's rows (any o0 window, as MoE issues
+// them) and Embed's rows; a scale count that does not divide the rows is
+// refused.
+func TestScaledWeights(t *testing.T) {
+	b := New(Options{Threads: 2})
+	defer b.Close()
+	r := rand.New(rand.NewPCG(44, 45))
+	const cols, E, ff, n = 128, 4, 8, 3
+	rows := E * ff
+	raw := randFP4(r, gguf.NVFP4, rows*cols/64)
+	info := gguf.TensorInfo{Name: "blk.0.ffn_up_exps.weight", Dims: []uint64{cols, ff, E}, Type: gguf.NVFP4}
+	plain, err := b.LoadWeight(info, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scale := range [][]float32{{0.375}, {0.5, 2, 1e-3, 3}} {
+		sw, err := b.LoadScaledWeight(info, raw, scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := tensorOf(b, n, cols, randVec(r, n*cols, 1))
+		want, got := poisoned(b, n, rows), poisoned(b, n, rows)
+		b.MatMul(want, x, plain)
+		b.MatMul(got, x, sw)
+		for i := 0; i < n; i++ {
+			for o := 0; o < rows; o++ {
+				s := scale[o/(rows/len(scale))]
+				if w := want.Data[i*rows+o] * s; got.Data[i*rows+o] != w {
+					t.Fatalf("scales %v: dst[%d][%d] = %v, want %v", scale, i, o, got.Data[i*rows+o], w)
+				}
+			}
+		}
+		// An expert's window (o0 = 2*ff) as MoE computes it.
+		part := make([]float32, n*ff)
+		b.matmul(part, ff, x.Data, n, wt(sw), 2*ff, ff)
+		for i := 0; i < n; i++ {
+			for o := 0; o < ff; o++ {
+				if part[i*ff+o] != got.Data[i*rows+2*ff+o] {
+					t.Fatalf("scales %v: expert window row %d col %d = %v, want %v", scale, i, o, part[i*ff+o], got.Data[i*rows+2*ff+o])
+				}
+			}
+		}
+		ew, ep := poisoned(b, 2, cols), poisoned(b, 2, cols)
+		b.Embed(ep, plain, []int32{5, 30})
+		b.Embed(ew, sw, []int32{5, 30})
+		for k, tok := range []int{5, 30} {
+			s := scale[tok/(rows/len(scale))]
+			for c := 0; c < cols; c++ {
+				if ew.Data[k*cols+c] != ep.Data[k*cols+c]*s {
+					t.Fatalf("scales %v: embed row %d col %d", scale, tok, c)
+				}
+			}
+		}
+	}
+	if _, err := b.LoadScaledWeight(info, raw, []float32{1, 2, 3}); err == nil {
+		t.Error("3 scales for 32 rows were accepted")
+	}
+}

@@ -69,6 +69,14 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 			}
 		}
 	})
+	if w.scale != nil {
+		for r := 0; r < n; r++ {
+			row := dst[r*ds : r*ds+nOut]
+			for o := range row {
+				row[o] *= w.scale[(o0+o)/w.scaleRows]
+			}
+		}
+	}
 }
 
 // matmulGeneric handles weights without a fused kernel: each weight row is

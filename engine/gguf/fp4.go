@@ -1,6 +1,9 @@
 package gguf
 
-import "math"
+import (
+	"math"
+	"strings"
+)
 
 // The FP4 types store E2M1 elements (1 sign, 2 exponent, 1 mantissa bits)
 // as 4-bit codes. ggml decodes them as the doubled values in KValuesFP4
@@ -88,9 +91,15 @@ func dequantMXFP4(b []byte, y []float32) {
 
 // ScaleTensorName is the name of the float32 second-level scale tensor that
 // llama.cpp's converter writes beside an NVFP4 weight (ModelOpt's
-// weight_scale_2): a scalar for a dense weight, one value per expert for
-// stacked experts. Absent means 1.
-func ScaleTensorName(weight string) string { return weight + ".scale" }
+// weight_scale_2): "blk.0.ffn_up_exps.weight" -> "blk.0.ffn_up_exps.scale",
+// shape [1] for a dense weight, [n_expert] for stacked experts. The
+// converter omits trivial (1.0) scales; absent means 1.
+func ScaleTensorName(weight string) string {
+	if !strings.Contains(weight, ".weight") {
+		return weight + ".scale"
+	}
+	return strings.ReplaceAll(weight, ".weight", ".scale")
+}
 
 // FP32ToUE4M3 encodes x as an NVFP4 block-scale byte, rounding as
 // ggml_fp32_to_ue4m3 does (non-positive and NaN give 0, saturating at 448

@@ -87,7 +87,7 @@ func (ld *loader) get(name string, dims ...int) Weight {
 	}
 	// The backend judges the type first: "unsupported type" is the more
 	// useful message when both the type and the shape are unexpected.
-	w, err := ld.be.LoadWeight(ti, raw)
+	w, err := ld.loadWeight(ti, raw, dims)
 	if err != nil {
 		ld.err = fmt.Errorf("%s: %w", ld.f.Path, err)
 		return nil
