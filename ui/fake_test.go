@@ -32,6 +32,8 @@ type fakeEngine struct {
 	// reconfHold, when set, blocks SwitchKV half way until it is closed
 	// or the switch is cancelled.
 	reconfHold chan struct{}
+	// reconfDelay slows each quarter of SwitchKV down (the tmux test).
+	reconfDelay time.Duration
 	fitChecks  int
 }
 
@@ -82,6 +84,13 @@ func (f *fakeEngine) SwitchKV(ctx context.Context, dtype string, progress func(d
 	}
 	for i := 0; i <= 4; i++ {
 		progress(used*i/4, used)
+		if delay := f.reconfDelay; delay > 0 && i < 4 {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return fmt.Errorf("/kvdtype %s cancelled; the cache is %s as before: %w", dtype, f.Stats().KVDType, ctx.Err())
+			}
+		}
 		if i == 2 && hold != nil {
 			// Half way: wait for the test, or for a cancel.
 			select {

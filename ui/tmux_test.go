@@ -46,7 +46,9 @@ func TestTmuxChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("child process of TestTmuxFakeEngine")
 	}
-	err := Run(context.Background(), Config{Engine: newFakeEngine(), Session: &slowSession{}, SessionDir: dir, Piped: os.Getenv(tmuxChildEnv + "_PIPED")})
+	eng := newFakeEngine()
+	eng.reconfDelay = 400 * time.Millisecond // a switch takes about 1.6 s
+	err := Run(context.Background(), Config{Engine: eng, Session: &slowSession{}, SessionDir: dir, Piped: os.Getenv(tmuxChildEnv + "_PIPED")})
 	if err != nil {
 		fmt.Println("RUN ERROR:", err)
 	}
@@ -87,8 +89,23 @@ func TestTmuxFakeEngine(t *testing.T) {
 	tm.keys("Tab")
 	tm.typeText("fp8_e4m3")
 	tm.keys("Enter")
+	// Issue 15 item 4: typing during the switch queues the message, which
+	// is sent when the switch ends.
+	tm.waitText("esc cancels", 5*time.Second)
+	tm.typeText("typed during the switch")
+	tm.keys("Enter")
+	tm.waitText("message queued", 5*time.Second)
 	tm.waitText("kv fp8_e4m3", 10*time.Second)
 	tm.waitText("16,000 / 131,072 tok", 5*time.Second)
+	tm.waitText("▌ typed during the switch", 10*time.Second) // sent: its turn is on screen
+	tm.keys("Escape")
+	tm.waitFor("stopped", 10*time.Second, func(s string) bool { return strings.Contains(s, "─ stopped") })
+	// Esc cancels a switch and keeps the cache.
+	tm.typeText("/kvdtype bf16")
+	tm.keys("Enter")
+	tm.waitText("esc cancels", 5*time.Second)
+	tm.keys("Escape")
+	tm.waitText("/kvdtype bf16 cancelled; the KV cache is fp8_e4m3 as before", 10*time.Second)
 
 	tm.typeText("/nope")
 	tm.keys("Enter")
