@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -697,5 +699,55 @@ func TestHybridSwitchWithMoreSessionsThanSlots(t *testing.T) {
 	checkInStep(t, b)
 	if b.Tokens() != heldB || a.Tokens() != 0 {
 		t.Errorf("after the switch: b holds %d tokens (was %d), a %d (want 0: b took the slot)", b.Tokens(), heldB, a.Tokens())
+	}
+}
+
+// Evaluation and the speed bench borrow a cleared state slot: perplexity
+// through EvalLogits matches transformers' on the fixture's reference
+// text (bench quality runs this path), twice in a row, and BenchSpeed runs.
+func TestHybridEvalAndBenchUseScratchState(t *testing.T) {
+	var ref struct {
+		Tokens  []int32 `json:"tokens"`
+		Prefill struct {
+			PPL float64 `json:"ppl"`
+		} `json:"prefill"`
+	}
+	b, err := os.ReadFile("model/testdata/tiny_qwen35moe.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	e := loadHybrid(t, "model/testdata/tiny_qwen35moe.gguf", Options{PrefillChunk: 64})
+	rows := make([]int, len(ref.Tokens)-1)
+	for i := range rows {
+		rows[i] = i
+	}
+	ppl := func() float64 {
+		nll := 0.0
+		err := e.EvalLogits(context.Background(), KVSpec{DType: kvcache.BF16}, ref.Tokens, rows, func(row int, l []float32) error {
+			m := float64(slices.Max(l))
+			sum := 0.0
+			for _, x := range l {
+				sum += math.Exp(float64(x) - m)
+			}
+			nll -= float64(l[ref.Tokens[row+1]]) - m - math.Log(sum)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return math.Exp(nll / float64(len(rows)))
+	}
+	first, second := ppl(), ppl()
+	if math.Abs(first/ref.Prefill.PPL-1) > 0.01 || first != second {
+		t.Errorf("perplexity %.4f then %.4f, transformers %.4f (within 1%%, the same both times)", first, second, ref.Prefill.PPL)
+	}
+	if _, err := e.BenchSpeed(context.Background(), 64, 32, 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.StateSlotsLive != 0 || st.StateSnapshots != 0 {
+		t.Errorf("slots left behind: %d live, %d snapshots", st.StateSlotsLive, st.StateSnapshots)
 	}
 }
