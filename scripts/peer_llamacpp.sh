@@ -43,7 +43,8 @@
 # DEPTHS (0,4096,32768), ARCH (90), JOBS (nproc), WORK (/tmp/peer), OUT,
 # LOGS ($WORK/out),
 # FTCHAT (.gpu/ftchat), CTX (ftchat --ctx-size, default 40960), NGL (99),
-# DEVICE (ftchat --device, default cuda).
+# DEVICE (ftchat --device, default cuda), REPS (llama-bench -r, default 5),
+# FTCHAT_BENCH (0: the bench step runs llama-bench only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -59,6 +60,8 @@ FTCHAT=${FTCHAT:-$ROOT/.gpu/ftchat}
 CTX=${CTX:-40960}
 NGL=${NGL:-99}
 DEVICE=${DEVICE:-cuda}
+REPS=${REPS:-5}
+FTCHAT_BENCH=${FTCHAT_BENCH:-1}
 TARBALL=$ROOT/.gpu-peer/llama.cpp.tar.xz
 BENCH=$WORK/llama.cpp/build/bin/llama-bench
 LOGS=${LOGS:-$WORK/out}
@@ -127,7 +130,7 @@ do_bench() {
     if [ -x "$BENCH" ]; then
       for kv in f16 q8_0; do
         log "bench: llama-bench $p kv $kv"
-        "$BENCH" -m "$f" -ngl "$NGL" -fa 1 -p 512 -n 128 -d "$DEPTHS" -ctk "$kv" -ctv "$kv" -o md \
+        "$BENCH" -m "$f" -ngl "$NGL" -fa 1 -p 512 -n 128 -r "$REPS" -d "$DEPTHS" -ctk "$kv" -ctv "$kv" -o md \
           >"$LOGS/llama-bench-$p-$kv.md" 2>"$LOGS/llama-bench-$p-$kv.err" ||
           { log "bench: llama-bench $p $kv failed"; tail -5 "$LOGS/llama-bench-$p-$kv.err"; }
         cat "$LOGS/llama-bench-$p-$kv.md"
@@ -135,7 +138,7 @@ do_bench() {
     else
       log "bench: no llama-bench ($BENCH); build first"
     fi
-    if [ -x "$FTCHAT" ]; then
+    if [ -x "$FTCHAT" ] && [ "$FTCHAT_BENCH" = 1 ]; then
       log "bench: ftchat bench speed $p"
       "$FTCHAT" bench speed --model "$f" --device "$DEVICE" --ctx-size "$CTX" --depths "$DEPTHS" \
         --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128 >"$LOGS/ftchat-$p.txt" 2>&1 ||
