@@ -28,6 +28,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative ctx", Options{ContextLen: -1}, none, "--ctx-size -1"},
 		{"scales need fp8", Options{KVScales: "s.json", KVDType: "bf16"}, none, "needs an fp8"},
 		{"scales fp8", Options{KVScales: "s.json", KVDType: "fp8_e4m3"}, none, ""},
+		{"state slots", Options{StateSlots: 8}, none, ""},
+		{"negative state slots", Options{StateSlots: -1}, none, "--state-slots -1: must be 0 (default) or positive"},
+		{"too many state slots", Options{StateSlots: 5000}, none, "--state-slots 5000: at most 1024"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
