@@ -320,49 +320,67 @@ func maxDiff(a, b []float32) (d, scale float64) {
 func TestHybridResumeLogitsMatchFromScratch(t *testing.T) {
 	for _, path := range hybridFixtures {
 		t.Run(path, func(t *testing.T) {
-			e := loadHybrid(t, path, Options{PrefillChunk: 32})
-			r := make([]int32, 200)
-			for i := range r {
-				r[i] = int32(1 + (i*37+i*i)%250)
-			}
-			scratch := func(tokens []int32) []float32 {
-				seq := e.pool.NewSequence()
-				defer seq.Free()
-				e.mu.Lock()
-				st, release, err := e.state.scratch()
-				e.mu.Unlock()
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, l := forwardFrom(t, e, seq, st, tokens)
-				e.mu.Lock()
-				release()
-				e.mu.Unlock()
-				return l
-			}
-			s := e.NewSession()
-			for _, step := range []struct {
-				name      string
-				prompt    []int32
-				snapAt    []int
-				wantStart int
-			}{
-				{"first turn, snapshot at 90", r[:120], []int{90}, 0},
-				{"extends the live state", r[:170], nil, 120},
-				{"edit at 100: the snapshot at 90", append(slices.Clone(r[:100]), append([]int32{7, 7}, r[102:180]...)...), nil, 90},
-				{"edit at 50: token 0", append(slices.Clone(r[:50]), r[60:160]...), nil, 0},
-			} {
-				start, got := forwardFrom(t, e, s.seq, s.st, step.prompt, step.snapAt...)
-				if start != step.wantStart {
-					t.Errorf("%s: resumed at %d, want %d", step.name, start, step.wantStart)
-				}
-				checkInStep(t, s)
-				want := scratch(step.prompt)
-				if d, scale := maxDiff(got, want); d > 1e-4*max(scale, 1) {
-					t.Errorf("%s: logits differ from a from-scratch prefill by %g (max |logit| %g)", step.name, d, scale)
-				}
-			}
+			checkResumeLogits(t, loadHybrid(t, path, Options{PrefillChunk: 32}), 1e-4)
 		})
+	}
+}
+
+// The same on the GPU (its StateBackend's ClearState and CopyState under
+// the engine's snapshots); it skips without a usable GPU.
+func TestHybridResumeLogitsMatchFromScratchGPU(t *testing.T) {
+	needGPU(t)
+	for _, path := range hybridFixtures {
+		t.Run(path, func(t *testing.T) {
+			checkResumeLogits(t, loadOn(t, path, "cuda", "bf16", Options{PrefillChunk: 32}), 1e-3)
+		})
+	}
+}
+
+// checkResumeLogits runs one session through a first turn, an extension,
+// and two edits, comparing each turn's last logits with a from-scratch
+// prefill of the same tokens (relative tolerance tol).
+func checkResumeLogits(t *testing.T, e *Engine, tol float64) {
+	t.Helper()
+	r := make([]int32, 200)
+	for i := range r {
+		r[i] = int32(1 + (i*37+i*i)%250)
+	}
+	scratch := func(tokens []int32) []float32 {
+		seq := e.pool.NewSequence()
+		defer seq.Free()
+		e.mu.Lock()
+		st, release, err := e.state.scratch()
+		e.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, l := forwardFrom(t, e, seq, st, tokens)
+		e.mu.Lock()
+		release()
+		e.mu.Unlock()
+		return l
+	}
+	s := e.NewSession()
+	for _, step := range []struct {
+		name      string
+		prompt    []int32
+		snapAt    []int
+		wantStart int
+	}{
+		{"first turn, snapshot at 90", r[:120], []int{90}, 0},
+		{"extends the live state", r[:170], nil, 120},
+		{"edit at 100: the snapshot at 90", append(slices.Clone(r[:100]), append([]int32{7, 7}, r[102:180]...)...), nil, 90},
+		{"edit at 50: token 0", append(slices.Clone(r[:50]), r[60:160]...), nil, 0},
+	} {
+		start, got := forwardFrom(t, e, s.seq, s.st, step.prompt, step.snapAt...)
+		if start != step.wantStart {
+			t.Errorf("%s: resumed at %d, want %d", step.name, start, step.wantStart)
+		}
+		checkInStep(t, s)
+		want := scratch(step.prompt)
+		if d, scale := maxDiff(got, want); d > tol*max(scale, 1) {
+			t.Errorf("%s: logits differ from a from-scratch prefill by %g (max |logit| %g)", step.name, d, scale)
+		}
 	}
 }
 
