@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -249,7 +250,7 @@ func (s Spec) Validate() error {
 		bad("invalid Llama3 rope scaling %+v", *l)
 	}
 	if !gguf.QuantizeSupported(s.WeightType) {
-		bad("weight type %s cannot be generated (use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)", s.WeightType)
+		bad("weight type %s cannot be generated (use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4 or NVFP4)", s.WeightType)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("synth: invalid spec: %w", err)
@@ -277,6 +278,10 @@ func matrixType(want gguf.Type, rowLen int) gguf.Type {
 type tensorPlan struct {
 	info gguf.TensorInfo
 	fill fillKind
+	// scale is an NVFP4 matrix's second-level scale, one value per equal
+	// group of rows (per expert), which the generator divides out before
+	// quantizing; for its <name>.scale tensor (fillValues), the values.
+	scale []float32
 }
 
 type fillKind int
@@ -288,6 +293,7 @@ const (
 	fillSSMA                      // ssm_a = -exp(A_log): -A, A log-uniform in [1, 16]
 	fillDtBias                    // ssm_dt.bias: softplus^-1(dt), dt log-uniform in [1e-3, 0.1]
 	fillConv                      // ssm_conv1d: uniform(-0.5, 0.5), PyTorch's Conv1d init for 4 taps
+	fillValues                    // the plan's scale values (an NVFP4 <name>.scale tensor)
 )
 
 // Tensors lists the tensors of the model in file order (offsets unset).
@@ -307,13 +313,28 @@ func (s Spec) plan() []tensorPlan {
 		for i, v := range dims {
 			d[i] = uint64(v)
 		}
-		p = append(p, tensorPlan{gguf.TensorInfo{Name: name, Dims: d, Type: t}, fill})
+		p = append(p, tensorPlan{info: gguf.TensorInfo{Name: name, Dims: d, Type: t}, fill: fill})
 	}
-	mat := func(name string, dims ...int) { add(name, fillWeight, matrixType(s.WeightType, dims[0]), dims...) }
+	mat := func(name string, dims ...int) {
+		t := matrixType(s.WeightType, dims[0])
+		add(name, fillWeight, t, dims...)
+		if t == gguf.NVFP4 { // the weight, then its scale tensor, as the converter writes them
+			sc := nvfp4Scales(name, dims)
+			p[len(p)-1].scale = sc
+			add(gguf.ScaleTensorName(name), fillValues, gguf.F32, len(sc))
+			p[len(p)-1].scale = sc
+		}
+	}
 	f32 := func(name string, fill fillKind, dims ...int) { add(name, fill, gguf.F32, dims...) }
 
 	qDim, kvDim := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-	mat("token_embd.weight", s.Dim, s.Vocab)
+	if s.WeightType == gguf.NVFP4 || s.WeightType == gguf.MXFP4 {
+		// NVFP4 checkpoints keep the embeddings unquantized; the
+		// converter writes them at its --outtype. Q8_0 keeps the file small.
+		add("token_embd.weight", fillWeight, gguf.Q8_0, s.Dim, s.Vocab)
+	} else {
+		mat("token_embd.weight", s.Dim, s.Vocab)
+	}
 	if s.Llama3 != nil {
 		f32("rope_freqs.weight", fillRopeFreqs, s.HeadDim/2)
 	}
@@ -407,6 +428,23 @@ func (s Spec) hybridPlan(mat func(string, ...int), f32 func(string, fillKind, ..
 	}
 }
 
+// nvfp4Scales returns the second-level scales of an NVFP4 matrix: ModelOpt's
+// weight_scale_2 = amax / (6 * 448) for amax ≈ 5 WeightStd, so the block
+// scales use the whole UE4M3 range as in real checkpoints, varied by ±25%
+// per tensor and per expert (dims[2]) from the name.
+func nvfp4Scales(name string, dims []int) []float32 {
+	n := 1
+	if len(dims) == 3 {
+		n = dims[2]
+	}
+	rng := rand.New(rand.NewPCG(chunkSeed(name, 0), 0x5ca1e))
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(5 * WeightStd / (6 * 448) * (0.75 + 0.5*rng.Float64()))
+	}
+	return s
+}
+
 // fileType is llama.cpp's general.file_type for a model of mostly type t.
 func fileType(t gguf.Type) uint32 {
 	switch t {
@@ -432,6 +470,10 @@ func fileType(t gguf.Type) uint32 {
 		return 18
 	case gguf.BF16:
 		return 32
+	case gguf.MXFP4:
+		return 38 // MOSTLY_MXFP4_MOE
+	case gguf.NVFP4:
+		return 39 // MOSTLY_NVFP4
 	}
 	return 0
 }

@@ -169,6 +169,8 @@ func (j *job) generate(spec Spec, seed uint64, scratch []float32) []float32 {
 	switch p.fill {
 	case fillRopeFreqs:
 		copy(x, RopeFreqFactors(spec.HeadDim, spec.RopeBase, *spec.Llama3))
+	case fillValues:
+		copy(x, p.scale)
 	case fillSSMA, fillDtBias, fillConv:
 		rng := rand.New(rand.NewPCG(seed, chunkSeed(p.info.Name, j.row0)))
 		for i := range x {
@@ -191,6 +193,17 @@ func (j *job) generate(spec Spec, seed uint64, scratch []float32) []float32 {
 		if p.fill == fillNorm {
 			for i := range x {
 				x[i]++
+			}
+		}
+	}
+	if p.fill == fillWeight && p.scale != nil {
+		// NVFP4: quantize w / scale; the file's <name>.scale restores w.
+		groupRows := int(p.info.Elements()) / j.rowElems / len(p.scale)
+		for r := 0; r < j.rows; r++ {
+			inv := 1 / p.scale[(j.row0+r)/groupRows]
+			row := x[r*j.rowElems : (r+1)*j.rowElems]
+			for i := range row {
+				row[i] *= inv
 			}
 		}
 	}
