@@ -168,7 +168,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	}
 	if e.state != nil {
 		if err := e.state.be.AllocState(e.state.l); err != nil {
-			return fmt.Errorf("recurrent state (%s): %w", e.state.recurrentState(), err)
+			return fmt.Errorf("--state-slots %d: %w", e.state.l.Slots, err)
 		}
 	}
 	return e.allocPool(layout)
