@@ -13,9 +13,9 @@ Run on a dev machine (CI never runs this); deterministic from fixed seeds. For e
   ../tokenizer/tokenizer.json, tokenizer_config.json   the byte-level BPE of
         scripts/qwen35_fixtures.py (320 ids, Qwen specials, the Qwen3.5 chat template): one
         tokenizer for every arch, kept once (tests link it into a copy of a directory).
-  ../<arch>.gguf       the same directory converted by llama.cpp's convert_hf_to_gguf.py
+  ../<arch>.gguf.gz    the same directory converted by llama.cpp's convert_hf_to_gguf.py
         (llama-cpp-python 0.3.36 sdist, --outtype f32; get_vocab_base_pre patched to "qwen2"
-        since the converter refuses an unknown pre-tokenizer hash).
+        since the converter refuses an unknown pre-tokenizer hash), gzipped (mtime 0).
   ../<arch>.json       {arch, dtype, versions, text, tokens, logprob_next (T-1 floats,
         transformers float32, eager attention), ppl, argmax}.
 
@@ -62,6 +62,14 @@ def run_converter(model_dir, out, extra=()):
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-4000:] + r.stderr[-8000:])
         raise SystemExit("converter failed for " + out)
+
+
+def gzip_file(path):
+    import gzip
+    with open(path, "rb") as f, open(path + ".gz", "wb") as out:
+        with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9, mtime=0, filename="") as z:
+            z.write(f.read())
+    os.remove(path)
 
 
 def make_config(arch, tok):
@@ -172,6 +180,8 @@ def build(arch):
             json.dump(res, f)
         for f in ("tokenizer.json", "tokenizer_config.json"):
             os.remove(os.path.join(mdir, f))  # one copy in testdata/tokenizer/
+        gzip_file(gguf_path)
+        gguf_path += ".gz"
         sizes = {f: os.path.getsize(os.path.join(mdir, f)) for f in sorted(os.listdir(mdir))}
         print(arch, "tokens", len(ids), "ppl", res["ppl"], sizes, "gguf", os.path.getsize(gguf_path),
               file=sys.stderr)

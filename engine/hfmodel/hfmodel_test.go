@@ -1,7 +1,9 @@
 package hfmodel_test
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -78,6 +80,24 @@ func logits(t *testing.T, f *gguf.File, toks []int32) ([]float32, model.Config) 
 	return lg, m.Config
 }
 
+func gunzip(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func logSoftmaxAt(row []float32, next int32) float64 {
 	mx := math.Inf(-1)
 	for _, v := range row {
@@ -103,7 +123,7 @@ func TestCheckpointMatchesConvertedGGUF(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer hf.Close()
-			gf, err := gguf.Open(filepath.Join("testdata", arch+".gguf"))
+			gf, err := gguf.OpenBytes(arch+".gguf", gunzip(t, filepath.Join("testdata", arch+".gguf.gz")))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,193 @@
+package hfmodel_test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/hfmodel"
+)
+
+// copyDir copies testdata/<arch> into a temporary directory.
+func copyDir(t *testing.T, arch string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), arch)
+	if err := os.CopyFS(dst, os.DirFS(filepath.Join("testdata", arch))); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// editHeader rewrites a safetensors file's header JSON in place.
+func editHeader(t *testing.T, path string, edit func(map[string]map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var h map[string]map[string]any
+	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
+		t.Fatal(err)
+	}
+	edit(h)
+	js, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(js)))
+	out = append(append(out, js...), b[8+n:]...)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	edit(c)
+	if b, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenRefusals: each broken directory gets one message naming the
+// file or tensor and the problem.
+func TestOpenRefusals(t *testing.T) {
+	const q = "model.layers.0.self_attn.q_proj.weight"
+	for _, c := range []struct {
+		name   string
+		arch   string
+		break_ func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"no config", "llama", func(t *testing.T, d string) { os.Remove(filepath.Join(d, "config.json")) },
+			[]string{"config.json is missing"}},
+		{"no weights", "llama", func(t *testing.T, d string) { os.Remove(filepath.Join(d, "model.safetensors")) },
+			[]string{"no model.safetensors or model.safetensors.index.json"}},
+		{"truncated shard", "llama", func(t *testing.T, d string) {
+			p := filepath.Join(d, "model.safetensors")
+			st, _ := os.Stat(p)
+			os.Truncate(p, st.Size()-100)
+		}, []string{"model.safetensors", "truncated"}},
+		{"missing shard", "qwen3", func(t *testing.T, d string) { os.Remove(filepath.Join(d, "model-00002-of-00003.safetensors")) },
+			[]string{"names shard model-00002-of-00003.safetensors, which is missing"}},
+		{"dtype/size mismatch", "llama", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { h[q]["dtype"] = "F32" })
+		}, []string{q, "dtype/shape mismatch"}},
+		{"unsupported dtype", "llama", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+				h[q]["dtype"], h[q]["shape"] = "F8_E4M3", []int{64, 16}
+			})
+		}, []string{q, "dtype F8_E4M3", "supported: F32, F16, BF16"}},
+		{"shape vs config", "llama", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["intermediate_size"] = 64 })
+		}, []string{"model.layers.0.mlp.gate_proj.weight", "has shape [32 16] but config.json implies [64 16]"}},
+		{"missing tensor", "qwen3moe", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+				delete(h, "model.layers.1.mlp.experts.3.up_proj.weight")
+			})
+		}, []string{"tensor model.layers.1.mlp.experts.3.up_proj.weight is missing"}},
+		{"unknown model type", "llama", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["model_type"] = "gpt_neox" })
+		}, []string{`model_type "gpt_neox" is not supported`}},
+		{"quantized", "llama", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["quantization_config"] = map[string]any{"quant_method": "fp8"} })
+		}, []string{`quant_method "fp8"`, "not read yet"}},
+		{"bad config value", "llama", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["num_attention_heads"] = 0 })
+		}, []string{"num_attention_heads 0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := copyDir(t, c.arch)
+			c.break_(t, d)
+			f, err := hfmodel.Open(d)
+			if err == nil {
+				f.Close()
+				t.Fatal("opened")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if strings.Count(err.Error(), "\n") > 0 {
+				t.Errorf("error is more than one line: %q", err)
+			}
+		})
+	}
+}
+
+// TestCompositeConfig: a config.json with text_config (and the
+// model.language_model. prefix on the tensors, vision tensors beside) loads
+// like the plain one.
+func TestCompositeConfig(t *testing.T) {
+	d := copyDir(t, "qwen35")
+	editConfig(t, d, func(c map[string]any) {
+		text := map[string]any{}
+		for k, v := range c {
+			if k != "architectures" {
+				text[k] = v
+			}
+		}
+		text["model_type"] = "qwen3_5_text"
+		for k := range c {
+			delete(c, k)
+		}
+		c["architectures"] = []string{"Qwen3_5ForConditionalGeneration"}
+		c["model_type"] = "qwen3_5"
+		c["text_config"] = text
+		c["vision_config"] = map[string]any{"depth": 1}
+	})
+	editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+		old := maps.Clone(h)
+		for k, v := range old {
+			if strings.HasPrefix(k, "model.") {
+				delete(h, k)
+				h["model.language_model."+strings.TrimPrefix(k, "model.")] = v
+			}
+		}
+		end := 0.0
+		for _, v := range h {
+			if o, ok := v["data_offsets"].([]any); ok {
+				end = max(end, o[1].(float64))
+			}
+		}
+		h["model.visual.patch_embed.weight"] = map[string]any{"dtype": "F32", "shape": []int{0}, "data_offsets": []float64{end, end}}
+	})
+	f, err := hfmodel.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := hfmodel.Open(filepath.Join("testdata", "qwen35"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if len(f.Tensors) != len(g.Tensors) {
+		t.Fatalf("%d tensors, plain %d", len(f.Tensors), len(g.Tensors))
+	}
+	for _, ti := range g.Tensors {
+		a, _ := f.TensorData(ti)
+		b, _ := g.TensorData(ti)
+		if string(a) != string(b) {
+			t.Fatalf("tensor %s differs", ti.Name)
+		}
+	}
+}

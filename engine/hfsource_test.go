@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// hfDir assembles a checkpoint directory from engine/hfmodel/testdata: the
+// weights of arch plus the shared tokenizer files.
+func hfDir(t *testing.T, parent, arch string, tokenizer bool) string {
+	t.Helper()
+	td := filepath.Join("hfmodel", "testdata")
+	dst := filepath.Join(parent, arch)
+	if err := os.CopyFS(dst, os.DirFS(filepath.Join(td, arch))); err != nil {
+		t.Fatal(err)
+	}
+	if tokenizer {
+		if err := os.CopyFS(dst, os.DirFS(filepath.Join(td, "tokenizer"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestLoadCheckpointDirectory: --model DIR loads a Hugging Face checkpoint
+// with its tokenizer.json and chat template, the tokenizer encodes the
+// fixture text to transformers' ids, and a chat turn generates.
+func TestLoadCheckpointDirectory(t *testing.T) {
+	for _, arch := range []string{"llama", "qwen35moe"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := hfDir(t, t.TempDir(), arch, true)
+			e, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 512}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			var fx struct {
+				Text   string  `json:"text"`
+				Tokens []int32 `json:"tokens"`
+			}
+			b, err := os.ReadFile(filepath.Join("hfmodel", "testdata", arch+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &fx); err != nil {
+				t.Fatal(err)
+			}
+			ids := e.Tokenizer().Encode(fx.Text, false)
+			if len(ids) != len(fx.Tokens) {
+				t.Fatalf("%d ids, transformers %d", len(ids), len(fx.Tokens))
+			}
+			for i := range ids {
+				if ids[i] != fx.Tokens[i] {
+					t.Fatalf("id %d is %d, transformers %d", i, ids[i], fx.Tokens[i])
+				}
+			}
+			if e.Info().Arch != arch || e.Info().Template != "gguf" {
+				t.Errorf("info %+v", e.Info())
+			}
+			p, err := e.RenderPrompt(Request{Messages: []Message{{Role: "user", Content: "hi"}}})
+			if err != nil || !strings.Contains(p, "<|im_start|>user\nhi<|im_end|>") {
+				t.Fatalf("prompt %q, %v", p, err)
+			}
+			_, done := collect(t, e.NewSession().Generate(context.Background(), greedy(4, Message{Role: "user", Content: "hi"})))
+			if done.Stop != StopEOS && done.Stop != StopMaxTokens {
+				t.Fatalf("stop = %s", done.Stop)
+			}
+		})
+	}
+}
+
+// TestLoadCheckpointFromHFCache: ORG/NAME resolves to the snapshot that
+// refs/main names in the Hugging Face cache layout.
+func TestLoadCheckpointFromHFCache(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("HF_HUB_CACHE", cache)
+	base := filepath.Join(cache, "models--tiny-org--tiny-llama")
+	hfDir(t, filepath.Join(base, "snapshots"), "llama", true)
+	if err := os.Rename(filepath.Join(base, "snapshots", "llama"), filepath.Join(base, "snapshots", "0123abcd")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(base, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "refs", "main"), []byte("0123abcd\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Load(context.Background(), Options{Model: "tiny-org/tiny-llama", Device: "cpu", KVTokens: 256}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if !strings.HasSuffix(e.Info().Path, filepath.Join("snapshots", "0123abcd")) {
+		t.Fatalf("path %s", e.Info().Path)
+	}
+}
+
+// TestCheckpointWithoutTokenizer names the missing file.
+func TestCheckpointWithoutTokenizer(t *testing.T) {
+	dir := hfDir(t, t.TempDir(), "qwen2", false)
+	_, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 256}, nil)
+	if err == nil || !strings.Contains(err.Error(), "tokenizer.json is missing") {
+		t.Fatalf("err = %v", err)
+	}
+}
