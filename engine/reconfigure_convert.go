@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 )
@@ -171,38 +175,72 @@ func convertPool(ctx context.Context, old *kvcache.HostStore, ol, nl kvcache.Lay
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	hw := nl.KVHeads * nl.HeadDim
-	k, v := make([]float32, hw), make([]float32, hw)
 	seqs := make([]*kvcache.Sequence, len(sessions))
-	done := 0
+	rows := 0
 	for i, st := range sessions {
-		seq := pool.NewSequence()
-		seqs[i] = seq
+		seqs[i] = pool.NewSequence()
 		if len(st.tokens) == 0 {
 			continue
 		}
-		if _, err := seq.Append(st.tokens...); err != nil {
+		if _, err := seqs[i].Append(st.tokens...); err != nil {
 			return nil, nil, nil, err
 		}
-		op, np := st.s.seq.Pages(), seq.Pages()
-		for pos := range st.tokens {
-			if pos%nl.PageSize == 0 {
-				if err := ctx.Err(); err != nil {
-					return nil, nil, nil, err
-				}
-				if pos > 0 {
-					step(done)
-				}
-			}
-			opg, osl := int(op[pos/ol.PageSize]), pos%ol.PageSize
-			npg, nsl := int(np[pos/nl.PageSize]), pos%nl.PageSize
-			for layer := range nl.Layers {
-				old.ReadRow(layer, opg, osl, k, v)
-				store.WriteRow(layer, npg, nsl, k, v)
-			}
-			done++
-		}
-		step(done)
+		rows += len(st.tokens)
 	}
+	// Layers are independent (WriteRow of different layers never touch the
+	// same bytes): convert them in parallel, reporting tokens as the rows
+	// done over the layers.
+	var converted atomic.Int64
+	var failed atomic.Value
+	workers := min(runtime.GOMAXPROCS(0), nl.Layers)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hw := nl.KVHeads * nl.HeadDim
+			k, v := make([]float32, hw), make([]float32, hw)
+			for {
+				layer := int(next.Add(1)) - 1
+				if layer >= nl.Layers {
+					return
+				}
+				for i, st := range sessions {
+					op, np := st.s.seq.Pages(), seqs[i].Pages()
+					for pos := range st.tokens {
+						if pos%nl.PageSize == 0 {
+							if err := ctx.Err(); err != nil {
+								failed.CompareAndSwap(nil, err)
+								return
+							}
+							if pos > 0 {
+								converted.Add(int64(nl.PageSize))
+							}
+						}
+						old.ReadRow(layer, int(op[pos/ol.PageSize]), pos%ol.PageSize, k, v)
+						store.WriteRow(layer, int(np[pos/nl.PageSize]), pos%nl.PageSize, k, v)
+					}
+					converted.Add(int64((len(st.tokens)-1)%nl.PageSize + 1))
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for loop := true; loop; {
+		select {
+		case <-finished:
+			loop = false
+		case <-tick.C:
+			step(int(converted.Load()) / nl.Layers)
+		}
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		return nil, nil, nil, err
+	}
+	step(rows)
 	return seqs, store, pool, nil
 }
