@@ -214,6 +214,9 @@ func kernelModule(name string) string {
 	if m, ok := moeKernelModule(name); ok {
 		return m
 	}
+	if name == fp4ScaleKernel {
+		return "mm_nvfp4"
+	}
 	for _, p := range typedKernels {
 		if rest, ok := strings.CutPrefix(name, p); ok {
 			for _, suf := range kernelSuffix {
@@ -354,6 +357,7 @@ type Weight struct {
 	rowBytes   int64
 	raw        Buffer
 	f32        Buffer // float32 copy of vector weights (norms, biases)
+	scale      float32 // NVFP4 second-level scale (LoadScaledWeight); 0: none
 }
 
 func (w *Weight) Info() gguf.TensorInfo { return w.info }
@@ -563,7 +567,10 @@ func (b *Backend) Embed(dst model.Tensor, table model.Weight, tokens []int32) {
 		if err != nil {
 			return err
 		}
-		return b.launch(c, name, Dim3{X: len(ids)}, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, p, d.buf, b.bad)
+		if err := b.launch(c, name, Dim3{X: len(ids)}, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, p, d.buf, b.bad); err != nil || w.scale == 0 {
+			return err
+		}
+		return b.scaleOut(c, d.buf.Ptr, int64(len(ids))*int64(w.cols), w.scale)
 	})
 }
 
@@ -633,8 +640,16 @@ func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 	b.post(func(c *Ctx) error { return b.matmul(c, d.buf.Ptr, s.buf.Ptr, s.rows, gw) })
 }
 
-// matmul queues y[n][W.rows] = x[n][W.cols] · Wᵀ.
+// matmul queues y[n][W.rows] = x[n][W.cols] · Wᵀ, times W's second-level
+// scale if it has one.
 func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
+	if err := b.matmulRaw(c, y, x, n, w); err != nil || w.scale == 0 {
+		return err
+	}
+	return b.scaleOut(c, y, int64(n)*int64(w.rows), w.scale)
+}
+
+func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	suf := kernelSuffix[w.info.Type]
 	if w.cols%32 != 0 { // only float types can get here
 		for t := 0; t < n; t += gemvMaxTok {

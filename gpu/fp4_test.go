@@ -1,8 +1,10 @@
 package gpu
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -75,5 +77,61 @@ func TestMoEFP4(t *testing.T) {
 				p.compare(fmt.Sprintf("MoE %s/%s n=%d mode=%d", tc.gu, tc.down, n, mode), gy, cy, tol)
 			}
 		}
+	}
+}
+
+// TestFP4ScaleKernelModule checks, without a GPU, that the second-level
+// scale kernel is in the module kernelModule names.
+func TestFP4ScaleKernelModule(t *testing.T) {
+	for _, arch := range []int{80, 89} {
+		mod := kernelModule(fp4ScaleKernel)
+		ptx, err := KernelPTX(mod, arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(ptx, []byte(".visible .entry "+fp4ScaleKernel+"(")) {
+			t.Errorf("kernel %s is not in module %s (sm_%d)", fp4ScaleKernel, mod, arch)
+		}
+	}
+}
+
+// TestNVFP4ScaledWeights: a per-tensor second-level scale is applied by
+// every matmul path and by Embed as on the CPU backend; per-expert scales
+// are refused with a message (the GPU MoE does not apply them yet).
+func TestNVFP4ScaledWeights(t *testing.T) {
+	p := newPair(t)
+	r := rand.New(rand.NewPCG(46, 47))
+	const rows, cols = 320, 1024
+	raw := randWeight(r, gguf.NVFP4, rows, cols)
+	info := gguf.TensorInfo{Name: "output.weight", Dims: []uint64{cols, rows}, Type: gguf.NVFP4}
+	scale := []float32{3.1e-5}
+	gw, err := p.g.LoadScaledWeight(info, raw, scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.g.FreeWeight(gw) })
+	cw, err := p.c.LoadScaledWeight(info, raw, scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 3, 64, 300} {
+		gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+		gy, cy := p.tensor(n, rows, nil)
+		p.g.MatMul(gy, gx, gw)
+		p.c.MatMul(cy, cx, cw)
+		tol := tolF32
+		if n >= p.g.opts.GEMMMinTokens {
+			tol = tolBF16
+		}
+		p.compare(fmt.Sprintf("scaled NVFP4 n=%d", n), gy, cy, tol)
+	}
+	toks := []int32{0, 319, 17}
+	gd, cd := p.tensor(len(toks), cols, nil)
+	p.g.Embed(gd, gw, toks)
+	p.c.Embed(cd, cw, toks)
+	p.compare("scaled NVFP4 embed", gd, cd, tolExact)
+	exps := gguf.TensorInfo{Name: "blk.0.ffn_up_exps.weight", Dims: []uint64{cols, 40, 8}, Type: gguf.NVFP4}
+	if _, err := p.g.LoadScaledWeight(exps, raw, make([]float32, 8)); err == nil || !strings.Contains(err.Error(), "per-expert") {
+		t.Errorf("per-expert scales: got %v", err)
 	}
 }
