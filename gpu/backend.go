@@ -356,7 +356,7 @@ type Weight struct {
 	rows, cols int
 	rowBytes   int64
 	raw        Buffer
-	f32        Buffer // float32 copy of vector weights (norms, biases)
+	f32        Buffer  // float32 copy of vector weights (norms, biases)
 	scale      float32 // NVFP4 second-level scale (LoadScaledWeight); 0: none
 }
 
