@@ -339,6 +339,11 @@ func u(xs ...int) []uint64 {
 // source tensor's presence, dtype and shape.
 func (m *mapper) tensors() error {
 	c := m.c
+	// Each layer and each expert has tensors of its own: counts the
+	// checkpoint cannot hold are refused before names are built for them.
+	if n := len(m.ck.tensors); c.NumHiddenLayers > n || c.NumExperts > n {
+		return fmt.Errorf("%s: config.json has %d layers and %d experts but the checkpoint holds only %d tensors", m.ck.dir, c.NumHiddenLayers, c.NumExperts, n)
+	}
 	D, H, KV, hd, V := c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize
 	var specs []spec
 	add := func(s spec) { specs = append(specs, s) }
