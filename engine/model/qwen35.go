@@ -263,7 +263,7 @@ func (ld *loader) getBetaAlpha(name string, dim, keyHeads, r int) (beta, alpha W
 			}
 		}
 		info := gguf.TensorInfo{Name: strings.Replace(name, "ssm_ba", suffix, 1), Dims: []uint64{uint64(dim), uint64(nv)}, Type: ti.Type}
-		w, err := ld.be.LoadWeight(info, buf)
+		w, err := ld.loadPart(ti, info, buf, nil)
 		if err != nil && ld.err == nil {
 			ld.err = fmt.Errorf("%s: %w", ld.f.Path, err)
 		}

@@ -60,16 +60,22 @@ func (ld *loader) secondScale(ti gguf.TensorInfo, dims []int) ([]float32, error)
 
 // loadWeight uploads ti, with its second-level scale when the file has one.
 func (ld *loader) loadWeight(ti gguf.TensorInfo, raw []byte, dims []int) (Weight, error) {
-	scale, err := ld.secondScale(ti, dims)
+	return ld.loadPart(ti, ti, raw, dims)
+}
+
+// loadPart uploads part (raw), a piece of the file's tensor src split at
+// load (qwen3next's ssm_ba), with src's per-tensor scale when it has one.
+func (ld *loader) loadPart(src, part gguf.TensorInfo, raw []byte, dims []int) (Weight, error) {
+	scale, err := ld.secondScale(src, dims)
 	if err != nil || scale == nil {
 		if err != nil {
 			return nil, err
 		}
-		return ld.be.LoadWeight(ti, raw)
+		return ld.be.LoadWeight(part, raw)
 	}
 	sl, ok := ld.be.(ScaledLoader)
 	if !ok {
-		return nil, fmt.Errorf("tensor %s has a second-level scale (%s), which the %s backend does not apply", ti.Name, gguf.ScaleTensorName(ti.Name), ld.be.Name())
+		return nil, fmt.Errorf("tensor %s has a second-level scale (%s), which the %s backend does not apply", src.Name, gguf.ScaleTensorName(src.Name), ld.be.Name())
 	}
-	return sl.LoadScaledWeight(ti, raw, scale)
+	return sl.LoadScaledWeight(part, raw, scale)
 }
