@@ -102,7 +102,9 @@ func (m *model) restoreAgent() {
 // agentDisabled are the chat commands that do not apply to the agent's
 // conversation.
 var agentDisabled = map[string]string{
-	"/system": "the agent's system prompt is fixed; restart with --system to change it",
+	"/system":  "the agent's system prompt is fixed; restart with --system to change it",
+	"/drop":    "the agent drops its oldest turns and tool results itself when its context fills",
+	"/compact": "the agent drops its oldest turns and tool results itself when its context fills",
 }
 
 // sendAgent starts a Run for one user request.

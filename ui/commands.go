@@ -21,6 +21,7 @@ var commands = []command{
 	{"/kvdtype", "<dtype>", "switch the live KV cache dtype: " + strings.Join(kvDTypes, ", ")},
 	{"/clear", "", "start over: drop the conversation and its cached tokens"},
 	{"/drop", "[n]", "drop the oldest n turns (default: what a refused message needs), keeping the system prompt"},
+	{"/compact", "[n]", "replace the oldest n turns by the model's summary of them (default: what a refused message needs, else half)"},
 	{"/system", "[text]", "set the system prompt (no text: show it)"},
 	{"/set", "[name value]", "change temperature, top_p, max_tokens, seed, system… for the next answers (no args: list them)"},
 	{"/model", "", "show the model and engine"},
@@ -151,6 +152,8 @@ func (m *model) command(line string) tea.Cmd {
 		m.applySession(f)
 	case "/drop":
 		return m.dropCommand(arg)
+	case "/compact":
+		return m.compactCommand(arg)
 	case "/set":
 		m.setCommand(arg)
 	case "/copy":

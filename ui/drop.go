@@ -86,7 +86,7 @@ func (m *model) refuseFull(text, content string, err error) bool {
 	switch {
 	case n > 0:
 		m.addError(msg)
-		m.addInfo(fmt.Sprintf("press Enter again to drop the oldest %d of %d %s (about %s tokens; the system prompt stays) and send your message, or /drop N to choose how many",
+		m.addInfo(fmt.Sprintf("press Enter again to drop the oldest %d of %d %s (about %s tokens; the system prompt stays) and send your message; /compact summarizes them instead, /drop N chooses how many",
 			n, turns, plural(turns, "turn", "turns"), formatInt(int64(m.turnTokens(n)))))
 		m.setNotice(fmt.Sprintf("Enter: drop the oldest %d %s and send", n, plural(n, "turn", "turns")), false)
 	default:

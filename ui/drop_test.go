@@ -107,3 +107,52 @@ func TestGoldenPoolFullOffer(t *testing.T) {
 	d.submit("six seven eight")
 	checkGolden(t, "pool_full_drop_80x24", d.frame())
 }
+
+// Issue 15 item 16, the other way on: /compact replaces the oldest turns
+// by the model's summary of them, then sends the refused message.
+func TestCompactSummarizesOldestTurns(t *testing.T) {
+	d := dropDriver(t)
+	d.submit("six seven eight")
+	if !strings.Contains(d.lastEntry().text, "/compact summarizes them instead") {
+		t.Fatalf("the offer does not mention /compact: %q", d.lastEntry().text)
+	}
+	d.sess.push(text("colours"), done(engine.StopEOS)) // the summary
+	d.sess.push(text("ok"), done(engine.StopEOS))      // the refused message's answer
+	d.m.input.Reset()
+	d.eng.fitTokens = 60 // room for the summary request (the fake counts the instruction's words)
+	d.submit("/compact")
+	d.settle()
+	if len(d.sess.reqs) != 4 {
+		t.Fatalf("%d requests, want the summary and the refused message", len(d.sess.reqs))
+	}
+	sum := d.sess.reqs[2]
+	if sum.Messages[0].Role != "system" || !strings.HasPrefix(sum.Messages[0].Content, "Summarize the conversation") ||
+		sum.Messages[1].Content != "User: one two three\n\nAssistant: a b c" {
+		t.Fatalf("summary request %+v", sum.Messages)
+	}
+	var got []string
+	for _, msg := range d.sess.lastReq().Messages {
+		got = append(got, msg.Role+":"+msg.Content)
+	}
+	want := "system:be brief | user:" + summaryPrefix + "colours | assistant:Understood; I will continue from this summary. | user:four five | assistant:d e | user:six seven eight"
+	if strings.Join(got, " | ") != want {
+		t.Fatalf("sent %q\nwant %q", strings.Join(got, " | "), want)
+	}
+}
+
+// A summary stopped with Esc replaces nothing.
+func TestCompactStoppedChangesNothing(t *testing.T) {
+	d := dropDriver(t)
+	before := d.m.conversation()
+	d.sess.push(text("partial"), engine.Event{Kind: waitCancel})
+	d.eng.fitTokens = 60
+	d.submit("/compact 1")
+	d.key(keyEsc)
+	d.settle()
+	if got := d.m.conversation(); len(got) != len(before) || got[1].Content != before[1].Content {
+		t.Fatalf("a stopped summary changed the conversation: %+v", got)
+	}
+	if n := d.m.entries[len(d.m.entries)-1].note; n != "summary stopped; nothing replaced" {
+		t.Errorf("note %q", n)
+	}
+}

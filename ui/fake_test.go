@@ -34,7 +34,7 @@ type fakeEngine struct {
 	reconfHold chan struct{}
 	// reconfDelay slows each quarter of SwitchKV down (the tmux test).
 	reconfDelay time.Duration
-	fitChecks  int
+	fitChecks   int
 }
 
 func newFakeEngine() *fakeEngine {

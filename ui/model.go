@@ -59,6 +59,7 @@ type generation struct {
 	stopped  bool // the user cancelled
 	userMsg  int  // index in msgs of the user message of this turn
 	prefill  [2]int
+	compact  *compactJob // /compact: a summary, not a turn
 }
 
 // model is the Bubble Tea model of the interactive UI.
@@ -531,6 +532,9 @@ func (m *model) abandon() {
 		go drain(g.ch) // let the engine finish its last send
 	}
 	m.gen = nil
+	if g.compact != nil {
+		return // a summary cut short replaces nothing
+	}
 	m.unsaved = true // the turn ends here, unsaved
 	if answer := g.text.String(); strings.TrimSpace(answer) != "" {
 		m.msgs = append(m.msgs, engine.Message{Role: "assistant", Content: answer, Reasoning: strings.TrimSpace(g.think.String())})
@@ -783,6 +787,9 @@ func (m *model) finishGen() tea.Cmd {
 	}
 	if g.stopped && g.entry.note == "" {
 		g.entry.note = "stopped"
+	}
+	if g.compact != nil {
+		return m.finishCompact(g)
 	}
 	answer := g.entry.text
 	if strings.TrimSpace(answer) == "" {
