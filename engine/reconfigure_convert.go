@@ -66,8 +66,12 @@ func (e *Engine) switchByPrefill(ctx context.Context, kvDType string, progress f
 	// Cancelled: the new pool may hold part of the conversation. Go back to
 	// the old dtype and rebuild what the sessions held.
 	e.mu.Lock()
+	unchanged := e.layout.DType.String() == oldName && e.opts.KVScales == oldScales
 	e.opts.KVScales = oldScales
 	e.mu.Unlock()
+	if unchanged {
+		return err // refused before anything moved
+	}
 	if rerr := e.Reconfigure(context.Background(), oldName, nil); rerr != nil {
 		return fmt.Errorf("/kvdtype %s cancelled; going back to %s failed: %v", kvDType, oldName, rerr)
 	}
