@@ -19,6 +19,16 @@ Run on a dev machine (CI never runs this); deterministic from fixed seeds. For e
   ../<arch>.json       {arch, dtype, versions, text, tokens, logprob_next (T-1 floats,
         transformers float32, eager attention), ppl, argmax}.
 
+FP8 variants (FP8 = {name: (base arch, flavour)}): the base arch's random model with every
+*_proj.weight (attention, MLP, experts; not embeddings, lm_head or the router) quantized to
+float8_e4m3fn (the other tensors BF16) and saved with save_file beside a config.json carrying the quantization_config:
+  llama_fp8_tensor    ModelOpt FP8 style: weight_scale per tensor (amax / 448), quant_algo FP8
+  qwen3moe_fp8_block  quant_method fp8 with weight_block_size [8, 8] (the DeepSeek/Qwen FP8
+                      layout, blocks small enough that these tiny matrices hold several):
+                      weight_scale_inv [ceil(out/8), ceil(in/8)], multiplied like a scale
+The references are transformers float32 with the dequantized weights; the GGUF is llama.cpp's
+converter, which dequantizes the same way (--outtype f32).
+
 Usage: python3 scripts/hf_fixtures.py [arch ...]
 """
 import json
@@ -38,6 +48,8 @@ ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"]
 DTYPES = {"llama": "bfloat16", "qwen2": "float16", "qwen3": "float32", "qwen3moe": "bfloat16",
           "qwen35": "bfloat16", "qwen35moe": "float32"}
 SHARDED = {"qwen3"}
+FP8 = {"llama_fp8_tensor": ("llama", "tensor"), "qwen3moe_fp8_block": ("qwen3moe", "block")}
+FP8_BLOCK = 8
 MAX_TOKENS = 96
 
 
@@ -189,9 +201,102 @@ def build(arch):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def quantize(w, flavour):
+    import torch
+    fmax = 448.0
+    if flavour == "tensor":
+        scale = (w.abs().max() / fmax).clamp(min=1e-12).reshape(())
+        q = (w / scale).to(torch.float8_e4m3fn)
+        return q, scale, q.float() * scale
+    b = FP8_BLOCK
+    rows, cols = w.shape
+    sr, sc = -(-rows // b), -(-cols // b)
+    scale = torch.zeros(sr, sc)
+    for i in range(sr):
+        for j in range(sc):
+            scale[i, j] = (w[i * b:(i + 1) * b, j * b:(j + 1) * b].abs().max() / fmax).clamp(min=1e-12)
+    full = scale.repeat_interleave(b, 0).repeat_interleave(b, 1)[:rows, :cols]
+    q = (w / full).to(torch.float8_e4m3fn)
+    return q, scale, q.float() * full
+
+
+def build_fp8(name):
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+    base, flavour = FP8[name]
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    work = tempfile.mkdtemp(prefix="hffix-")
+    try:
+        tok = q.build_tokenizer(work)
+        text = q.reference_text(tok)
+        ids = tok.encode(text, add_special_tokens=False)[:MAX_TOKENS]
+        text = tok.decode(ids)
+        cfg, cls, hf_arch = make_config(base, tok)
+        g = torch.Generator().manual_seed(1700 + len(name))
+        model = cls(cfg).float()
+        randomise(base, model, g, "float32")
+        sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+        out, deq = {}, {}
+        for k, v in sd.items():
+            if k.endswith("_proj.weight") and v.ndim == 2:
+                qw, scale, d = quantize(v, flavour)
+                out[k] = qw.contiguous()
+                out[k + ("_scale" if flavour == "tensor" else "_scale_inv")] = scale.contiguous()
+                deq[k] = d
+            else:  # embeddings, lm_head, norms, router in BF16, as real FP8 checkpoints keep them
+                out[k] = v.to(torch.bfloat16).contiguous()
+                deq[k] = out[k].float()
+        with torch.no_grad():
+            model.load_state_dict({**sd, **deq})
+        mdir = os.path.join(OUT, name)
+        shutil.rmtree(mdir, ignore_errors=True)
+        os.makedirs(mdir)
+        model.config.architectures = [hf_arch]
+        model.config.save_pretrained(mdir)
+        model.generation_config.save_pretrained(mdir)
+        with open(os.path.join(mdir, "config.json")) as f:
+            c = json.load(f)
+        if flavour == "tensor":
+            c["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8"}
+        else:
+            c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                        "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+        with open(os.path.join(mdir, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
+        save_file(out, os.path.join(mdir, "model.safetensors"), metadata={"format": "pt"})
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(work, f), mdir)
+        gguf_path = os.path.join(OUT, name + ".gguf")
+        run_converter(mdir, gguf_path)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(mdir, f))
+        gzip_file(gguf_path)
+        model.eval()
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].double()
+        lp = torch.log_softmax(logits, -1)
+        nxt = [float(lp[i, ids[i + 1]]) for i in range(len(ids) - 1)]
+        res = {"arch": base, "hf_architecture": hf_arch, "dtype": "float8_e4m3fn/" + flavour,
+               "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
+                            "converter": "llama-cpp-python 0.3.36 sdist convert_hf_to_gguf.py --outtype f32"},
+               "text": text, "tokens": ids, "logprob_next": nxt,
+               "ppl": math.exp(-sum(nxt) / len(nxt)), "argmax": [int(x) for x in logits.argmax(-1)]}
+        with open(os.path.join(OUT, name + ".json"), "w") as f:
+            json.dump(res, f)
+        print(name, "ppl", res["ppl"], "safetensors", os.path.getsize(os.path.join(mdir, "model.safetensors")),
+              "gguf.gz", os.path.getsize(gguf_path + ".gz"), file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_convert":
         convert_main(sys.argv[2:])
         sys.exit(0)
-    for a in sys.argv[1:] or ARCHS:
-        build(a)
+    for a in sys.argv[1:] or ARCHS + list(FP8):
+        if a in FP8:
+            build_fp8(a)
+        else:
+            build(a)

@@ -64,6 +64,12 @@ type hfConfig struct {
 
 	QuantizationConfig json.RawMessage `json:"quantization_config"`
 	NameOrPath         string          `json:"_name_or_path"`
+
+	// fp8Block is the [rows, cols] block of 2-D FP8 weight scales
+	// (weight_block_size, or a compressed-tensors block_structure); zero
+	// when the config names none (scales are then per tensor or per row).
+	fp8Block [2]int
+	fp8      bool // quantization_config declares FP8 weights
 }
 
 type ropeParam struct {
@@ -125,12 +131,8 @@ func parseConfig(path string, b []byte) (*hfConfig, string, error) {
 	if !ok {
 		return nil, "", fmt.Errorf("%s: model_type %q is not supported (supported: %s)", path, c.ModelType, supportedTypes())
 	}
-	if len(c.QuantizationConfig) > 0 && !bytes.Equal(bytes.TrimSpace(c.QuantizationConfig), []byte("null")) {
-		var q struct {
-			Method string `json:"quant_method"`
-		}
-		_ = json.Unmarshal(c.QuantizationConfig, &q)
-		return nil, "", fmt.Errorf("%s: quantized checkpoints (quantization_config, quant_method %q) are not read yet; use a BF16/F16/F32 checkpoint or a GGUF", path, q.Method)
+	if err := c.readQuant(path); err != nil {
+		return nil, "", err
 	}
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads

@@ -10,7 +10,7 @@ import (
 // accepts them, maps the tensors of the llama fixture under that config:
 // neither may panic, and an accepted config's sizes stay in range.
 func FuzzConfig(f *testing.F) {
-	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"} {
+	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", a, "config.json")); err == nil {
 			f.Add(b)
 		}

@@ -92,9 +92,23 @@ func TestOpenRefusals(t *testing.T) {
 		}, []string{q, "dtype/shape mismatch"}},
 		{"unsupported dtype", "llama", func(t *testing.T, d string) {
 			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+				h[q]["dtype"], h[q]["shape"] = "I32", []int{16, 16}
+			})
+		}, []string{q, "dtype I32", "supported: F32, F16, BF16"}},
+		{"fp8 without scale", "llama", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
 				h[q]["dtype"], h[q]["shape"] = "F8_E4M3", []int{64, 16}
 			})
-		}, []string{q, "dtype F8_E4M3", "supported: F32, F16, BF16"}},
+		}, []string{q, "has no " + q + "_scale_inv or " + q + "_scale"}},
+		{"fp8 scale shape", "qwen3moe_fp8_block", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+				s := h[q+"_scale_inv"]
+				s["shape"], s["data_offsets"] = []int{2, 1}, []any{s["data_offsets"].([]any)[0], s["data_offsets"].([]any)[0].(float64) + 8}
+			})
+		}, []string{q + "_scale_inv has shape [2 1]", "fits neither per-tensor, per-row nor [8 8]-block"}},
+		{"fp8 without config", "llama_fp8_tensor", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { delete(c, "quantization_config") })
+		}, []string{q, "is F8_E4M3 but config.json has no FP8 quantization_config"}},
 		{"shape vs config", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["intermediate_size"] = 64 })
 		}, []string{"model.layers.0.mlp.gate_proj.weight", "has shape [32 16] but config.json implies [64 16]"}},
@@ -107,8 +121,8 @@ func TestOpenRefusals(t *testing.T) {
 			editConfig(t, d, func(c map[string]any) { c["model_type"] = "gpt_neox" })
 		}, []string{`model_type "gpt_neox" is not supported`}},
 		{"quantized", "llama", func(t *testing.T, d string) {
-			editConfig(t, d, func(c map[string]any) { c["quantization_config"] = map[string]any{"quant_method": "fp8"} })
-		}, []string{`quant_method "fp8"`, "not read yet"}},
+			editConfig(t, d, func(c map[string]any) { c["quantization_config"] = map[string]any{"quant_method": "gptq"} })
+		}, []string{`quant_method "gptq"`, "not read yet"}},
 		{"bad config value", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["num_attention_heads"] = 0 })
 		}, []string{"num_attention_heads 0"}},

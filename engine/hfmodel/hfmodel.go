@@ -506,8 +506,13 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 			return gguf.TensorInfo{}, fmt.Errorf("%s: tensor %s is missing from the checkpoint (config.json model_type %q needs it)", m.ck.dir, n, m.c.ModelType)
 		}
 		if _, ok := ggufType[t.t.DType]; !ok {
-			return gguf.TensorInfo{}, fmt.Errorf("%s: tensor %s has dtype %s; supported: F32, F16, BF16 (quantized checkpoints are not read yet)",
-				t.f.Path, n, t.t.DType)
+			if !isFP8(t.t.DType) {
+				return gguf.TensorInfo{}, fmt.Errorf("%s: tensor %s has dtype %s; supported: F32, F16, BF16, and F8_E4M3/F8_E5M2 with a scale",
+					t.f.Path, n, t.t.DType)
+			}
+			if _, err := m.scaleOf(n, t.t); err != nil {
+				return gguf.TensorInfo{}, err
+			}
 		}
 		if i == 0 {
 			dt = t.t.DType
@@ -521,8 +526,8 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 				t.f.Path, n, t.t.Shape, want)
 		}
 	}
-	typ := ggufType[dt]
-	if s.f32 || s.x == toF32 || s.x == plusOne || s.x == negExp {
+	typ, ok := ggufType[dt]
+	if !ok || s.f32 || s.x == toF32 || s.x == plusOne || s.x == negExp {
 		typ = gguf.F32
 	}
 	// GGUF dims are the row-major shape reversed.
@@ -553,7 +558,8 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %s", m.ck.dir, ti.Name)
 	}
-	if t := m.ck.tensors[s.from[0]]; s.x == asIs && ggufType[t.t.DType] == ti.Type {
+	t := m.ck.tensors[s.from[0]]
+	if typ, ok := ggufType[t.t.DType]; ok && s.x == asIs && typ == ti.Type {
 		return t.f.Data(t.t) // aliases the mapped shard
 	}
 	m.mu.Lock()
@@ -569,8 +575,14 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 	return b, nil
 }
 
+// raw returns a checkpoint tensor's bytes; FP8 weights come dequantized
+// to F32.
 func (m *mapper) raw(name string) ([]byte, safetensors.DType, error) {
 	t := m.ck.tensors[name]
+	if isFP8(t.t.DType) {
+		b, err := m.dequantFP8(name, t)
+		return b, safetensors.F32, err
+	}
 	b, err := t.f.Data(t.t)
 	return b, t.t.DType, err
 }
