@@ -124,7 +124,7 @@ func Serve(ctx context.Context, cfg Config, sc ServeConfig, stderr io.Writer) er
 			aliases = append(aliases, k.Aliases...)
 		}
 	}
-	srv := server.New(server.Config{Engine: eng, Batcher: b, ModelID: id, Aliases: aliases, APIKey: sc.APIKey, Version: version})
+	srv := server.New(server.Config{Engine: eng, Batcher: b, ModelID: id, Aliases: aliases, APIKey: sc.APIKey, Version: version, Log: stderr})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	st := eng.Stats()
 	fmt.Fprintf(stderr, "ftchat: serving %s (%s, KV %s, %d tokens, %d in parallel) on http://%s\n",

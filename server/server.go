@@ -74,6 +74,9 @@ type Config struct {
 	Limits     Limits
 	// Version goes into /health and system_fingerprint.
 	Version string
+	// Log, when set, gets one line per request: method, path, status,
+	// duration.
+	Log io.Writer
 }
 
 // Server handles the API. Make one with New.
@@ -103,6 +106,32 @@ func New(cfg Config) *Server {
 // ServeHTTP implements http.Handler. Unknown paths and methods get a JSON
 // error in the style of the path's API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Log != nil {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		t0 := time.Now()
+		defer func() {
+			fmt.Fprintf(s.cfg.Log, "ftchat: %s %s %d %s\n", r.Method, r.URL.Path, sw.status, time.Since(t0).Round(time.Millisecond))
+		}()
+		w = sw
+	}
+	s.route(w, r)
+}
+
+// statusWriter records the status; Unwrap keeps http.ResponseController's
+// Flush working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		style := openAIStyle

@@ -50,7 +50,7 @@ func testEngine(t testing.TB) *engine.Engine {
 func newTestServer(t testing.TB, e *engine.Engine, opts engine.BatcherOptions, mod func(*Config)) (*httptest.Server, *engine.Batcher) {
 	t.Helper()
 	b := e.NewBatcher(opts)
-	cfg := Config{Engine: e, Batcher: b, ModelID: modelID, Aliases: []string{"smollm2"}, Version: "test"}
+	cfg := Config{Engine: e, Batcher: b, ModelID: modelID, Aliases: []string{"smollm2"}, Version: "test", Log: testLog{t}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -60,6 +60,14 @@ func newTestServer(t testing.TB, e *engine.Engine, opts engine.BatcherOptions, m
 		b.Close()
 	})
 	return ts, b
+}
+
+// testLog sends the server's request log to the test's log.
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 func post(t testing.TB, url, body string, hdr ...string) (*http.Response, []byte) {
