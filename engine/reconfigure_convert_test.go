@@ -137,3 +137,31 @@ func TestSwitchKVCancelKeepsTheOldCache(t *testing.T) {
 		t.Fatal("the backend's store is not the old one")
 	}
 }
+
+// The re-prefill path (the GPU's) cancelled part way goes back to the old
+// dtype and rebuilds the cache there: same dtype, capacity, tokens and rows.
+func TestSwitchByPrefillCancelRestores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: re-prefills 300 tokens twice")
+	}
+	e := load(t, Options{KVTokens: 2048, PrefillChunk: 64})
+	s := e.NewSession()
+	collect(t, s.Generate(context.Background(), greedy(2, Message{Role: "user", Content: longText(150)})))
+	before, rows := e.Stats(), storedRows(t, e, s, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	err := e.switchByPrefill(ctx, "fp8_e4m3", func(done, total int) {
+		if done > 0 {
+			cancel() // after the first chunk
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	after := e.Stats()
+	if after.KVDType != "bf16" || after.TokensCapacity != before.TokensCapacity || after.TokensUsed != before.TokensUsed || s.Tokens() != before.TokensUsed {
+		t.Fatalf("cancel did not restore the pool: %+v -> %+v (session %d tokens)", before, after, s.Tokens())
+	}
+	if got := rowsRelErr(storedRows(t, e, s, 0), rows); got > 1e-6 {
+		t.Fatalf("the rebuilt rows differ from the old ones (relative L2 %g)", got)
+	}
+}
