@@ -424,7 +424,11 @@ func (c *oaCompletion) stream(w http.ResponseWriter) {
 			if ev.Stop == engine.StopCancelled {
 				return
 			}
-			if out.send("", c.chunk(map[string]any{}, finishReason(ev.Stop), ev.Logprobs)) != nil {
+			last := c.chunk(map[string]any{}, finishReason(ev.Stop), ev.Logprobs)
+			if ev.Stop == engine.StopPoolFull && ev.Err != nil {
+				last["choices"].([]any)[0].(map[string]any)["ftchat_stop_detail"] = ev.Err.Error()
+			}
+			if out.send("", last) != nil {
 				return
 			}
 			if c.p.includeUsage {
