@@ -355,3 +355,22 @@ func TestBatcherPrefillInterleaves(t *testing.T) {
 		t.Errorf("the decoder produced only %d tokens during a 500-token prefill in 32-token chunks", during)
 	}
 }
+
+// TestBatcherLonePoolFull: a sequence alone in a full pool ends with
+// StopPoolFull and the pool's numbers, not silently.
+func TestBatcherLonePoolFull(t *testing.T) {
+	e := load(t, Options{KVTokens: 96, PageSize: 16})
+	b := e.NewBatcher(BatcherOptions{PrefixCache: -1})
+	defer b.Close()
+	r := drain(t, submit(t, b, context.Background(), userReq(0, "Write a very long story about a dragon.")))
+	var full *kvcache.PoolFullError
+	if r.done.Stop != StopPoolFull || !errors.As(r.done.Err, &full) || full.Capacity != 96 {
+		t.Fatalf("stop %s, err %v", r.done.Stop, r.done.Err)
+	}
+	if u := r.done.Usage; u.PromptTokens+u.CompletionTokens < 90 || u.PromptTokens+u.CompletionTokens > 97 {
+		t.Errorf("usage %+v in a 96-token pool", u)
+	}
+	if e.Stats().PagesUsed != 0 {
+		t.Errorf("%d pages left", e.Stats().PagesUsed)
+	}
+}
