@@ -129,16 +129,55 @@ func FP32ToUE4M3(x float32) byte {
 	return byte(exp<<3 | man)
 }
 
-// bestFP4 is the code whose doubled value times d is nearest x (first wins
-// ties), ggml's best_index_mxfp4.
+// fp4Mids are the midpoints between consecutive doubled E2M1 magnitudes.
+var fp4Mids = [7]float32{0.5, 1.5, 2.5, 3.5, 5, 7, 10}
+
+// bestFP4 is the code whose doubled value times d is nearest x, ties to
+// the smaller magnitude, and 0 for zero, NaN, ±Inf or d = 0: ggml's
+// best_index_mxfp4 (a search over the 16 codes, first wins) by thresholds.
+// m·d is exact for every UE4M3/E8M0 scale, so the two agree except where
+// the reference's rounded errors tie within an ulp of a midpoint.
 func bestFP4(x, d float32) byte {
-	best, bestErr := 0, abs32(float32(KValuesFP4[0])*d-x)
-	for i := 1; i < 16; i++ {
-		if e := abs32(float32(KValuesFP4[i])*d - x); e < bestErr {
-			best, bestErr = i, e
+	var thr fp4Thresholds
+	thr.set(d)
+	return thr.code(x)
+}
+
+// fp4Thresholds are the midpoints times one block scale (all +Inf when the
+// scale is not positive, so every element gets code 0).
+type fp4Thresholds [7]float32
+
+func (t *fp4Thresholds) set(d float32) {
+	for i, m := range fp4Mids {
+		if d > 0 {
+			t[i] = m * d
+		} else {
+			t[i] = float32(math.Inf(1))
 		}
 	}
-	return byte(best)
+}
+
+func (t *fp4Thresholds) code(x float32) byte {
+	a := abs32(x)
+	if a > math.MaxFloat32 { // every error ties (or is NaN): code 0
+		return 0
+	}
+	// The thresholds increase, so the count of those below a is the
+	// magnitude's index (branch-free: the compiler emits SETcc).
+	j := b2u(a > t[0]) + b2u(a > t[1]) + b2u(a > t[2]) + b2u(a > t[3]) +
+		b2u(a > t[4]) + b2u(a > t[5]) + b2u(a > t[6])
+	if j > 0 && x < 0 {
+		j |= 8
+	}
+	return j
+}
+
+func b2u(b bool) byte {
+	var x byte
+	if b {
+		x = 1
+	}
+	return x
 }
 
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
@@ -156,9 +195,10 @@ func quantNVFP4(x []float32, b []byte) {
 		}
 		ue := FP32ToUE4M3(amax / 6)
 		b[s] = ue
-		d := ue4m3Tab[ue]
+		var thr fp4Thresholds
+		thr.set(ue4m3Tab[ue])
 		for j := 0; j < 8; j++ {
-			b[4+8*s+j] = bestFP4(xb[j], d) | bestFP4(xb[j+8], d)<<4
+			b[4+8*s+j] = thr.code(xb[j]) | thr.code(xb[j+8])<<4
 		}
 	}
 }
@@ -177,8 +217,9 @@ func quantMXFP4(x []float32, b []byte) {
 		e = byte(int(math.Floor(math.Log2(float64(amax)))) - 2 + 127)
 	}
 	b[0] = e
-	d := e8m0Tab[e]
+	var thr fp4Thresholds
+	thr.set(e8m0Tab[e])
 	for j := 0; j < 16; j++ {
-		b[1+j] = bestFP4(x[j], d) | bestFP4(x[j+16], d)<<4
+		b[1+j] = thr.code(x[j]) | thr.code(x[j+16])<<4
 	}
 }

@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 )
@@ -90,5 +91,43 @@ func TestFP4Geometry(t *testing.T) {
 	ti := TensorInfo{Dims: []uint64{math.MaxUint64 / 64 * 64, 4}, Type: NVFP4}
 	if ti.Bytes() != math.MaxUint64 {
 		t.Errorf("huge NVFP4 tensor: Bytes() = %d, want saturation", ti.Bytes())
+	}
+}
+
+// bestFP4Search is ggml's best_index_mxfp4 as written: the first code with
+// the smallest |kvalue·d − x|.
+func bestFP4Search(x, d float32) byte {
+	best, bestErr := 0, abs32(float32(KValuesFP4[0])*d-x)
+	for i := 1; i < 16; i++ {
+		if e := abs32(float32(KValuesFP4[i])*d - x); e < bestErr {
+			best, bestErr = i, e
+		}
+	}
+	return byte(best)
+}
+
+// TestBestFP4MatchesSearch: the threshold code choice equals ggml's search
+// on random values, exact midpoints and specials, for every scale byte
+// whose largest product is finite.
+func TestBestFP4MatchesSearch(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for sb := 0; sb < 256; sb++ {
+		for _, d := range []float32{UE4M3(byte(sb)), E8M0Half(byte(sb))} {
+			if math.IsInf(float64(12*d), 0) {
+				continue // E8M0 >= 252: the search's products overflow; no real block gets here
+			}
+			xs := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+			for _, m := range fp4Mids {
+				xs = append(xs, m*d, -m*d, math.Nextafter32(m*d, 0), math.Nextafter32(m*d, 1e38), -math.Nextafter32(m*d, 1e38))
+			}
+			for range 200 {
+				xs = append(xs, float32(r.NormFloat64()*7)*d)
+			}
+			for _, x := range xs {
+				if got, want := bestFP4(x, d), bestFP4Search(x, d); got != want {
+					t.Fatalf("scale %g, x %g: code %d, ggml's search %d", d, x, got, want)
+				}
+			}
+		}
 	}
 }
