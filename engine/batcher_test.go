@@ -374,3 +374,47 @@ func TestBatcherLonePoolFull(t *testing.T) {
 		t.Errorf("%d pages left", e.Stats().PagesUsed)
 	}
 }
+
+// TestBatcherShareWithRunning: a request that shares a long system prompt
+// with a running one forks its pages (prefilling only its own turn), and
+// both answer as they do alone.
+func TestBatcherShareWithRunning(t *testing.T) {
+	e := load(t, Options{PageSize: 16})
+	b := e.NewBatcher(BatcherOptions{PrefixCache: -1})
+	defer b.Close()
+	sys := Message{Role: "system", Content: longText(200)}
+	r1 := Request{Messages: []Message{sys, {Role: "user", Content: "Write a long story about a dragon."}}, MaxTokens: 24}
+	r2 := Request{Messages: []Message{sys, {Role: "user", Content: "Name three colors."}}, MaxTokens: 12}
+	alone1 := drain(t, submit(t, b, context.Background(), r1))
+	alone2 := drain(t, submit(t, b, context.Background(), r2))
+	c1 := submit(t, b, context.Background(), r1)
+	var got1 batchResult
+	var wg sync.WaitGroup
+	wg.Add(1)
+	first := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		var sb strings.Builder
+		for ev := range c1 {
+			if ev.Kind == EventText {
+				if sb.Len() == 0 {
+					close(first)
+				}
+				sb.WriteString(ev.Text)
+			}
+			if ev.Kind == EventDone {
+				got1.done = ev
+			}
+		}
+		got1.text = sb.String()
+	}()
+	<-first // r1 is decoding
+	got2 := drain(t, submit(t, b, context.Background(), r2))
+	wg.Wait()
+	if c := got2.done.Usage.CachedTokens; c < 200 {
+		t.Errorf("the second request reused %d tokens of the running one's system prompt", c)
+	}
+	if got1.text != alone1.text || got2.text != alone2.text {
+		t.Errorf("shared: %q / %q; alone: %q / %q", got1.text, got2.text, alone1.text, alone2.text)
+	}
+}
