@@ -285,7 +285,7 @@ func (e *Engine) noPageError(l kvcache.Layout, ps int) error {
 
 func (e *Engine) applyStaticScales(l *kvcache.Layout) error {
 	if e.opts.KVScales == "checkpoint" {
-		return fmt.Errorf("--kv-scales checkpoint: %s has no k_scale/v_scale tensors; use a calibration file from `ftchat calibrate`", e.file.Path)
+		return e.applyCheckpointScales(l) // engine/hfsource.go
 	}
 	// kvcache's messages mostly name the option already; say it once.
 	named := func(err error) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/hfmodel"
+	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/tokenizer"
 )
 
@@ -33,4 +34,23 @@ func loadTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer.json is missing from the checkpoint directory (only fast tokenizers are read: save the tokenizer with transformers to get one)")
 	}
 	return tokenizer.FromJSONFile(p)
+}
+
+// applyCheckpointScales is --kv-scales checkpoint: the k_scale/v_scale
+// tensors of a Hugging Face checkpoint (engine/hfmodel.KVScales).
+func (e *Engine) applyCheckpointScales(l *kvcache.Layout) error {
+	sf, ok := hfmodel.KVScales(e.file, l.KVHeads)
+	if !ok {
+		return fmt.Errorf("--kv-scales checkpoint: %s has no k_scale/v_scale tensors; use a calibration file from `ftchat calibrate`", e.file.Path)
+	}
+	err := sf.Match(l.Layers, l.KVHeads)
+	var k, v []float32
+	if err == nil {
+		k, v, err = sf.Expand(l.DType)
+	}
+	if err != nil {
+		return fmt.Errorf("--kv-scales checkpoint: %w", err)
+	}
+	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
+	return nil
 }

@@ -2,11 +2,16 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // hfDir assembles a checkpoint directory from engine/hfmodel/testdata: the
@@ -104,6 +109,70 @@ func TestCheckpointWithoutTokenizer(t *testing.T) {
 	dir := hfDir(t, t.TempDir(), "qwen2", false)
 	_, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 256}, nil)
 	if err == nil || !strings.Contains(err.Error(), "tokenizer.json is missing") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// addTensors appends F32 tensors to a safetensors file's header and data.
+func addTensors(t *testing.T, path string, add map[string][]float32) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var h map[string]any
+	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
+		t.Fatal(err)
+	}
+	data := b[8+n:]
+	for name, v := range add {
+		start := len(data)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(x))
+		}
+		h[name] = map[string]any{"dtype": "F32", "shape": []int{len(v)}, "data_offsets": []int{start, len(data)}}
+	}
+	js, _ := json.Marshal(h)
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(js)))
+	if err := os.WriteFile(path, append(append(out, js...), data...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointKVScales: --kv-scales checkpoint takes the k_scale/v_scale
+// tensors of an FP8 checkpoint (per layer here, widened to the KV heads).
+func TestCheckpointKVScales(t *testing.T) {
+	dir := hfDir(t, t.TempDir(), "llama_fp8_tensor", true)
+	addTensors(t, filepath.Join(dir, "model.safetensors"), map[string][]float32{
+		"model.layers.0.self_attn.k_scale": {0.5}, "model.layers.0.self_attn.v_scale": {0.25},
+		"model.layers.1.self_attn.k_scale": {0.125}, "model.layers.1.self_attn.v_scale": {2},
+	})
+	e, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 256, KVDType: "fp8_e4m3", KVScales: "checkpoint"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	wantK, wantV := []float32{0.5, 0.5, 0.125, 0.125}, []float32{0.25, 0.25, 2, 2}
+	if e.layout.Scales != kvcache.StaticScales || fmt.Sprint(e.layout.KScale) != fmt.Sprint(wantK) || fmt.Sprint(e.layout.VScale) != fmt.Sprint(wantV) {
+		t.Fatalf("scales %v k %v v %v", e.layout.Scales, e.layout.KScale, e.layout.VScale)
+	}
+	_, done := collect(t, e.NewSession().Generate(context.Background(), greedy(3, Message{Role: "user", Content: "hi"})))
+	if done.Stop != StopEOS && done.Stop != StopMaxTokens {
+		t.Fatalf("stop = %s", done.Stop)
+	}
+
+	// Without the tensors, and with one layer's missing, the message says so.
+	plain := hfDir(t, t.TempDir(), "llama", true)
+	_, err = Load(context.Background(), Options{Model: plain, Device: "cpu", KVTokens: 256, KVDType: "fp8_e4m3", KVScales: "checkpoint"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "has no k_scale/v_scale tensors") {
+		t.Fatalf("err = %v", err)
+	}
+	part := hfDir(t, t.TempDir(), "llama", true)
+	addTensors(t, filepath.Join(part, "model.safetensors"), map[string][]float32{
+		"model.layers.0.self_attn.k_scale": {0.5}, "model.layers.0.self_attn.v_scale": {0.25}})
+	_, err = Load(context.Background(), Options{Model: part, Device: "cpu", KVTokens: 256}, nil)
+	if err == nil || !strings.Contains(err.Error(), "k_scale/v_scale for 1 attention layers but not for layer 1") {
 		t.Fatalf("err = %v", err)
 	}
 }

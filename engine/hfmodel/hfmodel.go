@@ -173,6 +173,11 @@ func Open(dir string) (*gguf.File, error) {
 		extra, err = sideFiles(dir)
 		kv = append(kv, extra...)
 	}
+	if err == nil {
+		var extra []gguf.KV
+		extra, err = m.kvScales()
+		kv = append(kv, extra...)
+	}
 	if err != nil {
 		ck.close()
 		return nil, err
