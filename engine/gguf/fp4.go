@@ -214,7 +214,8 @@ func quantMXFP4(x []float32, b []byte) {
 	}
 	var e byte
 	if amax > 0 {
-		e = byte(int(math.Floor(math.Log2(float64(amax)))) - 2 + 127)
+		// floorf(log2f(amax)): log2 rounded to float32 first, as in C
+		e = byte(int(math.Floor(float64(float32(math.Log2(float64(amax)))))) - 2 + 127)
 	}
 	b[0] = e
 	var thr fp4Thresholds
