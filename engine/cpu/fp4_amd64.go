@@ -10,6 +10,20 @@ func dotNVFP4AVX2(w *byte, x *float32, nb int, tab *float32) float32
 //go:noescape
 func dotMXFP4AVX2(w *byte, x *float32, nb int, tab *float32) float32
 
+//go:noescape
+func dotNVFP4x4AVX2(w *byte, x *float32, xstride int, nb int, tab *float32, out *[4]float32)
+
+// dotNVFP4x4 is the four-row NVFP4 kernel (rowKernel4; xs is unused).
+func dotNVFP4x4(w []byte, x []float32, xstride int, _ []float32, _ int, out *[4]float32) {
+	nb := len(w) / 36
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_ = x[3*xstride+nb*64-1]
+	dotNVFP4x4AVX2(&w[0], &x[0], xstride, nb, &gguf.UE4M3Table()[0], out)
+}
+
 func dotNVFP4Fast(w []byte, x, _ []float32) float32 {
 	nb := len(w) / 36
 	if nb == 0 {
@@ -37,4 +51,8 @@ func init() {
 	}
 	fastKernels[gguf.NVFP4] = dotNVFP4Fast
 	fastKernels[gguf.MXFP4] = dotMXFP4Fast
+	if fastKernels4 == nil {
+		fastKernels4 = map[gguf.Type]rowKernel4{}
+	}
+	fastKernels4[gguf.NVFP4] = dotNVFP4x4
 }

@@ -140,3 +140,85 @@ mxfp4done:
 	VZEROUPPER
 	VMOVSS X0, ret+32(FP)
 	RET
+
+// acc += Y5·x[xo:], Y6·x[xo+8:], Y7·x[xo+16:], Y8·x[xo+24:] for row p.
+#define NVFP4_ROW4(p, acc, o0, o1, o2, o3) \
+	VFMADD231PS o0(p), Y5, acc; \
+	VFMADD231PS o1(p), Y6, acc; \
+	VFMADD231PS o2(p), Y7, acc; \
+	VFMADD231PS o3(p), Y8, acc
+
+// Two NVFP4 sub-blocks, decoded and scaled once, dotted with four rows.
+#define NVFP4_PAIR4(qoff, soff, soff2, o0, o1, o2, o3) \
+	FP4_CODES(qoff); \
+	FP4_WIDEN; \
+	MOVBLZX soff(SI), AX; \
+	VBROADCASTSS (R9)(AX*4), Y9; \
+	MOVBLZX soff2(SI), AX; \
+	VBROADCASTSS (R9)(AX*4), Y10; \
+	VMULPS Y9, Y5, Y5; \
+	VMULPS Y9, Y6, Y6; \
+	VMULPS Y10, Y7, Y7; \
+	VMULPS Y10, Y8, Y8; \
+	NVFP4_ROW4(DI, Y0, o0, o1, o2, o3); \
+	NVFP4_ROW4(R8, Y1, o0, o1, o2, o3); \
+	NVFP4_ROW4(R10, Y2, o0, o1, o2, o3); \
+	NVFP4_ROW4(R12, Y11, o0, o1, o2, o3)
+
+// func dotNVFP4x4AVX2(w *byte, x *float32, xstride int, nb int, tab *float32, out *[4]float32)
+// Four activation rows (xstride floats apart) against one NVFP4 weight row:
+// each block is decoded once.
+TEXT ·dotNVFP4x4AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), AX
+	SHLQ $2, AX
+	LEAQ (DI)(AX*1), R8
+	LEAQ (R8)(AX*1), R10
+	LEAQ (R10)(AX*1), R12
+	MOVQ nb+24(FP), CX
+	MOVQ tab+32(FP), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y11, Y11, Y11
+	VMOVDQU kvFP4<>(SB), X14
+	MOVL $0x0F0F0F0F, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, X15
+	TESTQ CX, CX
+	JEQ nvfp4x4done
+nvfp4x4loop:
+	NVFP4_PAIR4(4, 0, 1, 0, 32, 64, 96)
+	NVFP4_PAIR4(20, 2, 3, 128, 160, 192, 224)
+	ADDQ $36, SI
+	ADDQ $256, DI
+	ADDQ $256, R8
+	ADDQ $256, R10
+	ADDQ $256, R12
+	DECQ CX
+	JNZ nvfp4x4loop
+nvfp4x4done:
+	MOVQ out+40(FP), BX
+	VEXTRACTF128 $1, Y0, X3
+	VADDPS X3, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, 0(BX)
+	VEXTRACTF128 $1, Y1, X3
+	VADDPS X3, X1, X1
+	VHADDPS X1, X1, X1
+	VHADDPS X1, X1, X1
+	VMOVSS X1, 4(BX)
+	VEXTRACTF128 $1, Y2, X3
+	VADDPS X3, X2, X2
+	VHADDPS X2, X2, X2
+	VHADDPS X2, X2, X2
+	VMOVSS X2, 8(BX)
+	VEXTRACTF128 $1, Y11, X3
+	VADDPS X3, X11, X11
+	VHADDPS X11, X11, X11
+	VHADDPS X11, X11, X11
+	VMOVSS X11, 12(BX)
+	VZEROUPPER
+	RET

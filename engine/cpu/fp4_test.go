@@ -51,6 +51,24 @@ func TestFP4Kernels(t *testing.T) {
 			for name, k := range impls {
 				closeTo(t, fmt.Sprintf("%s/%s/%d blocks", typ, name, nb), k(raw, x, nil), want, scale, 2e-6)
 			}
+			if k4, ok := fastKernels4[typ]; ok {
+				// Four rows at a stride longer than the row, this row first.
+				stride := cols + 64
+				x4 := randVec(r, 4*stride, 1)
+				copy(x4, x)
+				var out [4]float32
+				k4(raw, x4, stride, nil, 0, &out)
+				closeTo(t, fmt.Sprintf("%s/x4/%d blocks", typ, nb), out[0], want, scale, 2e-6)
+				for row := 1; row < 4; row++ {
+					var w, sc float64
+					for i := 0; i < cols; i++ {
+						p := float64(deq[i]) * float64(x4[row*stride+i])
+						w += p
+						sc += math.Abs(p)
+					}
+					closeTo(t, fmt.Sprintf("%s/x4/%d blocks row %d", typ, nb, row), out[row], w, sc, 2e-6)
+				}
+			}
 		}
 	}
 	if !hasAVX2 {
