@@ -39,10 +39,10 @@ func (m *model) menuItems() []command {
 // menuMaxRows and at most half the chat area.
 func (m *model) menuRows(chatH int) int {
 	n := len(m.menuItems())
-	if n == 0 {
-		return 0
+	if n == 0 || chatH < 2 {
+		return 0 // no room: Tab still completes
 	}
-	return min(n, menuMaxRows, max(chatH/2, 1))
+	return min(n, menuMaxRows, chatH/2)
 }
 
 // menuKey handles a key while the menu is open; ok is false for keys the

@@ -75,3 +75,18 @@ func TestGoldenCommandMenu(t *testing.T) {
 		})
 	}
 }
+
+// On a tiny screen the menu takes at most half the chat rows, none when
+// there is no chat row to spare; the frame keeps its height.
+func TestCommandMenuSmallScreens(t *testing.T) {
+	for _, h := range []int{4, 6, 8, 10} {
+		d := newDriver(t, func(c *Config) { c.Width, c.Height = 40, h })
+		d.typeText("/")
+		if got := strings.Count(d.frame(), "\n") + 1; got != h {
+			t.Errorf("height %d: frame has %d lines", h, got)
+		}
+		if ch := d.m.chatHeight(); ch < 0 {
+			t.Errorf("height %d: chat height %d", h, ch)
+		}
+	}
+}
