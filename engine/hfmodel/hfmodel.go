@@ -532,7 +532,7 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 		}
 	}
 	typ, ok := ggufType[dt]
-	if !ok || s.f32 || s.x == toF32 || s.x == plusOne || s.x == negExp {
+	if !ok || s.f32 || len(s.shape) == 1 || s.x == toF32 || s.x == plusOne || s.x == negExp {
 		typ = gguf.F32
 	}
 	// GGUF dims are the row-major shape reversed.
