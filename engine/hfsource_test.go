@@ -85,13 +85,13 @@ func TestLoadCheckpointFromHFCache(t *testing.T) {
 	t.Setenv("HF_HUB_CACHE", cache)
 	base := filepath.Join(cache, "models--tiny-org--tiny-llama")
 	hfDir(t, filepath.Join(base, "snapshots"), "llama", true)
-	if err := os.Rename(filepath.Join(base, "snapshots", "llama"), filepath.Join(base, "snapshots", "0123abcd")); err != nil {
+	if err := os.Rename(filepath.Join(base, "snapshots", "llama"), filepath.Join(base, "snapshots", "0123456789abcdef0123456789abcdef01234567")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(base, "refs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(base, "refs", "main"), []byte("0123abcd\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(base, "refs", "main"), []byte("0123456789abcdef0123456789abcdef01234567\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e, err := Load(context.Background(), Options{Model: "tiny-org/tiny-llama", Device: "cpu", KVTokens: 256}, nil)
@@ -99,8 +99,8 @@ func TestLoadCheckpointFromHFCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if !strings.HasSuffix(e.Info().Path, filepath.Join("snapshots", "0123abcd")) {
-		t.Fatalf("path %s", e.Info().Path)
+	if !strings.HasSuffix(e.Info().Path, filepath.Join("snapshots", "0123456789abcdef0123456789abcdef01234567")) || !strings.Contains(e.Info().Name, "tiny-org/tiny-llama") {
+		t.Fatalf("path %s, name %s", e.Info().Path, e.Info().Name)
 	}
 }
 

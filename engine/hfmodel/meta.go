@@ -12,10 +12,7 @@ import (
 func (m *mapper) metadata() ([]gguf.KV, error) {
 	c, a := m.c, m.arch
 	k := func(key string, v any) gguf.KV { return gguf.KV{Key: a + "." + key, Value: v} }
-	name := filepath.Base(filepath.Clean(m.ck.dir))
-	if c.NameOrPath != "" && !strings.HasPrefix(c.NameOrPath, "/") {
-		name = c.NameOrPath
-	}
+	name := displayName(m.ck.dir, c.NameOrPath)
 	ctx := c.MaxPositionEmbeddings
 	if ctx <= 0 {
 		ctx = 2048
@@ -86,4 +83,23 @@ func (m *mapper) metadata() ([]gguf.KV, error) {
 		}
 	}
 	return kv, nil
+}
+
+// displayName is ORG/NAME for a snapshot in the HF cache layout
+// (models--ORG--NAME/snapshots/REV), else a relative _name_or_path, else
+// the directory's name.
+func displayName(dir, nameOrPath string) string {
+	clean := filepath.Clean(dir)
+	if filepath.Base(filepath.Dir(clean)) == "snapshots" {
+		repo := filepath.Base(filepath.Dir(filepath.Dir(clean)))
+		if r, ok := strings.CutPrefix(repo, "models--"); ok {
+			if org, name, ok := strings.Cut(r, "--"); ok {
+				return org + "/" + name
+			}
+		}
+	}
+	if nameOrPath != "" && !filepath.IsAbs(nameOrPath) && !strings.HasPrefix(nameOrPath, ".") {
+		return nameOrPath
+	}
+	return filepath.Base(clean)
 }
