@@ -202,7 +202,11 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 			if skip > 0 {
 				fmt.Fprintf(stderr, "skipping the first %d windows (tokens 1..%d)\n", skip, ws[skip].First-1)
 			}
+			wp := newWindowProgress(stderr, len(ws)-skip)
+			defer wp.stop()
 			res, err := e.EvalQualityWindows(cmd.Context(), toks, ws[skip:], ref, tests, func(p engine.QualityProgress) {
+				wp.clear()
+				defer wp.next(p.Window, p.Windows, p.Elapsed)
 				rate := float64(p.Scored) / p.Elapsed.Seconds()
 				fmt.Fprintf(stderr, "window %d/%d: %d tokens scored, %.0fs, %.1f scored tokens/s;", p.Window, p.Windows, p.Scored, p.Elapsed.Seconds(), rate)
 				for i, r := range p.Partial {

@@ -76,3 +76,53 @@ func (p *speedProgress) stop() {
 		p.st.Stop()
 	}
 }
+
+// windowProgress is `bench quality`'s line on a terminal between its
+// per-window lines: the window being scored, the time so far and, from
+// the windows done, the time left.
+type windowProgress struct {
+	w     io.Writer
+	start time.Time
+	st    *statusLine
+}
+
+func newWindowProgress(w io.Writer, windows int) *windowProgress {
+	p := &windowProgress{w: w, start: time.Now()}
+	p.show(1, windows, 0, 0)
+	return p
+}
+
+// show draws "window i/n · elapsed · about T left" from the elapsed time
+// at the last finished window (done windows took doneIn).
+func (p *windowProgress) show(i, n, done int, doneIn time.Duration) {
+	p.st = startStatus(p.w, func(since time.Duration) string {
+		el := time.Since(p.start)
+		if done > 0 {
+			el = doneIn + since // the engine's clock at the last window, and on
+		}
+		line := fmt.Sprintf("bench quality: window %d/%d · %s", i, n, shortDuration(el))
+		if done > 0 {
+			left := time.Duration(float64(doneIn)/float64(done)*float64(n-done)) - since
+			line += " · about " + shortDuration(max(left, 0)) + " left"
+		}
+		return line
+	})
+}
+
+// next is called around each window's line: the status stops before the
+// line is printed (the caller defers next) and restarts after it.
+func (p *windowProgress) next(done, n int, elapsed time.Duration) {
+	if done < n {
+		p.show(done+1, n, done, elapsed)
+	}
+}
+
+// clear removes the status line before the window's line is printed.
+func (p *windowProgress) clear() { p.stop() }
+
+func (p *windowProgress) stop() {
+	if p.st != nil {
+		p.st.Stop()
+		p.st = nil
+	}
+}

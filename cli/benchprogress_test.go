@@ -43,3 +43,26 @@ func TestSpeedProgress(t *testing.T) {
 		}
 	}
 }
+
+// Issue 15 item 12: bench quality's terminal line between window lines.
+func TestWindowProgress(t *testing.T) {
+	saved := isTerminalWriter
+	t.Cleanup(func() { isTerminalWriter = saved })
+	isTerminalWriter = func(io.Writer) bool { return true }
+	var buf bytes.Buffer
+	p := newWindowProgress(&buf, 4)
+	p.clear()
+	buf.WriteString("window 1/4: …\n")
+	p.next(1, 4, 10*time.Second)
+	p.clear()
+	p.stop()
+	out := buf.String()
+	first, second, ok := strings.Cut(out, "window 1/4: …\n")
+	if !ok || !strings.Contains(first, "bench quality: window 1/4 · 0s") || strings.Contains(first, "left") {
+		t.Fatalf("before the first window: %q", first)
+	}
+	// One window took 10 s (as the engine reports): three more, about 30 s.
+	if !strings.Contains(second, "bench quality: window 2/4") || !strings.Contains(second, "· about 30s left") {
+		t.Errorf("after the first window: %q", second)
+	}
+}
