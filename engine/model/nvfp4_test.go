@@ -14,11 +14,11 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 )
 
-// nvfp4Tiny writes the qwen35moe-tiny preset with NVFP4 matrices and their
-// <name>.scale tensors (per tensor, per expert for the stacked experts).
-func nvfp4Tiny(t *testing.T) []byte {
+// nvfp4Tiny writes a tiny preset with NVFP4 matrices and their <name>.scale
+// tensors (per tensor, per expert for the stacked experts).
+func nvfp4Tiny(t *testing.T, preset string) []byte {
 	t.Helper()
-	spec, err := synth.Preset("qwen35moe-tiny", gguf.NVFP4)
+	spec, err := synth.Preset(preset, gguf.NVFP4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,13 @@ func dequantScaled(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.Write
 // dequantized and scaled into F32 by the test: the scales must be found,
 // per tensor and per expert, and applied to the right rows.
 func TestNVFP4ModelMatchesDequantized(t *testing.T) {
-	raw := nvfp4Tiny(t)
+	for _, preset := range []string{"qwen35moe-tiny", "qwen35-tiny"} {
+		t.Run(preset, func(t *testing.T) { nvfp4MatchesDequantized(t, preset) })
+	}
+}
+
+func nvfp4MatchesDequantized(t *testing.T, preset string) {
+	raw := nvfp4Tiny(t, preset)
 	f, err := gguf.OpenBytes("nvfp4.gguf", raw)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +105,7 @@ func TestNVFP4ModelMatchesDequantized(t *testing.T) {
 			t.Errorf("%s: %d values, want 1", st.Name, st.Elements())
 		}
 	}
-	if nv == 0 || perExpert == 0 {
+	if nv == 0 || (perExpert == 0) == (preset == "qwen35moe-tiny") {
 		t.Fatalf("%d NVFP4 tensors, %d of them stacked experts", nv, perExpert)
 	}
 	m, _ := loadBytes(t, "nvfp4.gguf", raw, 2, true)
@@ -129,7 +135,7 @@ type scaleFree struct {
 }
 
 func TestNVFP4ScaleErrors(t *testing.T) {
-	raw := nvfp4Tiny(t)
+	raw := nvfp4Tiny(t, "qwen35moe-tiny")
 	const name = "blk.0.ffn_up_exps.scale"
 	reshape := func(dims []uint64, typ gguf.Type) func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 		return func(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
