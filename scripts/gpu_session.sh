@@ -27,12 +27,12 @@ bundle)
   flags=(-trimpath -ldflags='-s -w')
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c "${flags[@]}" -o .gpu/gpu.test ./gpu/
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c "${flags[@]}" -o .gpu/engine.test ./engine/
-  gzip -9f .gpu/gpu.test .gpu/engine.test .gpu/ftchat   # a call carries at most 64 MiB
+  xz -9f -T0 .gpu/gpu.test .gpu/engine.test .gpu/ftchat   # a call carries at most 64 MiB
   [ -f .gpu-peer/llama.cpp.tar.xz ] || scripts/llamacpp_tarball.sh
   du -sh .gpu/* .gpu-peer/*
   ;;
 run1)
-  for f in .gpu/*.gz; do gzip -dc "$f" >"${f%.gz}" && chmod +x "${f%.gz}"; done
+  for f in .gpu/*.xz; do xz -dc "$f" >"${f%.xz}" && chmod +x "${f%.xz}"; done
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu_info.txt"
   date -u +%FT%TZ | tee -a "$OUT/gpu_info.txt"
   # The build takes CPU cores only; the GPU measurements below overlap it
