@@ -132,8 +132,8 @@ func Dequantize(t Type, raw []byte, dst []float32) error {
 }
 
 // DequantizeBlock decodes one block of type t (t.BlockBytes() bytes) into
-// dst[:t.BlockElems()]: 32 floats for the legacy quants, 256 for k-quants, 1
-// for F32/F16/BF16. It is meant for matmul kernels that dequantize on the
+// dst[:t.BlockElems()]: 32 floats for the legacy quants and MXFP4, 64 for
+// NVFP4, 256 for k-quants, 1 for F32/F16/BF16. It is meant for matmul kernels that dequantize on the
 // fly into a small scratch buffer; it panics if block or dst is too short,
 // like a slice index would.
 func DequantizeBlock(t Type, block []byte, dst []float32) error {

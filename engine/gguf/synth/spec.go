@@ -52,7 +52,12 @@ type Spec struct {
 	RopeSections [4]int32
 
 	TokenizerPre string    // tokenizer.ggml.pre
-	WeightType   gguf.Type // matrices; norms, biases and the MoE router stay F32
+	// WeightType is the type of the matrices; norms, biases and the MoE
+	// router stay F32. With NVFP4 every NVFP4 matrix also gets its F32
+	// <name>.scale (per expert for stacked experts) and the embeddings are
+	// Q8_0 (NVFP4 checkpoints keep them unquantized); MXFP4 keeps Q8_0
+	// embeddings too.
+	WeightType gguf.Type
 }
 
 // SSM is the Gated DeltaNet geometry of a hybrid model (llama.cpp's ssm.* keys).
