@@ -51,7 +51,7 @@ type Spec struct {
 	// RopeSections is rope.dimension_sections (qwen35*, whose loader needs it).
 	RopeSections [4]int32
 
-	TokenizerPre string    // tokenizer.ggml.pre
+	TokenizerPre string // tokenizer.ggml.pre
 	// WeightType is the type of the matrices; norms, biases and the MoE
 	// router stay F32. With NVFP4 every NVFP4 matrix also gets its F32
 	// <name>.scale (per expert for stacked experts) and the embeddings are
