@@ -24,6 +24,20 @@ func dotNVFP4x4(w []byte, x []float32, xstride int, _ []float32, _ int, out *[4]
 	dotNVFP4x4AVX2(&w[0], &x[0], xstride, nb, &gguf.UE4M3Table()[0], out)
 }
 
+//go:noescape
+func dotMXFP4x4AVX2(w *byte, x *float32, xstride int, nb int, tab *float32, out *[4]float32)
+
+// dotMXFP4x4 is the four-row MXFP4 kernel (rowKernel4; xs is unused).
+func dotMXFP4x4(w []byte, x []float32, xstride int, _ []float32, _ int, out *[4]float32) {
+	nb := len(w) / 17
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_ = x[3*xstride+nb*32-1]
+	dotMXFP4x4AVX2(&w[0], &x[0], xstride, nb, &gguf.E8M0Table()[0], out)
+}
+
 func dotNVFP4Fast(w []byte, x, _ []float32) float32 {
 	nb := len(w) / 36
 	if nb == 0 {
@@ -55,4 +69,5 @@ func init() {
 		fastKernels4 = map[gguf.Type]rowKernel4{}
 	}
 	fastKernels4[gguf.NVFP4] = dotNVFP4x4
+	fastKernels4[gguf.MXFP4] = dotMXFP4x4
 }

@@ -141,7 +141,7 @@ mxfp4done:
 	VMOVSS X0, ret+32(FP)
 	RET
 
-// acc += Y5·x[xo:], Y6·x[xo+8:], Y7·x[xo+16:], Y8·x[xo+24:] for row p.
+// acc += Y5·x[o0:], Y6·x[o1:], Y7·x[o2:], Y8·x[o3:] (byte offsets) for row p.
 #define NVFP4_ROW4(p, acc, o0, o1, o2, o3) \
 	VFMADD231PS o0(p), Y5, acc; \
 	VFMADD231PS o1(p), Y6, acc; \
@@ -199,6 +199,75 @@ nvfp4x4loop:
 	DECQ CX
 	JNZ nvfp4x4loop
 nvfp4x4done:
+	MOVQ out+40(FP), BX
+	VEXTRACTF128 $1, Y0, X3
+	VADDPS X3, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, 0(BX)
+	VEXTRACTF128 $1, Y1, X3
+	VADDPS X3, X1, X1
+	VHADDPS X1, X1, X1
+	VHADDPS X1, X1, X1
+	VMOVSS X1, 4(BX)
+	VEXTRACTF128 $1, Y2, X3
+	VADDPS X3, X2, X2
+	VHADDPS X2, X2, X2
+	VHADDPS X2, X2, X2
+	VMOVSS X2, 8(BX)
+	VEXTRACTF128 $1, Y11, X3
+	VADDPS X3, X11, X11
+	VHADDPS X11, X11, X11
+	VHADDPS X11, X11, X11
+	VMOVSS X11, 12(BX)
+	VZEROUPPER
+	RET
+
+// func dotMXFP4x4AVX2(w *byte, x *float32, xstride int, nb int, tab *float32, out *[4]float32)
+// Four activation rows against one MXFP4 weight row: each block decoded
+// and scaled once (Y5 = elements 0-7, Y7 = 8-15, Y6 = 16-23, Y8 = 24-31).
+TEXT ·dotMXFP4x4AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), AX
+	SHLQ $2, AX
+	LEAQ (DI)(AX*1), R8
+	LEAQ (R8)(AX*1), R10
+	LEAQ (R10)(AX*1), R12
+	MOVQ nb+24(FP), CX
+	MOVQ tab+32(FP), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y11, Y11, Y11
+	VMOVDQU kvFP4<>(SB), X14
+	MOVL $0x0F0F0F0F, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, X15
+	TESTQ CX, CX
+	JEQ mxfp4x4done
+mxfp4x4loop:
+	FP4_CODES(1)
+	FP4_WIDEN
+	MOVBLZX (SI), AX
+	VBROADCASTSS (R9)(AX*4), Y9
+	VMULPS Y9, Y5, Y5
+	VMULPS Y9, Y6, Y6
+	VMULPS Y9, Y7, Y7
+	VMULPS Y9, Y8, Y8
+	// NVFP4_ROW4 takes Y5..Y8 in x order: pass the offsets of Y5, Y6, Y7, Y8.
+	NVFP4_ROW4(DI, Y0, 0, 64, 32, 96)
+	NVFP4_ROW4(R8, Y1, 0, 64, 32, 96)
+	NVFP4_ROW4(R10, Y2, 0, 64, 32, 96)
+	NVFP4_ROW4(R12, Y11, 0, 64, 32, 96)
+	ADDQ $17, SI
+	ADDQ $128, DI
+	ADDQ $128, R8
+	ADDQ $128, R10
+	ADDQ $128, R12
+	DECQ CX
+	JNZ mxfp4x4loop
+mxfp4x4done:
 	MOVQ out+40(FP), BX
 	VEXTRACTF128 $1, Y0, X3
 	VADDPS X3, X0, X0
