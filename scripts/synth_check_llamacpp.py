@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks a synth qwen35moe GGUF (ftchat dev gen-model --preset qwen35moe-tiny) against
-llama.cpp's loader, reading the file with llama.cpp's own gguf-py: every LLM_KV_* key that
+llama.cpp's loader, reading the file with llama.cpp's own gguf-py (NVFP4 <name>.scale tensors are matched against the generic
+scale pass of src/llama-model.cpp): every LLM_KV_* key that
 src/models/qwen35moe.cpp reads (plus the generic hparams) is printed with its llama-arch.cpp
 name and the type found; every trunk create_tensor(tn(...)) of load_arch_tensors is looked up
 for each block (tensors of the other block kind are listed as absent, which is expected).
@@ -59,6 +60,13 @@ for base, suffix, per in sorted(need):
             missing.append(full)
 # attn_q/k/v come from create_tensor_qkv, gate/up exps from create_tensor_gate_up_exps
 extra = {n for n in extra if not re.match(r"blk\.\d+\.(attn_[qkv]|ffn_(gate|up)_exps)\.weight$", n)}
+# NVFP4 second-level scales: llama-model.cpp's generic pass creates
+# tn(LLM_TENSOR_X, "scale", i) (and "scale" of LLM_TENSOR_OUTPUT) for any
+# arch, when the file has them.
+generic_src = open(L + "/src/llama-model.cpp").read()
+scale_bases = {tnames[t] for t in re.findall(r'tn\((LLM_TENSOR_[A-Z0-9_]+),\s*"scale"', generic_src)}
+scale_re = re.compile("^(" + "|".join(re.escape(b).replace("%d", r"\d+") for b in scale_bases) + r")\.scale$")
+extra = {n for n in extra if not scale_re.match(n)}
 print("absent per block kind:", dict(collections.Counter(re.sub(r"blk\.\d+\.", "blk.N.", m) for m in missing)))
 print("in the file but never requested:", sorted(extra))
 sys.exit(1 if bad or extra else 0)
