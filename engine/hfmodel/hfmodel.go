@@ -290,13 +290,14 @@ const (
 	splitUp                // second half
 )
 
+// spec is one GGUF tensor: where its bytes come from and how they change.
 type spec struct {
 	name  string   // GGUF name
 	from  []string // checkpoint names (several for stackExp)
 	shape []uint64 // expected checkpoint shape of each source (row-major)
 	x     xform
 	f32   bool // force F32 output
-	heads int  // permQK: heads; v*: value-head geometry below
+	heads int  // permQK: the heads whose rows are permuted
 }
 
 type mapper struct {
