@@ -51,7 +51,7 @@ const (
 )
 
 var dtypeSize = map[DType]uint64{F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1,
-	BOOL: 1, F8E4M3: 1, F8E5M2: 1, "U16": 2, "U32": 4, "U64": 8}
+	BOOL: 1, F8E4M3: 1, F8E5M2: 1, "F8_E8M0": 1, "U16": 2, "U32": 4, "U64": 8, "C64": 8}
 
 // Size is the bytes of one element, 0 for an unknown dtype.
 func (d DType) Size() int { return int(dtypeSize[d]) }
