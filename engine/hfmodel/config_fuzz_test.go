@@ -29,7 +29,7 @@ func FuzzConfig(f *testing.F) {
 		if c.HiddenSize <= 0 || c.HiddenSize > maxShape || c.NumHiddenLayers > maxLayers {
 			t.Fatalf("accepted %+v", c)
 		}
-		m := &mapper{ck: ck, c: c, arch: arch, built: map[string][]byte{}}
+		m := &mapper{ck: ck, c: c, arch: arch}
 		if _, err := m.metadata(); err != nil {
 			return
 		}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/safetensors"
@@ -163,7 +162,7 @@ func Open(dir string) (*gguf.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &mapper{ck: ck, c: cfg, arch: arch, built: map[string][]byte{}}
+	m := &mapper{ck: ck, c: cfg, arch: arch}
 	kv, err := m.metadata()
 	if err == nil {
 		err = m.tensors()
@@ -306,8 +305,6 @@ type mapper struct {
 	arch  string
 	infos []gguf.TensorInfo
 	specs map[string]spec
-	mu    sync.Mutex
-	built map[string][]byte
 }
 
 func (m *mapper) hybrid() bool { return m.arch == "qwen35" || m.arch == "qwen35moe" }
@@ -557,8 +554,8 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 	return gguf.TensorInfo{Name: s.name, Dims: dims, Type: typ}, nil
 }
 
-// data serves the virtual file's tensor bytes, building transformed ones
-// once.
+// data serves the virtual file's tensor bytes: aliases of the mapped
+// shards, or transformed tensors built on each call.
 func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 	s, ok := m.specs[ti.Name]
 	if !ok {
@@ -568,16 +565,12 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 	if typ, ok := ggufType[t.t.DType]; ok && s.x == asIs && typ == ti.Type {
 		return t.f.Data(t.t) // aliases the mapped shard
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if b, ok := m.built[ti.Name]; ok {
-		return b, nil
-	}
+	// Not cached: the CPU backend keeps the slice it is given (which keeps
+	// it alive), a device backend copies it and lets it go.
 	b, err := m.build(s, ti)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", m.ck.dir, s.from[0], err)
 	}
-	m.built[ti.Name] = b
 	return b, nil
 }
 
