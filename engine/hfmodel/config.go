@@ -44,6 +44,8 @@ type hfConfig struct {
 	RopeScaling           *ropeParam `json:"rope_scaling"`
 	PartialRotaryFactor   float64    `json:"partial_rotary_factor"`
 	AttentionBias         bool       `json:"attention_bias"`
+	SlidingWindow         *int       `json:"sliding_window"`
+	UseSlidingWindow      *bool      `json:"use_sliding_window"`
 
 	NumExperts                   int   `json:"num_experts"`
 	NumLocalExperts              int   `json:"num_local_experts"`
@@ -86,6 +88,7 @@ type ropeParam struct {
 // archOf maps model_type (of the text config) to a GGUF architecture.
 var archOf = map[string]string{
 	"llama":             "llama",
+	"mistral":           "llama", // Llama's blocks; refused below when sliding-window attention is on
 	"qwen2":             "qwen2",
 	"qwen3":             "qwen3",
 	"qwen3_moe":         "qwen3moe",
@@ -130,6 +133,12 @@ func parseConfig(path string, b []byte) (*hfConfig, string, error) {
 	arch, ok := archOf[c.ModelType]
 	if !ok {
 		return nil, "", fmt.Errorf("%s: model_type %q is not supported (supported: %s)", path, c.ModelType, supportedTypes())
+	}
+	if c.ModelType == "qwen2" && c.UseSlidingWindow != nil && *c.UseSlidingWindow {
+		return nil, "", fmt.Errorf("%s: use_sliding_window: sliding-window attention is not supported (only full attention)", path)
+	}
+	if c.ModelType == "mistral" && c.SlidingWindow != nil && *c.SlidingWindow > 0 && *c.SlidingWindow < c.MaxPositionEmbeddings {
+		return nil, "", fmt.Errorf("%s: sliding_window %d: sliding-window attention is not supported (only full attention)", path, *c.SlidingWindow)
 	}
 	if err := c.readQuant(path); err != nil {
 		return nil, "", err

@@ -120,6 +120,12 @@ func TestOpenRefusals(t *testing.T) {
 		{"unknown model type", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["model_type"] = "gpt_neox" })
 		}, []string{`model_type "gpt_neox" is not supported`}},
+		{"mistral sliding window", "llama", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["model_type"], c["sliding_window"] = "mistral", 1024 })
+		}, []string{"sliding_window 1024: sliding-window attention is not supported"}},
+		{"qwen2 sliding window", "qwen2", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["use_sliding_window"] = true })
+		}, []string{"use_sliding_window: sliding-window attention is not supported"}},
 		{"quantized", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["quantization_config"] = map[string]any{"quant_method": "gptq"} })
 		}, []string{`quant_method "gptq"`, "not read yet"}},
@@ -197,6 +203,33 @@ func TestCompositeConfig(t *testing.T) {
 	if len(f.Tensors) != len(g.Tensors) {
 		t.Fatalf("%d tensors, plain %d", len(f.Tensors), len(g.Tensors))
 	}
+	for _, ti := range g.Tensors {
+		a, _ := f.TensorData(ti)
+		b, _ := g.TensorData(ti)
+		if string(a) != string(b) {
+			t.Fatalf("tensor %s differs", ti.Name)
+		}
+	}
+}
+
+// TestMistralIsLlama: model_type mistral without a sliding window maps to
+// the llama architecture with the same tensors.
+func TestMistralIsLlama(t *testing.T) {
+	d := copyDir(t, "llama")
+	editConfig(t, d, func(c map[string]any) { c["model_type"], c["sliding_window"] = "mistral", nil })
+	f, err := hfmodel.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if a, _ := f.String("general.architecture"); a != "llama" {
+		t.Fatalf("arch %q", a)
+	}
+	g, err := hfmodel.Open(filepath.Join("testdata", "llama"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
 	for _, ti := range g.Tensors {
 		a, _ := f.TensorData(ti)
 		b, _ := g.TensorData(ti)
