@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -181,5 +185,76 @@ func TestNVFP4ScaleErrors(t *testing.T) {
 	defer be.Close()
 	if _, err := model.Load(f, scaleFree{be, be}); err == nil || !strings.Contains(err.Error(), "does not apply") {
 		t.Fatalf("a backend without ScaledLoader: got %v", err)
+	}
+}
+
+// TestNVFP4MatchesLlamaCpp checks that llama.cpp reads NVFP4 blocks and
+// their <name>.scale tensors as ftchat does, when FTCHAT_LCPLOGITS names a
+// binary built from scripts/llamacpp_fixture_logits.cpp (its CPU backend):
+// llama.cpp's logits for the NVFP4 tiny models must match its logits for
+// the F32 twin that this package's dequantization and scaling build
+// (dequantScaled), within the noise of its NVFP4 path (it rounds the
+// activations to Q8_0 for the NVFP4 dot: 0.097 / 0.041 of the row max on
+// these random models; the same presets written as Q8_0, whose dot rounds
+// the activations too, differ from ftchat by 0.13 / 0.039). Reversing the
+// per-expert scales moves that to 0.45, so 0.2 separates a right reading
+// from a wrong one. ftchat's logits are compared with llama.cpp's F32-twin
+// logits too (no activation rounding on either side).
+func TestNVFP4MatchesLlamaCpp(t *testing.T) {
+	bin := os.Getenv("FTCHAT_LCPLOGITS")
+	if bin == "" {
+		t.Skip("FTCHAT_LCPLOGITS (a scripts/llamacpp_fixture_logits.cpp binary) not set")
+	}
+	toks := []int32{5, 77, 300, 2, 41, 41, 9, 150, 12, 480, 3, 3}
+	logits := func(t *testing.T, raw []byte, V int) [][]float64 {
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{path, "prefill"}
+		for _, tk := range toks {
+			args = append(args, strconv.Itoa(int(tk)))
+		}
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", bin, err)
+		}
+		if len(out) != 4*V*len(toks) {
+			t.Fatalf("llama.cpp wrote %d bytes, want %d", len(out), 4*V*len(toks))
+		}
+		rows := make([][]float64, len(toks))
+		for r := range rows {
+			rows[r] = make([]float64, V)
+			for i := range rows[r] {
+				rows[r][i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(out[4*(r*V+i):])))
+			}
+		}
+		return rows
+	}
+	for _, preset := range []string{"qwen35moe-tiny", "qwen35-tiny"} {
+		t.Run(preset, func(t *testing.T) {
+			raw := nvfp4Tiny(t, preset)
+			m, _ := loadBytes(t, preset+".gguf", raw, 2, true)
+			V := m.Config.Vocab
+			nv, f32 := logits(t, raw, V), logits(t, editGGUF(t, raw, dequantScaled), V)
+			newHybridPool(t, m, 4, 1, kvcache.BF16)
+			got := runHybrid(t, m, []*hybridSession{{pages: []int32{0, 1, 2, 3}}}, [][]int32{toks})[0]
+			var worst, ours float64
+			for r := range toks {
+				row := make([]float32, V)
+				for i, v := range nv[r] {
+					row[i] = float32(v)
+				}
+				worst = max(worst, maxRel(row, f32[r]))
+				ours = max(ours, maxRel(got[r*V:(r+1)*V], f32[r]))
+			}
+			t.Logf("llama.cpp NVFP4 vs its F32 twin: worst row %.3g of the row max; ftchat NVFP4 vs llama.cpp F32 twin: %.3g", worst, ours)
+			if worst > 0.2 {
+				t.Errorf("llama.cpp's NVFP4 logits differ from its F32-twin logits by %.3g of the row max (> 0.2)", worst)
+			}
+			if ours > 1e-2 {
+				t.Errorf("ftchat's NVFP4 logits differ from llama.cpp's F32-twin logits by %.3g of the row max (> 1e-2)", ours)
+			}
+		})
 	}
 }
