@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ftchat/ftchat/internal/safefile"
+	"github.com/ftchat/ftchat/internal/mmapfile"
 )
 
 // Magic is the first four bytes of every GGUF file.
@@ -112,23 +112,20 @@ type File struct {
 // infos. Every length and offset is bounds-checked; a truncated or corrupt
 // file yields a *FormatError naming the file and the problem.
 func Open(path string) (*File, error) {
-	// safefile refuses a FIFO or device, which would block or never end.
-	fh, st, err := safefile.Open(path, "GGUF file")
+	// safefile (inside mmapfile) refuses a FIFO or device, which would block
+	// or never end.
+	data, unmap, err := mmapfile.Open(path, "GGUF file", func(size int64) error {
+		if size < 24 {
+			return &FormatError{Path: path, Offset: -1,
+				Msg: fmt.Sprintf("file is %d bytes, too short for a GGUF header (truncated download?)", size)}
+		}
+		if uint64(size) > uint64(math.MaxInt) {
+			return &FormatError{Path: path, Offset: -1, Msg: "file too large to map on this platform"}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer fh.Close()
-	size := st.Size()
-	if size < 24 {
-		return nil, &FormatError{Path: path, Offset: -1,
-			Msg: fmt.Sprintf("file is %d bytes, too short for a GGUF header (truncated download?)", size)}
-	}
-	if uint64(size) > uint64(math.MaxInt) {
-		return nil, &FormatError{Path: path, Offset: -1, Msg: "file too large to map on this platform"}
-	}
-	data, unmap, err := mapFile(fh, int(size))
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %s: map file: %w", path, err)
 	}
 	f, err := parse(path, data)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ftchat/ftchat/internal/safefile"
+	"github.com/ftchat/ftchat/internal/mmapfile"
 )
 
 // MaxHeader bounds the JSON header. Real headers are a few MB at most (a
@@ -97,21 +97,17 @@ type File struct {
 
 // Open maps the file at path and parses its header.
 func Open(path string) (*File, error) {
-	fh, st, err := safefile.Open(path, "safetensors file")
+	b, unmap, err := mmapfile.Open(path, "safetensors file", func(size int64) error {
+		if size < 8 {
+			return &Error{path, fmt.Sprintf("file is %d bytes, too short for a header (truncated download?)", size)}
+		}
+		if uint64(size) > uint64(math.MaxInt) {
+			return &Error{path, "file too large to map on this platform"}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer fh.Close()
-	size := st.Size()
-	if size < 8 {
-		return nil, &Error{path, fmt.Sprintf("file is %d bytes, too short for a header (truncated download?)", size)}
-	}
-	if uint64(size) > uint64(math.MaxInt) {
-		return nil, &Error{path, "file too large to map on this platform"}
-	}
-	b, unmap, err := mapFile(fh, int(size))
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %s: map file: %w", path, err)
 	}
 	f, err := Parse(path, b)
 	if err != nil {
