@@ -1,9 +1,7 @@
 package hfmodel_test
 
 import (
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"github.com/ftchat/ftchat/engine/hfmodel"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // fixture is what scripts/hf_fixtures.py writes beside each directory.
@@ -80,36 +80,6 @@ func logits(t *testing.T, f *gguf.File, toks []int32) ([]float32, model.Config) 
 	return lg, m.Config
 }
 
-func gunzip(t *testing.T, path string) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func logSoftmaxAt(row []float32, next int32) float64 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	return float64(row[next]) - mx - math.Log(s)
-}
-
 // TestCheckpointMatchesConvertedGGUF loads each tiny checkpoint directory
 // and the GGUF llama.cpp's converter made from it (f32) and requires the
 // same logits (max |Δ| / max |logit| ≤ 1e-5 over every position), and a
@@ -123,7 +93,7 @@ func TestCheckpointMatchesConvertedGGUF(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer hf.Close()
-			gf, err := gguf.OpenBytes(arch+".gguf", gunzip(t, filepath.Join("testdata", arch+".gguf.gz")))
+			gf, err := gguf.OpenBytes(arch+".gguf", testmodel.Gunzip(t, filepath.Join("testdata", arch+".gguf.gz")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +112,7 @@ func TestCheckpointMatchesConvertedGGUF(t *testing.T) {
 			V := ca.Vocab
 			var nll float64
 			for p := 0; p+1 < len(fx.Tokens); p++ {
-				nll -= logSoftmaxAt(a[p*V:(p+1)*V], fx.Tokens[p+1])
+				nll -= testmodel.LogSoftmaxAt(a[p*V:(p+1)*V], fx.Tokens[p+1])
 			}
 			ppl := math.Exp(nll / float64(len(fx.Tokens)-1))
 			pr := math.Abs(ppl/fx.PPL - 1)

@@ -1,16 +1,13 @@
 package model_test
 
 import (
-	"compress/gzip"
-	"encoding/binary"
-	"encoding/json"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
+
+	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
 // hybridFixture is what scripts/qwen35_fixtures.py writes
@@ -33,48 +30,12 @@ type refPass struct {
 
 func readHybridFixture(t *testing.T, name string) *hybridFixture {
 	t.Helper()
-	js, err := os.ReadFile(filepath.Join("testdata", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var fx hybridFixture
-	if err := json.Unmarshal(js, &fx); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(filepath.Join("testdata", name+"_logits.bin.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx.rows = make([]float32, len(raw)/4)
-	for i := range fx.rows {
-		fx.rows[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
+	fx.rows = readFixtureFiles(t, name, &fx)
 	if len(fx.rows) != 2*len(fx.Rows.Positions)*fx.Vocab {
 		t.Fatalf("%s: %d logits, want %d rows of %d", name, len(fx.rows), 2*len(fx.Rows.Positions), fx.Vocab)
 	}
 	return &fx
-}
-
-// logSoftmaxAt is log p(next) of one logit row, in float64.
-func logSoftmaxAt(row []float32, next int32) float64 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	return float64(row[next]) - mx - math.Log(s)
 }
 
 // TestHybridModelsMatchTransformers checks each hybrid fixture (GGUFs from
@@ -137,7 +98,7 @@ func TestHybridModelsMatchTransformers(t *testing.T) {
 					for p := 0; p < T; p++ {
 						row := logits[p*V : (p+1)*V]
 						if p+1 < T {
-							lp := logSoftmaxAt(row, toks[p+1])
+							lp := testmodel.LogSoftmaxAt(row, toks[p+1])
 							nll -= lp
 							worstLP = math.Max(worstLP, math.Abs(lp-sched.ref.LogprobNext[p]))
 						}
@@ -187,7 +148,7 @@ func TestHybridModelsMatchTransformers(t *testing.T) {
 				la, lb = append(la, out[0]...), append(lb, out[1]...)
 				for _, l := range [][]float32{la, lb} {
 					for p := 0; p+1 < T; p++ {
-						if d := math.Abs(logSoftmaxAt(l[p*V:(p+1)*V], toks[p+1]) - fx.Prefill.LogprobNext[p]); d > 1e-2 || math.IsNaN(d) {
+						if d := math.Abs(testmodel.LogSoftmaxAt(l[p*V:(p+1)*V], toks[p+1]) - fx.Prefill.LogprobNext[p]); d > 1e-2 || math.IsNaN(d) {
 							t.Fatalf("position %d: |Δ log p| %.3g > 1e-2", p, d)
 						}
 					}

@@ -1,10 +1,7 @@
 package model_test
 
 import (
-	"compress/gzip"
-	"encoding/binary"
 	"encoding/json"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,32 +33,23 @@ type fixture struct {
 
 func readFixture(t *testing.T, name string) *fixture {
 	t.Helper()
+	var fx fixture
+	fx.data = readFixtureFiles(t, name, &fx)
+	return &fx
+}
+
+// readFixtureFiles decodes testdata/name.json into v and returns the
+// float32 logits of testdata/name_logits.bin.gz.
+func readFixtureFiles(t *testing.T, name string, v any) []float32 {
+	t.Helper()
 	js, err := os.ReadFile(filepath.Join("testdata", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fx fixture
-	if err := json.Unmarshal(js, &fx); err != nil {
+	if err := json.Unmarshal(js, v); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join("testdata", name+"_logits.bin.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx.data = make([]float32, len(raw)/4)
-	for i := range fx.data {
-		fx.data[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return &fx
+	return testmodel.Float32s(testmodel.Gunzip(t, filepath.Join("testdata", name+"_logits.bin.gz")))
 }
 
 // session is a single sequence over a private KV pool.

@@ -1,6 +1,7 @@
 // Package testmodel locates the default model for the tests that run it.
 // CI fetches it with `make model` before `go test`; elsewhere those tests
-// skip when it is absent.
+// skip when it is absent. It also holds the helpers that the model tests of
+// several packages share for reading their fixtures (fixture.go).
 package testmodel
 
 import (
