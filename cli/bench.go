@@ -577,9 +577,9 @@ func parseShape(s string) (layers, kvHeads, headDim int, err error) {
 }
 
 // workspaceBytes estimates the activations of one prefill chunk (float32)
-// as the engine's GPU plan does, plus a fixed reserve for the driver.
-func workspaceBytes(c model.Config, chunk int) int64 {
-	return engine.WorkspaceBytes(c, chunk) + 256<<20
+// as the engine's GPU plan does, plus its reserve for the driver.
+func workspaceBytes(c model.Config, chunk int, budget int64) int64 {
+	return engine.WorkspaceBytes(c, chunk) + engine.GPUHeadroom(budget)
 }
 
 // routedExpertBytes is the size of f's routed-expert tensors
@@ -689,7 +689,11 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 					rep.Model = path
 				}
 				if cfg.GPUMemoryText != "" {
-					rep.Workspace = workspaceBytes(c, engine.DefaultPrefillChunk)
+					chunk := cfg.Engine.PrefillChunk
+					if chunk <= 0 {
+						chunk = engine.DefaultPrefillChunk
+					}
+					rep.Workspace = workspaceBytes(c, chunk, cfg.Engine.GPUMemory)
 				}
 			}
 			rep.Layers, rep.KVHeads, rep.HeadDim = c.AttnLayers, c.KVHeads, c.HeadDim

@@ -33,6 +33,9 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			}
 			kinds := strings.Split(dtypes, ",")
 			cfg.Engine.KVDType = kinds[0]
+			// The measured prefill runs as one batch: plan the GPU
+			// workspace for it (the depth fill runs in chunks of this size too).
+			cfg.Engine.PrefillChunk = max(cfg.Engine.PrefillChunk, engine.DefaultPrefillChunk, prefillN)
 			eng, err := loadEngine(cmd.Context(), cfg, true)
 			if err != nil {
 				return err

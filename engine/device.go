@@ -42,20 +42,44 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 // gpuReserve is kept free for the driver, modules and small buffers.
 const gpuReserve = 256 << 20
 
+// GPUHeadroom is the reserve the KV plan keeps beyond the workspace: at
+// least gpuReserve, and 1/64 of the budget on a large card (2.2 GiB of an
+// H200's 139 GiB). Memory the allocator does not count grows after the
+// plan: modules load on first use, the driver's kernel local memory grows
+// with the largest stack a launched kernel needs times every resident
+// thread of the device, and each instantiated CUDA graph holds device
+// memory. The fixed 256 MiB alone let a 139 GiB card's pool leave the
+// driver short of a 32 MiB MoE buffer at the first prefill (2026-12-02).
+func GPUHeadroom(budget int64) int64 { return max(gpuReserve, budget/64) }
+
 // gpuKVBudget is what the budget leaves for the KV pool once the weights
 // are loaded: budget - weights - workspace for the largest prefill chunk -
-// reserve (DESIGN §3) - the recurrent state of a hybrid model.
+// reserve (DESIGN §3) - the recurrent state of a hybrid model. The budget
+// is first cut to what the driver has free now (plus what the allocator
+// holds): memory taken outside the allocator since the device was opened
+// cannot go to the pool.
 func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st kvcache.RecurrentState) (int64, error) {
 	g, ok := be.(*gpu.Backend)
 	if !ok {
 		return 0, fmt.Errorf("internal: GPU budget without a GPU backend")
 	}
 	used := g.Device().MemStats().Used
+	free, err := g.Device().FreeNow()
+	if err != nil {
+		return 0, err
+	}
+	return planKV(budget, used, free, c, chunk, st)
+}
+
+// planKV is gpuKVBudget's arithmetic: budget and used as the allocator
+// counts them, free as the driver reports it.
+func planKV(budget, used, free int64, c model.Config, chunk int, st kvcache.RecurrentState) (int64, error) {
+	budget = min(budget, used+free)
 	workspace := WorkspaceBytes(c, chunk)
 	if err := checkStateBudget(budget, used, workspace, st); err != nil {
 		return 0, err
 	}
-	plan, err := gpu.PlanMemory(budget, used, workspace+st.Bytes(), gpuReserve, 1)
+	plan, err := gpu.PlanMemory(budget, used, workspace+st.Bytes(), GPUHeadroom(budget), 1)
 	if err != nil {
 		return 0, err
 	}
@@ -79,15 +103,24 @@ func checkStateBudget(budget, used, workspace int64, st kvcache.RecurrentState) 
 // prefill chunk of chunk tokens (float32): residual, norms, q/k/v,
 // attention out, feed-forward, the logits of one row and, for hybrid
 // models, the Gated DeltaNet buffers (conv input and output, output gate,
-// delta-rule output, decay and beta) and the attention's query+gate.
+// delta-rule output and its normed copy, decay and beta) and the
+// attention's query+gate; for
+// MoE models also the scratch one MoE call of the chunk holds
+// (gpu.MoEScratchBytes: router logits, top-k ids and weights, the
+// grouped GEMMs' permutation and tile list, the gate·up and down outputs
+// per (token, slot) pair), which lives beside the activations.
 func WorkspaceBytes(c model.Config, chunk int) int64 {
 	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
 	row := int64(4*c.Dim + 2*c.Heads*c.HeadDim + 2*c.KVHeads*c.HeadDim + 3*ff)
 	if c.Hybrid() {
 		value := int64(c.SSM.ValueHeads * c.SSM.ValueDim)
-		row += 2*int64(c.SSM.ConvChannels()) + 2*value + 2*int64(c.SSM.ValueHeads) + 3*int64(c.Heads*c.HeadDim) + 2*int64(c.SharedFF) + 1
+		row += 2*int64(c.SSM.ConvChannels()) + 3*value + 2*int64(c.SSM.ValueHeads) + 3*int64(c.Heads*c.HeadDim) + 2*int64(c.SharedFF) + 1
 	}
-	return int64(chunk)*4*row + int64(4*c.Vocab)
+	ws := int64(chunk)*4*row + int64(4*c.Vocab)
+	if c.Experts > 0 {
+		ws += gpu.MoEScratchBytes(chunk, c.Experts, c.ExpertsUsed, c.Dim, c.ExpertFF)
+	}
+	return ws
 }
 
 // backendErr surfaces the first asynchronous error of a backend that

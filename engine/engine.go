@@ -131,6 +131,9 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	if err != nil {
 		return err
 	}
+	if e.budget > 0 {
+		e.mdl.CacheRows = e.prefillChunk() // the activation sets the GPU plan reserves
+	}
 	progress(LoadProgress{Stage: "loading weights", Done: cfg.WeightBytes, Total: cfg.WeightBytes})
 	e.info = Info{
 		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template, Device: e.info.Device,

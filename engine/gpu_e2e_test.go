@@ -275,7 +275,7 @@ func TestGPU128KContextIn8GiB(t *testing.T) {
 	path := synthModel(t, "llama-3.2-1b", gguf.Q4_K)
 	caps := map[string]int{}
 	for _, dt := range []string{"bf16", "fp8_e4m3"} {
-		e := loadOn(t, path, "cuda", dt, Options{GPUMemory: 8 << 30, ContextLen: 140000})
+		e := loadOn(t, path, "cuda", dt, Options{GPUMemory: 8 << 30, ContextLen: 140000, PrefillChunk: 512})
 		st := e.Stats()
 		caps[dt] = st.TokensCapacity
 		t.Logf("%s: %d tokens in %s pool (weights %s, budget %s)", dt, st.TokensCapacity,

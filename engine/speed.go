@@ -33,6 +33,11 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 	if prefillN < 1 {
 		return res, fmt.Errorf("bench: prefill tokens must be at least 1")
 	}
+	if e.budget > 0 && prefillN > e.prefillChunk() {
+		// The measured chunk runs as one batch; the GPU memory plan
+		// reserves the activations of prefill chunks only.
+		return res, fmt.Errorf("bench: a measured prefill of %d tokens is larger than the planned prefill chunk (%d tokens, Options.PrefillChunk): the GPU memory plan would not cover it", prefillN, e.prefillChunk())
+	}
 	seq := e.pool.NewSequence()
 	defer seq.Free()
 	st, release, err := e.state.scratch()

@@ -206,6 +206,24 @@ func (d *Device) Info() Info { return d.info }
 // MemStats reports the allocator's budget, bytes in use and peak.
 func (d *Device) MemStats() MemStats { return d.budget.stats() }
 
+// FreeNow is the driver's free device memory at this moment
+// (cuMemGetInfo, once the work queued before it has been issued). It is lower than the budget's
+// headroom when memory the allocator does not see (the context, loaded
+// modules, kernel local memory, graphs, other processes) has grown since
+// Open; the memory plan sizes the KV pool against the smaller of the two.
+func (d *Device) FreeNow() (int64, error) {
+	var free int64
+	err := d.Do(func(c *Ctx) error {
+		var f, total uint64
+		if err := c.drv.check("cuMemGetInfo_v2", ccall(c.drv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&total)))); err != nil {
+			return err
+		}
+		free = int64(f)
+		return nil
+	})
+	return free, err
+}
+
 // Do runs f on the device thread and waits for it. A panic in f is
 // returned as an error, leaving the device usable.
 func (d *Device) Do(f func(c *Ctx) error) error {

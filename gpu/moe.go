@@ -164,6 +164,53 @@ func (b *Backend) moeScratch(c *Ctx, what string, sizes ...int) ([]DevicePtr, fu
 	return ptrs, done, nil
 }
 
+// moeDecodeSizes, moeGroupedSizes and moePairsSizes are the scratch
+// buffers (bytes) of one pass of n tokens of each path; MoEScratchBytes
+// sums them for the memory plan, so the plan and the allocations share
+// one formula.
+func moeDecodeSizes(n, E, K, ff int) []int {
+	pairs := n * K
+	return []int{n * E * 4, pairs * 4, pairs * 4, pairs * ff * 4}
+}
+
+func moeGroupedSizes(n, E, K, dim, ff int) []int {
+	pairs := n * K
+	nt := moeTiles(pairs, E)
+	return []int{n * E * 4, pairs * 4, pairs * 4, pairs * 4, pairs * 4, nt * 3 * 4, pairs * ff * 4, pairs * dim * 4}
+}
+
+func moePairsSizes(n, E, K, dim, ff int) []int {
+	pairs := n * K
+	return []int{n * E * 4, pairs * 4, pairs * 4, pairs * ff * 4, pairs * ff * 4, pairs * dim * 4}
+}
+
+// scratchTotal is what the scratch allocator takes for buffers of sizes
+// (each rounded up to 256 bytes, as Backend.scratch does).
+func scratchTotal(sizes []int) int64 {
+	var t int64
+	for _, n := range sizes {
+		t += (int64(n) + 255) &^ 255
+	}
+	return t
+}
+
+// MoEScratchBytes is the most device scratch one MoE call over rows
+// tokens may hold at once (experts E, top-k K, model dim, expert ff): the
+// largest of the three paths' buffers for a pass of min(rows, the pass
+// bound) tokens (passes run one after another and release their scratch).
+// The GPU memory plan reserves it beside the activations (engine
+// WorkspaceBytes), so a planned prefill chunk never asks the driver for
+// memory the KV pool was given.
+func MoEScratchBytes(rows, E, K, dim, ff int) int64 {
+	if rows <= 0 || K <= 0 {
+		return 0
+	}
+	n := min(rows, moeChunkTok, 65535/K)
+	return max(scratchTotal(moeDecodeSizes(min(n, moeGemvMaxTok), E, K, ff)),
+		scratchTotal(moeGroupedSizes(n, E, K, dim, ff)),
+		scratchTotal(moePairsSizes(rows, E, K, dim, ff)))
+}
+
 // moeRoute writes the n rows' router logits, then their top-k expert ids
 // and weights.
 func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts DevicePtr) error {
@@ -186,7 +233,7 @@ func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, 
 // moeDecode: the GEMV path (n*K pairs <= 65535).
 func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	pairs := n * l.K
-	p, done, err := b.moeScratch(c, "MoE decode scratch", n*l.E*4, pairs*4, pairs*4, pairs*l.ff*4)
+	p, done, err := b.moeScratch(c, "MoE decode scratch", moeDecodeSizes(n, l.E, l.K, l.ff)...)
 	if err != nil {
 		return err
 	}
@@ -211,8 +258,7 @@ func moeTiles(pairs, experts int) int { return pairs/moeBM + min(experts, pairs)
 func (b *Backend) moeGrouped(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	pairs := n * l.K
 	nt := moeTiles(pairs, l.E)
-	p, done, err := b.moeScratch(c, "MoE prefill scratch", n*l.E*4, pairs*4, pairs*4, pairs*4, pairs*4, nt*3*4,
-		pairs*l.ff*4, pairs*l.dim*4)
+	p, done, err := b.moeScratch(c, "MoE prefill scratch", moeGroupedSizes(n, l.E, l.K, l.dim, l.ff)...)
 	if err != nil {
 		return err
 	}
@@ -243,7 +289,7 @@ func (b *Backend) moeGrouped(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error 
 func (b *Backend) moePairs(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	E, K, dim, ff := l.E, l.K, l.dim, l.ff
 	pairs := n * K
-	p, done, err := b.moeScratch(c, "MoE scratch", n*E*4, pairs*4, pairs*4, pairs*ff*4, pairs*ff*4, pairs*dim*4)
+	p, done, err := b.moeScratch(c, "MoE scratch", moePairsSizes(n, E, K, dim, ff)...)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,14 @@ type Model struct {
 	layers              []layer          // dense-attention families (llama.go)
 	hlayers             []hybridLayer    // hybrid families (qwen35.go)
 	bufs                map[int]*buffers // activation buffers by batch rows
+
+	// CacheRows, when > 0, bounds the rows of all activation sets kept for
+	// reuse together: a batch whose set would push the sum past it frees
+	// the others first. The engine sets it to the planned prefill chunk on
+	// the GPU, whose memory plan reserves one chunk's activations (engine
+	// WorkspaceBytes), so sets of earlier batch sizes (a chunk, its
+	// remainder, a decode row) never pile up in memory the KV pool was given.
+	CacheRows int
 }
 
 // Load reads the configuration and uploads every weight through be. The
@@ -131,7 +139,11 @@ func (m *Model) buffers(n int) *buffers {
 	if b, ok := m.bufs[n]; ok {
 		return b
 	}
-	if len(m.bufs) >= 4 { // prefill chunks vary; keep memory bounded
+	rows := n
+	for r := range m.bufs {
+		rows += r
+	}
+	if len(m.bufs) >= 4 || (m.CacheRows > 0 && rows > m.CacheRows) { // prefill chunks vary; keep memory bounded
 		m.Free()
 	}
 	c, be := m.Config, m.be
