@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
@@ -326,12 +327,37 @@ func TestHybridResumeLogitsMatchFromScratch(t *testing.T) {
 }
 
 // The same on the GPU (its StateBackend's ClearState and CopyState under
-// the engine's snapshots); it skips without a usable GPU.
+// the engine's snapshots); it skips without a usable GPU. The committed
+// fixtures (hybridFixtures) have head_dim 32, which no CUDA attention
+// kernel takes (64, 80, 96, 128, 256), so the GPU runs the synth presets
+// of the same families with head_dim 64: qwen35moe-tiny (MoE + shared
+// expert, tiled value heads) and qwen35-tiny (dense FFN). qwen3next (the
+// interleaved value heads) has no synth preset; its ops are the same GPU
+// kernels with another head mapping, covered by gpu/hybrid_test.go.
 func TestHybridResumeLogitsMatchFromScratchGPU(t *testing.T) {
 	needGPU(t)
-	for _, path := range hybridFixtures {
-		t.Run(path, func(t *testing.T) {
+	for _, p := range []struct {
+		preset string
+		typ    gguf.Type
+	}{{"qwen35moe-tiny", gguf.Q8_0}, {"qwen35-tiny", gguf.F16}} {
+		t.Run(p.preset, func(t *testing.T) {
+			path := synthModel(t, p.preset, p.typ)
 			checkResumeLogits(t, loadOn(t, path, "cuda", "bf16", Options{PrefillChunk: 32}), 1e-3)
+		})
+	}
+}
+
+// The synth presets the GPU test runs load on the CPU too, and pass the
+// same checks there (so the GPU test's models are known good where it
+// cannot run).
+func TestHybridResumeLogitsMatchFromScratchSynth(t *testing.T) {
+	for _, p := range []struct {
+		preset string
+		typ    gguf.Type
+	}{{"qwen35moe-tiny", gguf.Q8_0}, {"qwen35-tiny", gguf.F16}} {
+		t.Run(p.preset, func(t *testing.T) {
+			path := synthModel(t, p.preset, p.typ)
+			checkResumeLogits(t, loadOn(t, path, "cpu", "bf16", Options{PrefillChunk: 32, KVTokens: 4096}), 1e-3)
 		})
 	}
 }
