@@ -57,7 +57,14 @@ func BenchmarkMatMul(b *testing.B) {
 	g := newTestBackendB(b)
 	r := rand.New(rand.NewPCG(1, 1))
 	shapes := []struct{ out, in int }{{4096, 4096}, {14336, 4096}, {4096, 14336}}
-	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_1, gguf.F16} {
+	benchMatMul(b, g, r, []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_1, gguf.F16}, shapes)
+}
+
+// benchMatMul times MatMul for every type and out x in shape: decode GEMV
+// (1 token; the chunked-x and whole-x variants) and prefill GEMM (512
+// tokens), reporting us/op, weight GB/s and TFLOP/s.
+func benchMatMul(b *testing.B, g *Backend, r *rand.Rand, types []gguf.Type, shapes []struct{ out, in int }) {
+	for _, typ := range types {
 		for _, sh := range shapes {
 			raw := randWeight(r, typ, sh.out, sh.in)
 			w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench", Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: typ}, raw)

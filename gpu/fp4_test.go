@@ -55,30 +55,11 @@ func TestMoEFP4(t *testing.T) {
 	r := rand.New(rand.NewPCG(42, 43))
 	const E, dim, ff = 16, 512, 256
 	for _, tc := range []moeCase{{gguf.NVFP4, gguf.NVFP4}, {gguf.MXFP4, gguf.NVFP4}} {
-		w := func(name string, rows, cols int, tp gguf.Type) (model.Weight, model.Weight) {
-			return p.weight(gguf.TensorInfo{Name: name, Dims: []uint64{uint64(cols), uint64(rows)}, Type: tp}, randWeight(r, tp, rows, cols))
-		}
-		gr, cr := w("router", E, dim, gguf.F32)
-		gg, cg := w("gate", E*ff, dim, tc.gu)
-		gu, cu := w("up", E*ff, dim, tc.gu)
-		gd, cd := w("down", E*dim, ff, tc.down)
+		gm, cm := p.moeWeights(r, tc, E, dim, ff)
+		gm.TopK, gm.NormTopK = 8, true
+		cm.TopK, cm.NormTopK = 8, true
 		for _, n := range []int{1, 2, 7, 64, 513} {
-			gm := &model.MoE{Router: gr, Gate: gg, Up: gu, Down: gd, Experts: E, TopK: 8, NormTopK: true}
-			cm := &model.MoE{Router: cr, Gate: cg, Up: cu, Down: cd, Experts: E, TopK: 8, NormTopK: true}
-			gx, cx := p.tensor(n, dim, randVec(r, n*dim, 1))
-			_, cy := p.tensor(n, dim, nil)
-			p.c.MoE(cy, cx, cm)
-			for _, mode := range []int32{1, 2, 0} {
-				tol := tolMoEGemv
-				if mode == 2 || (mode == 0 && n > moeGemvMaxTok) {
-					tol = tolMoEGrouped
-				}
-				gy, _ := p.tensor(n, dim, nil)
-				moeForce.Store(mode)
-				p.g.MoE(gy, gx, gm)
-				moeForce.Store(0)
-				p.compare(fmt.Sprintf("MoE %s/%s n=%d mode=%d", tc.gu, tc.down, n, mode), gy, cy, tol)
-			}
+			p.compareMoEPaths(r, fmt.Sprintf("MoE %s/%s n=%d", tc.gu, tc.down, n), &gm, &cm, n, dim)
 		}
 	}
 }
@@ -147,37 +128,7 @@ func BenchmarkFP4MatMul(b *testing.B) {
 	g := newTestBackendB(b)
 	r := rand.New(rand.NewPCG(48, 49))
 	shapes := []struct{ out, in int }{{512, 2048}, {2048, 512}, {4096, 4096}}
-	for _, typ := range []gguf.Type{gguf.NVFP4, gguf.MXFP4, gguf.Q4_K} {
-		for _, sh := range shapes {
-			raw := randWeight(r, typ, sh.out, sh.in)
-			w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench", Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: typ}, raw)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, n := range []int{1, 512} {
-				x := g.NewTensor(n, sh.in)
-				g.FromHost(x, randVec(r, n*sh.in, 1))
-				y := g.NewTensor(n, sh.out)
-				modes := []int32{0}
-				if n == 1 {
-					modes = []int32{2, 1}
-				}
-				for _, mode := range modes {
-					g.gemvMode.Store(mode)
-					b.Run(fmt.Sprintf("%s/%dx%d/n=%d/mode=%d", typ, sh.out, sh.in, n, mode), func(b *testing.B) {
-						ms := timeOps(b, g, max(b.N, 100), func() { g.MatMul(y, x, w) })
-						b.ReportMetric(ms*1e3, "us/op")
-						b.ReportMetric(float64(len(raw))/(ms*1e-3)/1e9, "weightGB/s")
-						b.ReportMetric(2*float64(n)*float64(sh.out)*float64(sh.in)/(ms*1e-3)/1e12, "TFLOP/s")
-					})
-				}
-				g.gemvMode.Store(0)
-				g.FreeTensor(x)
-				g.FreeTensor(y)
-			}
-			g.FreeWeight(w)
-		}
-	}
+	benchMatMul(b, g, r, []gguf.Type{gguf.NVFP4, gguf.MXFP4, gguf.Q4_K}, shapes)
 }
 
 // TestNVFP4ModelGPUvsCPU runs whole synthetic NVFP4 models (synth presets

@@ -92,34 +92,52 @@ func TestMoEPaths(t *testing.T) {
 		cases = cases[:3]
 	}
 	for _, tc := range cases {
-		w := func(name string, rows, cols int, tp gguf.Type) (model.Weight, model.Weight) {
-			return p.weight(gguf.TensorInfo{Name: name, Dims: []uint64{uint64(cols), uint64(rows)}, Type: tp}, randWeight(r, tp, rows, cols))
-		}
-		gr, cr := w("router", E, dim, gguf.F32)
-		gg, cg := w("gate", E*ff, dim, tc.gu)
-		gu, cu := w("up", E*ff, dim, tc.gu)
-		gd, cd := w("down", E*dim, ff, tc.down)
+		gw, cw := p.moeWeights(r, tc, E, dim, ff)
 		for _, n := range []int{1, 2, 7, 64, 513} {
 			for _, K := range []int{1, 8} {
 				norm := K == 8 && n%2 == 1
-				gm := &model.MoE{Router: gr, Gate: gg, Up: gu, Down: gd, Experts: E, TopK: K, NormTopK: norm}
-				cm := &model.MoE{Router: cr, Gate: cg, Up: cu, Down: cd, Experts: E, TopK: K, NormTopK: norm}
-				gx, cx := p.tensor(n, dim, randVec(r, n*dim, 1))
-				_, cy := p.tensor(n, dim, nil)
-				p.c.MoE(cy, cx, cm)
-				for _, mode := range []int32{1, 2, 0} {
-					tol := tolMoEGemv
-					if mode == 2 || (mode == 0 && n > moeGemvMaxTok) {
-						tol = tolMoEGrouped
-					}
-					gy, _ := p.tensor(n, dim, nil)
-					moeForce.Store(mode)
-					p.g.MoE(gy, gx, gm)
-					moeForce.Store(0)
-					p.compare(fmt.Sprintf("MoE %s/%s n=%d top-%d norm=%v mode=%d", tc.gu, tc.down, n, K, norm, mode), gy, cy, tol)
-				}
+				gm, cm := gw, cw
+				gm.TopK, gm.NormTopK = K, norm
+				cm.TopK, cm.NormTopK = K, norm
+				p.compareMoEPaths(r, fmt.Sprintf("MoE %s/%s n=%d top-%d norm=%v", tc.gu, tc.down, n, K, norm), &gm, &cm, n, dim)
 			}
 		}
+	}
+}
+
+// moeWeights makes random router (F32), gate/up (tc.gu) and down (tc.down)
+// weights of E experts on both backends; TopK and NormTopK are left to the
+// caller's copy.
+func (p *pair) moeWeights(r *rand.Rand, tc moeCase, E, dim, ff int) (gm, cm model.MoE) {
+	w := func(name string, rows, cols int, tp gguf.Type) (model.Weight, model.Weight) {
+		return p.weight(gguf.TensorInfo{Name: name, Dims: []uint64{uint64(cols), uint64(rows)}, Type: tp}, randWeight(r, tp, rows, cols))
+	}
+	gr, cr := w("router", E, dim, gguf.F32)
+	gg, cg := w("gate", E*ff, dim, tc.gu)
+	gu, cu := w("up", E*ff, dim, tc.gu)
+	gd, cd := w("down", E*dim, ff, tc.down)
+	gm = model.MoE{Router: gr, Gate: gg, Up: gu, Down: gd, Experts: E}
+	cm = model.MoE{Router: cr, Gate: cg, Up: cu, Down: cd, Experts: E}
+	return gm, cm
+}
+
+// compareMoEPaths runs a random n-token input through cm on the CPU and
+// through gm on the GPU with each path forced in turn (decode GEMV, grouped
+// GEMM, the automatic choice), comparing each with the CPU's output.
+func (p *pair) compareMoEPaths(r *rand.Rand, name string, gm, cm *model.MoE, n, dim int) {
+	gx, cx := p.tensor(n, dim, randVec(r, n*dim, 1))
+	_, cy := p.tensor(n, dim, nil)
+	p.c.MoE(cy, cx, cm)
+	for _, mode := range []int32{1, 2, 0} {
+		tol := tolMoEGemv
+		if mode == 2 || (mode == 0 && n > moeGemvMaxTok) {
+			tol = tolMoEGrouped
+		}
+		gy, _ := p.tensor(n, dim, nil)
+		moeForce.Store(mode)
+		p.g.MoE(gy, gx, gm)
+		moeForce.Store(0)
+		p.compare(fmt.Sprintf("%s mode=%d", name, mode), gy, cy, tol)
 	}
 }
 
