@@ -63,25 +63,31 @@ func TestDequantizeMatchesReference(t *testing.T) {
 			if uint64(len(want)) != ti.Elements() {
 				t.Fatalf("expected %d values, tensor has %d", len(want), ti.Elements())
 			}
-			got := poisoned(len(want))
-			if err := Dequantize(typ, raw, got); err != nil {
-				t.Fatal(err)
-			}
-			compareBits(t, got, want)
-
-			// Per block, into a poisoned scratch, as a matmul kernel would.
-			be, bb := typ.BlockElems(), typ.BlockBytes()
-			scratch := poisoned(be)
-			for i := 0; i < len(want)/be; i++ {
-				if err := DequantizeBlock(typ, raw[i*bb:], scratch); err != nil {
-					t.Fatal(err)
-				}
-				compareBits(t, scratch, want[i*be:(i+1)*be])
-				if t.Failed() {
-					t.Fatalf("block %d differs", i)
-				}
-			}
+			checkDequantize(t, typ, raw, want)
 		})
+	}
+}
+
+// checkDequantize requires Dequantize of raw, and DequantizeBlock of each
+// block into a poisoned scratch (as a matmul kernel would), to give want bit
+// for bit.
+func checkDequantize(t *testing.T, typ Type, raw []byte, want []float32) {
+	t.Helper()
+	got := poisoned(len(want))
+	if err := Dequantize(typ, raw, got); err != nil {
+		t.Fatal(err)
+	}
+	compareBits(t, got, want)
+	be, bb := typ.BlockElems(), typ.BlockBytes()
+	scratch := poisoned(be)
+	for i := 0; i < len(want)/be; i++ {
+		if err := DequantizeBlock(typ, raw[i*bb:], scratch); err != nil {
+			t.Fatal(err)
+		}
+		compareBits(t, scratch, want[i*be:(i+1)*be])
+		if t.Failed() {
+			t.Fatalf("block %d differs", i)
+		}
 	}
 }
 

@@ -31,22 +31,7 @@ func TestFP4MatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := readF32File(t, filepath.Join("testdata", "dequant", typ.String()+".f32"))
-			got := poisoned(len(want))
-			if err := Dequantize(typ, raw, got); err != nil {
-				t.Fatal(err)
-			}
-			compareBits(t, got, want)
-			be, bb := typ.BlockElems(), typ.BlockBytes()
-			scratch := poisoned(be)
-			for i := 0; i < len(want)/be; i++ {
-				if err := DequantizeBlock(typ, raw[i*bb:], scratch); err != nil {
-					t.Fatal(err)
-				}
-				compareBits(t, scratch, want[i*be:(i+1)*be])
-				if t.Failed() {
-					t.Fatalf("block %d differs", i)
-				}
-			}
+			checkDequantize(t, typ, raw, want)
 		})
 	}
 }
