@@ -164,14 +164,7 @@ func checkHybridWeights(t *testing.T, f *gguf.File) {
 	t.Helper()
 	lo, hi := 1e-3+math.Log(-math.Expm1(-1e-3)), 0.1+math.Log(-math.Expm1(-0.1))
 	for _, ti := range f.Tensors {
-		raw, err := f.TensorData(ti)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := make([]float32, ti.Elements())
-		if err := gguf.Dequantize(ti.Type, raw, x); err != nil {
-			t.Fatal(err)
-		}
+		x := dequantTensor(t, f, ti)
 		for _, v := range x {
 			fv := float64(v)
 			bad := math.IsNaN(fv) || math.IsInf(fv, 0)

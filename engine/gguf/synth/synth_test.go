@@ -162,18 +162,25 @@ func checkTokenizer(t *testing.T, f *gguf.File, vocabSize int) {
 	}
 }
 
+// dequantTensor returns tensor ti of f as float32s.
+func dequantTensor(t *testing.T, f *gguf.File, ti gguf.TensorInfo) []float32 {
+	t.Helper()
+	raw, err := f.TensorData(ti)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, ti.Elements())
+	if err := gguf.Dequantize(ti.Type, raw, x); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
 // checkWeights dequantizes every tensor and checks the value statistics.
 func checkWeights(t *testing.T, f *gguf.File, spec Spec) {
 	t.Helper()
 	for _, ti := range f.Tensors {
-		raw, err := f.TensorData(ti)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := make([]float32, ti.Elements())
-		if err := gguf.Dequantize(ti.Type, raw, x); err != nil {
-			t.Fatal(err)
-		}
+		x := dequantTensor(t, f, ti)
 		var sum, sq float64
 		for _, v := range x {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
