@@ -51,6 +51,27 @@ func parseChunks(format ToolFormat, thinking bool, chunks []string) []Segment {
 	return append(all, p.Flush()...)
 }
 
+// randomChunks splits s into random non-empty chunks (seeded).
+func randomChunks(s string, seed int64) []string {
+	rng := rand.New(rand.NewSource(seed))
+	var chunks []string
+	for rest := s; rest != ""; {
+		n := 1 + rng.Intn(len(rest))
+		chunks = append(chunks, rest[:n])
+		rest = rest[n:]
+	}
+	return chunks
+}
+
+// feedRepeated feeds chunk to p n times and returns the segments.
+func feedRepeated(p *StreamParser, chunk string, n int) []Segment {
+	var segs []Segment
+	for i := 0; i < n; i++ {
+		segs = append(segs, p.Feed(chunk)...)
+	}
+	return segs
+}
+
 // splittings returns the input whole, byte by byte, rune by rune and in
 // random chunks (seeded), so every case is checked at every boundary.
 func splittings(s string, seeds int) map[string][]string {
@@ -195,11 +216,7 @@ func TestMalformedCallError(t *testing.T) {
 func TestStreamParserHugeCall(t *testing.T) {
 	p := NewStreamParser(ToolHermes, false)
 	p.Feed("<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": \"")
-	chunk := strings.Repeat("a", 64<<10)
-	var segs []Segment
-	for i := 0; i < 20; i++ {
-		segs = append(segs, p.Feed(chunk)...)
-	}
+	segs := feedRepeated(p, strings.Repeat("a", 64<<10), 20)
 	segs = append(segs, p.Flush()...)
 	if len(segs) == 0 || segs[0].Kind != SegToolError || !strings.Contains(segs[0].Err.Error(), "within") {
 		t.Fatalf("want a size error, got %d segments", len(segs))
@@ -225,13 +242,7 @@ func FuzzStreamParser(f *testing.F) {
 		ft := ToolFormat(format % 4) // none, hermes, llama3-json, qwen-xml
 		for _, thinking := range []bool{false, true} {
 			whole := normalize(parseChunks(ft, thinking, []string{s}))
-			rng := rand.New(rand.NewSource(seed))
-			var chunks []string
-			for rest := s; rest != ""; {
-				n := 1 + rng.Intn(len(rest))
-				chunks = append(chunks, rest[:n])
-				rest = rest[n:]
-			}
+			chunks := randomChunks(s, seed)
 			got := normalize(parseChunks(ft, thinking, chunks))
 			if !reflect.DeepEqual(got, whole) {
 				t.Fatalf("format %v thinking %v: chunked %q\n got %v\nwhole %v", ft, thinking, chunks, got, whole)

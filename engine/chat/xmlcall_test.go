@@ -2,7 +2,6 @@ package chat
 
 import (
 	"errors"
-	"math/rand"
 	"reflect"
 	"strings"
 	"testing"
@@ -131,11 +130,7 @@ func TestXMLMalformedCallError(t *testing.T) {
 func TestXMLHugeCall(t *testing.T) {
 	p := NewStreamParser(ToolQwenXML, false)
 	p.Feed("<tool_call>\n<function=f>\n<parameter=x>\n")
-	chunk := strings.Repeat("</tool_call>a", 5<<10)
-	var segs []Segment
-	for i := 0; i < 20; i++ {
-		segs = append(segs, p.Feed(chunk)...)
-	}
+	segs := feedRepeated(p, strings.Repeat("</tool_call>a", 5<<10), 20)
 	segs = append(segs, p.Feed("tail")...)
 	segs = append(segs, p.Flush()...)
 	n := normalize(segs)
@@ -213,13 +208,7 @@ func FuzzXMLToolCalls(f *testing.F) {
 		}
 		for _, thinking := range []bool{false, true} {
 			whole := normalize(parseXMLChunks(thinking, []string{s}))
-			rng := rand.New(rand.NewSource(seed))
-			var chunks []string
-			for rest := s; rest != ""; {
-				n := 1 + rng.Intn(len(rest))
-				chunks = append(chunks, rest[:n])
-				rest = rest[n:]
-			}
+			chunks := randomChunks(s, seed)
 			if got := normalize(parseXMLChunks(thinking, chunks)); !reflect.DeepEqual(got, whole) {
 				t.Fatalf("thinking %v: chunked %q\n got %v\nwhole %v", thinking, chunks, got, whole)
 			}
