@@ -1000,11 +1000,24 @@ func TestHybridKernelsEmbedded(t *testing.T) {
 // TestHybridModelGPUvsCPU runs whole synthetic hybrid models (engine/gguf/
 // synth presets qwen35moe-tiny and qwen35-tiny, Q8_0: three Gated DeltaNet
 // blocks and one gated-attention block) through model.Forward on the GPU
-// and on the CPU backend: two sequences in their own slots, prefills of 40
-// and 7 tokens, a second prefill chunk of 20 for the first, then 6 decode
-// steps of both (recorded as CUDA graphs on the GPU). Every row's logits
-// must be within 3e-2 of the CPU's (relative Frobenius; the prefill GEMMs
-// take bf16 operands, as in engine's TestGPUMatchesCPUWholeModel).
+// and on the CPU: two sequences in their own slots, prefills of 40 and 7
+// tokens, a second prefill chunk of 20 for the first, then 6 decode steps
+// of both (recorded as CUDA graphs on the GPU).
+//
+// The reference is the CPU with the GPU's bf16 roundings (bf16Emu,
+// hybrid_emu_test.go: GEMMs of >= 9 rows and grouped MoE of >= 3 rows take
+// bf16(x) and bf16(W), float32 accumulation), and every row's logits must
+// be within 1e-2 of it (relative Frobenius). Against the plain CPU the
+// errors are only logged: these tiny random models amplify the bf16
+// rounding of the prefill GEMMs into logits errors of 0.03 (dense) and up
+// to 0.35 (MoE, where it also flips top-k sets: 13 of 268 prefill
+// routings), and the recurrent state carries them into every decode step
+// (0.09-0.20 on the 2026-12-02 H200 run, although the decode kernels are
+// float32). The emulation reproduces exactly those numbers on the CPU
+// (TestHybridBF16EmulationError: 0.108, 0.35, 0.09-0.20 for the MoE
+// preset, 0.033 then 0.012-0.02 dense), so they are rounding, not a bug.
+// A routing flip between the GPU and the emulation (their float32 sums
+// differ in order) would still show as a large error here.
 func TestHybridModelGPUvsCPU(t *testing.T) {
 	d := openTestDevice(t)
 	g, err := NewBackend(d, BackendOptions{})
@@ -1026,10 +1039,12 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cb := cpu.New(cpu.Options{Threads: 4})
+			cb := newBF16Emu(true)
 			t.Cleanup(cb.Close)
-			var ms [2]*model.Model
-			for i, be := range []model.Backend{g, cb} {
+			plain := cpu.New(cpu.Options{Threads: 4})
+			t.Cleanup(plain.Close)
+			var ms [3]*model.Model
+			for i, be := range []model.Backend{g, cb, plain} {
 				m, err := model.Load(f, be)
 				if err != nil {
 					t.Fatal(err)
@@ -1077,7 +1092,7 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 						b.Pos = append(b.Pos, int32(s.cached+j))
 					}
 				}
-				var lg [2][]float32
+				var lg [3][]float32
 				for i, m := range ms {
 					if si == 0 {
 						for _, s := range seqs {
@@ -1092,18 +1107,27 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 				if err := g.Err(); err != nil {
 					t.Fatalf("step %d: %v", si, err)
 				}
-				worst := 0.0
+				worst, vsPlain, emuPlain := 0.0, 0.0, 0.0
 				for r := range rows {
-					e, err := relErr(lg[0][r*int(vocab):(r+1)*int(vocab)], lg[1][r*int(vocab):(r+1)*int(vocab)])
+					row := func(i int) []float32 { return lg[i][r*int(vocab) : (r+1)*int(vocab)] }
+					e, err := relErr(row(0), row(1))
 					if err != nil {
 						t.Fatalf("step %d row %d: %v", si, r, err)
 					}
 					worst = max(worst, e)
+					if e, err = relErr(row(0), row(2)); err == nil {
+						vsPlain = max(vsPlain, e)
+					}
+					if e, err = relErr(row(1), row(2)); err == nil {
+						emuPlain = max(emuPlain, e)
+					}
 				}
-				if worst > 3e-2 {
-					t.Errorf("step %d (%v rows): logits relative error up to %.3g > 3e-2", si, st, worst)
+				if worst > 1e-2 {
+					t.Errorf("step %d (%v rows): logits relative error against the bf16-emulated CPU up to %.3g > 1e-2 (against the plain CPU %.3g, emulation vs plain %.3g)",
+						si, st, worst, vsPlain, emuPlain)
 				} else {
-					t.Logf("step %d (%v rows): logits relative error up to %.2g", si, st, worst)
+					t.Logf("step %d (%v rows): logits relative error against the bf16-emulated CPU up to %.2g (against the plain CPU %.3g, emulation vs plain %.3g)",
+						si, st, worst, vsPlain, emuPlain)
 				}
 				for i, s := range seqs {
 					s.cached += st[i]
