@@ -45,26 +45,42 @@ func (m *Model) loadDense(f *gguf.File, ld *loader) error {
 		}
 		l.ffnNorm = ld.get(p+"ffn_norm.weight", c.Dim)
 		if c.Experts > 0 {
-			l.moe = &MoE{
-				Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
-				Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
-				Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
-			}
+			l.moe = ld.getMoE(p, &c)
 		} else {
-			if c.FF <= 0 {
-				return fmt.Errorf("%s: %s.feed_forward_length is missing", f.Path, c.Arch)
+			var err error
+			if l.gate, l.up, l.down, err = ld.getFFN(p, &c); err != nil {
+				return err
 			}
-			l.gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
-			l.up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
-			l.down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
 		}
 		if ld.err != nil {
 			return ld.err
 		}
 	}
 	return nil
+}
+
+// getMoE loads the routed experts of the block whose tensor names start
+// with p (the dense and the hybrid blocks name them alike).
+func (ld *loader) getMoE(p string, c *Config) *MoE {
+	return &MoE{
+		Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
+		Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+		Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+		Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
+		Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
+	}
+}
+
+// getFFN loads the dense gate/up/down of the block whose tensor names start
+// with p; a model without feed_forward_length is refused.
+func (ld *loader) getFFN(p string, c *Config) (gate, up, down Weight, err error) {
+	if c.FF <= 0 {
+		return nil, nil, nil, fmt.Errorf("%s: %s.feed_forward_length is missing", ld.f.Path, c.Arch)
+	}
+	gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
+	up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
+	down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
+	return gate, up, down, nil
 }
 
 // forwardDense runs the blocks over b; t.x holds the embeddings on entry

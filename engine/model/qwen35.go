@@ -173,13 +173,7 @@ func (m *Model) loadHybrid(f *gguf.File, ld *loader) error {
 			if _, fused := f.Tensor(p + "ffn_gate_up_exps.weight"); fused && ld.err == nil {
 				return fmt.Errorf("%s: block %d stores its experts' gate and up fused (ffn_gate_up_exps, convert_hf_to_gguf.py --fuse-gate-up-exps), which ftchat does not read; convert without that option", f.Path, i)
 			}
-			l.moe = &MoE{
-				Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
-				Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-				Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
-				Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
-			}
+			l.moe = ld.getMoE(p, &c)
 			if c.SharedFF > 0 {
 				l.shGateInp = ld.getVec(p+"ffn_gate_inp_shexp.weight", c.Dim)
 				l.shGate = ld.get(p+"ffn_gate_shexp.weight", c.Dim, c.SharedFF)
@@ -187,12 +181,10 @@ func (m *Model) loadHybrid(f *gguf.File, ld *loader) error {
 				l.shDown = ld.get(p+"ffn_down_shexp.weight", c.SharedFF, c.Dim)
 			}
 		} else {
-			if c.FF <= 0 {
-				return fmt.Errorf("%s: %s.feed_forward_length is missing", f.Path, c.Arch)
+			var err error
+			if l.gate, l.up, l.down, err = ld.getFFN(p, &c); err != nil {
+				return err
 			}
-			l.gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
-			l.up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
-			l.down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
 		}
 		if ld.err != nil {
 			return ld.err
