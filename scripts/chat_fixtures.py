@@ -22,8 +22,6 @@ the npm packages; CI only reads the committed output)
 import json
 import os
 
-from gguf import GGUFReader
-from transformers import AutoTokenizer
 from transformers.utils.chat_template_utils import render_jinja_template
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
@@ -202,10 +200,17 @@ def canon(v):
     return v
 
 
-def hf_messages(msgs):
+def hf_messages(msgs, content_is_answer=False):
+    """The Go shape to the dicts engine/chat builds (messageValue). An
+    assistant message's reasoning_content is passed when it is set, and
+    (content_is_answer) as "" when the content holds a </think>, so that the
+    template keeps the answer whole; chat_qwen35_fixtures.py imports this."""
     out = []
     for m in msgs:
         d = {"role": m["role"], "content": m.get("content", "")}
+        reasoning = m.get("reasoning_content", "")
+        if m["role"] == "assistant" and (reasoning or content_is_answer and "</think>" in d["content"]):
+            d["reasoning_content"] = reasoning
         if m.get("tool_calls"):
             calls = []
             for c in m["tool_calls"]:
@@ -237,6 +242,11 @@ def gguf_string(reader, key):
 
 
 def main():
+    # Imported here, so that chat_qwen35_fixtures.py can import the
+    # conversion above without the gguf package.
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
     os.makedirs(os.path.join(OUT, "templates"), exist_ok=True)
     os.makedirs(os.path.join(OUT, "golden"), exist_ok=True)
 

@@ -30,6 +30,8 @@ import sys
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from chat_fixtures import hf_messages, hf_tools
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join(ROOT, "engine", "chat", "testdata")
 TEMPLATE = os.path.join(OUT, "templates", "qwen35.jinja")
@@ -160,48 +162,6 @@ RUNS = [
     ("unicode", True, None), ("err_no_user", True, None), ("err_system_late", True, None),
     ("err_only_tool_responses", True, None),
 ]
-
-
-def canon(v):
-    """Sort dict keys recursively (what Go's map conversion does)."""
-    if isinstance(v, dict):
-        return {k: canon(v[k]) for k in sorted(v)}
-    if isinstance(v, list):
-        return [canon(x) for x in v]
-    return v
-
-
-def hf_messages(msgs, content_is_answer=False):
-    """The Go shape to the dicts engine/chat builds (messageValue)."""
-    out = []
-    for m in msgs:
-        d = {"role": m["role"], "content": m.get("content", "")}
-        reasoning = m.get("reasoning_content", "")
-        if m["role"] == "assistant" and (reasoning or content_is_answer and "</think>" in d["content"]):
-            d["reasoning_content"] = reasoning
-        if m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                call = {}
-                if c.get("id"):
-                    call["id"] = c["id"]
-                call["type"] = "function"
-                call["function"] = {"name": c["name"], "arguments": canon(c.get("arguments") or {})}
-                calls.append(call)
-            d["tool_calls"] = calls
-        if m.get("tool_call_id"):
-            d["tool_call_id"] = m["tool_call_id"]
-        if m.get("name"):
-            d["name"] = m["name"]
-        out.append(d)
-    return out
-
-
-def hf_tools(tools):
-    if not tools:
-        return None
-    return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                              "parameters": canon(t["parameters"])}} for t in tools]
 
 
 def random_conversations(n, seed):
