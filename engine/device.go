@@ -108,7 +108,9 @@ func checkStateBudget(budget, used, workspace int64, st kvcache.RecurrentState) 
 // MoE models also the scratch one MoE call of the chunk holds
 // (gpu.MoEScratchBytes: router logits, top-k ids and weights, the
 // grouped GEMMs' permutation and tile list, the gate·up and down outputs
-// per (token, slot) pair), which lives beside the activations.
+// per (token, slot) pair), which lives beside the activations; and the
+// attention's split-K partials (gpu.AttnSplitBytes, bounded by the kernel
+// launcher).
 func WorkspaceBytes(c model.Config, chunk int) int64 {
 	ff := max(c.FF, c.ExpertFF*c.ExpertsUsed)
 	row := int64(4*c.Dim + 2*c.Heads*c.HeadDim + 2*c.KVHeads*c.HeadDim + 3*ff)
@@ -120,7 +122,7 @@ func WorkspaceBytes(c model.Config, chunk int) int64 {
 	if c.Experts > 0 {
 		ws += gpu.MoEScratchBytes(chunk, c.Experts, c.ExpertsUsed, c.Dim, c.ExpertFF)
 	}
-	return ws
+	return ws + gpu.AttnSplitBytes(chunk, c.Heads, c.HeadDim)
 }
 
 // backendErr surfaces the first asynchronous error of a backend that

@@ -61,7 +61,8 @@ func qwen36MoE35B() model.Config {
 func TestWorkspaceCoversMoEScratch(t *testing.T) {
 	for _, c := range []model.Config{qwen3MoE30B(), qwen36MoE35B()} {
 		for _, chunk := range []int{1, 2, 3, 16, 17, 256, 512, 2048, 4096} {
-			need := activationBytes(c, chunk) + gpu.MoEScratchBytes(chunk, c.Experts, c.ExpertsUsed, c.Dim, c.ExpertFF)
+			need := activationBytes(c, chunk) + gpu.MoEScratchBytes(chunk, c.Experts, c.ExpertsUsed, c.Dim, c.ExpertFF) +
+				gpu.AttnSplitBytes(chunk, c.Heads, c.HeadDim)
 			if got := WorkspaceBytes(c, chunk); got < need {
 				t.Errorf("%s chunk %d: workspace %s < activations %s + MoE scratch %s", c.Arch, chunk,
 					kvcache.FormatBytes(got), kvcache.FormatBytes(activationBytes(c, chunk)),
@@ -76,7 +77,7 @@ func TestWorkspaceCoversMoEScratch(t *testing.T) {
 }
 
 // TestWorkspaceCoversDenseActivations: the same for dense and hybrid
-// dense models (no MoE scratch).
+// dense models (no MoE scratch; the attention split partials in both).
 func TestWorkspaceCoversDenseActivations(t *testing.T) {
 	c36 := qwen36MoE35B()
 	c36.Arch, c36.Experts, c36.ExpertsUsed, c36.ExpertFF, c36.SharedFF, c36.FF = "qwen35", 0, 0, 0, 0, 17408
@@ -85,7 +86,7 @@ func TestWorkspaceCoversDenseActivations(t *testing.T) {
 		c36,
 	} {
 		for _, chunk := range []int{1, 3, 256, 2048} {
-			if got, need := WorkspaceBytes(c, chunk), activationBytes(c, chunk); got < need {
+			if got, need := WorkspaceBytes(c, chunk), activationBytes(c, chunk)+gpu.AttnSplitBytes(chunk, c.Heads, c.HeadDim); got < need {
 				t.Errorf("%s chunk %d: workspace %d < activations %d", c.Arch, chunk, got, need)
 			}
 		}

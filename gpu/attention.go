@@ -388,6 +388,21 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 // on the device at once, fill one wave (fewer CTAs leave SMs idle, a
 // partial second wave leaves them idle at the end) with chunks of at least
 // minTok keys.
+// attnSplitMax bounds the split-K partials of one attention call (float32
+// accumulators and max/sum pairs per split, row and head), so the memory
+// plan can reserve them: decode rows never reach it (1024 splits of one row
+// of 32 heads of 128 dims are 17 MB); a prefill chunk over a long context
+// takes fewer splits instead.
+const attnSplitMax = 64 << 20
+
+// AttnSplitBytes is the most the attention split workspace (kept by the
+// KV cache, grown to the largest call with a quarter of slack) takes for
+// batches of up to rows rows: what the memory plan reserves for it.
+func AttnSplitBytes(rows, heads, headDim int) int64 {
+	need := min(int64(1024)*int64(rows)*int64(heads)*(int64(headDim)*4+8), attnSplitMax)
+	return need + need/4
+}
+
 func chooseSplits(slots, ctas, maxK, minTok int) int {
 	if minTok <= 0 {
 		minTok = 256
@@ -436,6 +451,11 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 			return err
 		}
 		splits = chooseSplits(occ*c.d.info.SMs*max(kv.Waves, 1), base, m.maxK, kv.MinSplitTokens)
+	}
+	if per := int64(rows) * int64(heads) * (int64(d)*4 + 8); splits > 1 && int64(splits)*per > attnSplitMax {
+		// The split partials are a planned workspace (AttnSplitBytes):
+		// a long-context prefill takes fewer splits rather than more memory.
+		splits = max(int(attnSplitMax/per), 1)
 	}
 	var part, partML DevicePtr
 	if splits > 1 {
