@@ -77,21 +77,19 @@ func post(t testing.TB, url, body string, hdr ...string) (*http.Response, []byte
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, b
+	return do(t, req, hdr...)
 }
 
 func get(t testing.TB, url string, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	return do(t, req, hdr...)
+}
+
+// do sends req with the header pairs hdr (name, value, ...) set and
+// returns the response with its whole body, closed.
+func do(t testing.TB, req *http.Request, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
