@@ -1,9 +1,9 @@
 package model_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,39 +87,28 @@ func TestLlama3FreqFactorsMatchRopeFreqs(t *testing.T) {
 // rewrite copies the tiny qwen3 fixture with edits to metadata and tensors.
 func rewrite(t *testing.T, editKV func([]gguf.KV) []gguf.KV, editT func([]gguf.WriteTensor) []gguf.WriteTensor) string {
 	t.Helper()
-	f, err := gguf.Open(filepath.Join("testdata", "tiny_qwen3.gguf"))
+	return writeEdited(t, "tiny_qwen3.gguf", "edited.gguf", func(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		kv = slices.DeleteFunc(kv, func(e gguf.KV) bool { return strings.HasPrefix(e.Key, "GGUF.") })
+		if editKV != nil {
+			kv = editKV(kv)
+		}
+		if editT != nil {
+			ts = editT(ts)
+		}
+		return kv, ts
+	})
+}
+
+// writeEdited writes testdata/fixture, re-encoded by editGGUF with edit, to
+// a temporary file called name and returns its path.
+func writeEdited(t *testing.T, fixture, name string, edit func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", fixture))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var kv []gguf.KV
-	for _, k := range f.Keys() {
-		if strings.HasPrefix(k, "GGUF.") {
-			continue
-		}
-		v, _ := f.Value(k)
-		kv = append(kv, gguf.KV{Key: k, Value: v})
-	}
-	var ts []gguf.WriteTensor
-	for _, ti := range f.Tensors {
-		raw, err := f.TensorData(ti)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, gguf.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: bytes.Clone(raw)})
-	}
-	if editKV != nil {
-		kv = editKV(kv)
-	}
-	if editT != nil {
-		ts = editT(ts)
-	}
-	var buf bytes.Buffer
-	if err := gguf.Write(&buf, kv, ts); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "edited.gguf")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, editGGUF(t, raw, edit), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p

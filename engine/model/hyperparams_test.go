@@ -2,7 +2,6 @@ package model_test
 
 import (
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,45 +15,25 @@ import (
 // set (or removed when v is nil) and returns its path.
 func withMetadata(t *testing.T, fixture, key string, v any) string {
 	t.Helper()
-	f, err := gguf.Open(filepath.Join("testdata", fixture))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var kv []gguf.KV
-	found := false
-	for _, k := range f.Keys() {
-		val, _ := f.Value(k)
-		if k == key {
-			found = true
-			if v == nil {
-				continue
+	name := "bad-" + strings.ReplaceAll(key, ".", "_") + ".gguf"
+	return writeEdited(t, fixture, name, func(kv []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		var out []gguf.KV
+		found := false
+		for _, e := range kv {
+			if e.Key == key {
+				found = true
+				if v == nil {
+					continue
+				}
+				e.Value = v
 			}
-			val = v
+			out = append(out, e)
 		}
-		kv = append(kv, gguf.KV{Key: k, Value: val})
-	}
-	if !found && v != nil {
-		kv = append(kv, gguf.KV{Key: key, Value: v})
-	}
-	var ts []gguf.WriteTensor
-	for _, ti := range f.Tensors {
-		data, err := f.TensorData(ti)
-		if err != nil {
-			t.Fatal(err)
+		if !found && v != nil {
+			out = append(out, gguf.KV{Key: key, Value: v})
 		}
-		ts = append(ts, gguf.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: data})
-	}
-	out := filepath.Join(t.TempDir(), "bad-"+strings.ReplaceAll(key, ".", "_")+".gguf")
-	w, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := gguf.Write(w, kv, ts); err != nil {
-		t.Fatal(err)
-	}
-	return out
+		return out, ts
+	})
 }
 
 // TestBadHyperparametersNamedAtLoad guards ReadConfig against shape and
