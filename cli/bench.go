@@ -693,7 +693,7 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 					if chunk <= 0 {
 						chunk = engine.DefaultPrefillChunk
 					}
-					rep.Workspace = workspaceBytes(c, chunk, cfg.Engine.GPUMemory)
+					rep.Workspace = workspaceBytes(c, engine.PlannedRows(chunk), cfg.Engine.GPUMemory)
 				}
 			}
 			rep.Layers, rep.KVHeads, rep.HeadDim = c.AttnLayers, c.KVHeads, c.HeadDim

@@ -132,7 +132,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 		return err
 	}
 	if e.budget > 0 {
-		e.mdl.CacheRows = e.prefillChunk() // the activation sets the GPU plan reserves
+		e.mdl.CacheRows = e.plannedRows() // the activation sets the GPU plan reserves
 	}
 	progress(LoadProgress{Stage: "loading weights", Done: cfg.WeightBytes, Total: cfg.WeightBytes})
 	e.info = Info{
@@ -234,7 +234,7 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 	}
 	if e.kvBudget == 0 {
 		if e.budget > 0 {
-			wb, err := gpuKVBudget(e.be, e.budget, c, e.prefillChunk(), e.state.recurrentState())
+			wb, err := gpuKVBudget(e.be, e.budget, c, e.plannedRows(), e.state.recurrentState())
 			if err != nil {
 				return l, err
 			}
@@ -311,6 +311,20 @@ func (e *Engine) applyStaticScales(l *kvcache.Layout) error {
 	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
 	return nil
 }
+
+// plannedRows is the batch rows the GPU memory plan reserves activations
+// for, and the most rows the model keeps activation sets of (CacheRows):
+// one prefill chunk and a decode set beside it (decodeKeepRows), so a
+// chat's decode steps keep their buffers, and their CUDA graphs, across
+// turns.
+func (e *Engine) plannedRows() int { return PlannedRows(e.prefillChunk()) }
+
+// PlannedRows is the rows the GPU memory plan reserves activations for
+// with prefill chunks of chunk tokens (Engine.plannedRows).
+func PlannedRows(chunk int) int { return chunk + decodeKeepRows }
+
+// decodeKeepRows: see plannedRows (the GPU's GEMV path takes up to 8 rows).
+const decodeKeepRows = 8
 
 func (e *Engine) prefillChunk() int {
 	if e.opts.PrefillChunk > 0 {

@@ -21,10 +21,11 @@ type Model struct {
 
 	// CacheRows, when > 0, bounds the rows of all activation sets kept for
 	// reuse together: a batch whose set would push the sum past it frees
-	// the others first. The engine sets it to the planned prefill chunk on
-	// the GPU, whose memory plan reserves one chunk's activations (engine
-	// WorkspaceBytes), so sets of earlier batch sizes (a chunk, its
-	// remainder, a decode row) never pile up in memory the KV pool was given.
+	// the others first. The engine sets it, on the GPU, to the rows its
+	// memory plan reserves activations for (a prefill chunk and a few
+	// decode rows; engine WorkspaceBytes), so sets of earlier batch sizes
+	// (a chunk, its remainder, decode rows) never pile up in memory the KV
+	// pool was given.
 	CacheRows int
 }
 
