@@ -17,8 +17,14 @@ type layer struct {
 	bq, bk, bv               Weight // qwen2
 	qNorm, kNorm             Weight // qwen3
 	ffnNorm                  Weight
-	gate, up, down           Weight // dense
-	moe                      *MoE
+	ffn
+}
+
+// ffn is a block's feed-forward: the routed experts (moe), or the dense
+// gate/up/down.
+type ffn struct {
+	gate, up, down Weight
+	moe            *MoE
 }
 
 // loadDense loads the blocks of a dense-attention model.
@@ -44,13 +50,9 @@ func (m *Model) loadDense(f *gguf.File, ld *loader) error {
 			l.kNorm = ld.get(p+"attn_k_norm.weight", c.HeadDim)
 		}
 		l.ffnNorm = ld.get(p+"ffn_norm.weight", c.Dim)
-		if c.Experts > 0 {
-			l.moe = ld.getMoE(p, &c)
-		} else {
-			var err error
-			if l.gate, l.up, l.down, err = ld.getFFN(p, &c); err != nil {
-				return err
-			}
+		var err error
+		if l.ffn, err = ld.getFFN(p, &c); err != nil {
+			return err
 		}
 		if ld.err != nil {
 			return ld.err
@@ -59,28 +61,28 @@ func (m *Model) loadDense(f *gguf.File, ld *loader) error {
 	return nil
 }
 
-// getMoE loads the routed experts of the block whose tensor names start
-// with p (the dense and the hybrid blocks name them alike).
-func (ld *loader) getMoE(p string, c *Config) *MoE {
-	return &MoE{
-		Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
-		Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-		Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
-		Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
-		Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
+// getFFN loads the feed-forward of the block whose tensor names start with
+// p (the dense and the hybrid blocks name them alike): the routed experts
+// when the model has them, else the dense gate/up/down, for which
+// feed_forward_length must be set.
+func (ld *loader) getFFN(p string, c *Config) (ffn, error) {
+	if c.Experts > 0 {
+		return ffn{moe: &MoE{
+			Router:  ld.get(p+"ffn_gate_inp.weight", c.Dim, c.Experts),
+			Gate:    ld.get(p+"ffn_gate_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+			Up:      ld.get(p+"ffn_up_exps.weight", c.Dim, c.ExpertFF, c.Experts),
+			Down:    ld.get(p+"ffn_down_exps.weight", c.ExpertFF, c.Dim, c.Experts),
+			Experts: c.Experts, TopK: c.ExpertsUsed, NormTopK: c.NormTopK,
+		}}, nil
 	}
-}
-
-// getFFN loads the dense gate/up/down of the block whose tensor names start
-// with p; a model without feed_forward_length is refused.
-func (ld *loader) getFFN(p string, c *Config) (gate, up, down Weight, err error) {
 	if c.FF <= 0 {
-		return nil, nil, nil, fmt.Errorf("%s: %s.feed_forward_length is missing", ld.f.Path, c.Arch)
+		return ffn{}, fmt.Errorf("%s: %s.feed_forward_length is missing", ld.f.Path, c.Arch)
 	}
-	gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
-	up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
-	down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
-	return gate, up, down, nil
+	var f ffn
+	f.gate = ld.get(p+"ffn_gate.weight", c.Dim, c.FF)
+	f.up = ld.get(p+"ffn_up.weight", c.Dim, c.FF)
+	f.down = ld.get(p+"ffn_down.weight", c.FF, c.Dim)
+	return f, nil
 }
 
 // forwardDense runs the blocks over b; t.x holds the embeddings on entry

@@ -119,8 +119,7 @@ type hybridLayer struct {
 	wqkv, wz, wbeta, walpha, conv, ssmNorm, ssmOut Weight
 	gdn                                            *GatedDeltaNet
 	// FFN: dense (qwen35) or MoE with a shared expert
-	gate, up, down                  Weight
-	moe                             *MoE
+	ffn
 	shGate, shUp, shDown, shGateInp Weight
 }
 
@@ -173,18 +172,16 @@ func (m *Model) loadHybrid(f *gguf.File, ld *loader) error {
 			if _, fused := f.Tensor(p + "ffn_gate_up_exps.weight"); fused && ld.err == nil {
 				return fmt.Errorf("%s: block %d stores its experts' gate and up fused (ffn_gate_up_exps, convert_hf_to_gguf.py --fuse-gate-up-exps), which ftchat does not read; convert without that option", f.Path, i)
 			}
-			l.moe = ld.getMoE(p, &c)
-			if c.SharedFF > 0 {
-				l.shGateInp = ld.getVec(p+"ffn_gate_inp_shexp.weight", c.Dim)
-				l.shGate = ld.get(p+"ffn_gate_shexp.weight", c.Dim, c.SharedFF)
-				l.shUp = ld.get(p+"ffn_up_shexp.weight", c.Dim, c.SharedFF)
-				l.shDown = ld.get(p+"ffn_down_shexp.weight", c.SharedFF, c.Dim)
-			}
-		} else {
-			var err error
-			if l.gate, l.up, l.down, err = ld.getFFN(p, &c); err != nil {
-				return err
-			}
+		}
+		var err error
+		if l.ffn, err = ld.getFFN(p, &c); err != nil {
+			return err
+		}
+		if c.Experts > 0 && c.SharedFF > 0 {
+			l.shGateInp = ld.getVec(p+"ffn_gate_inp_shexp.weight", c.Dim)
+			l.shGate = ld.get(p+"ffn_gate_shexp.weight", c.Dim, c.SharedFF)
+			l.shUp = ld.get(p+"ffn_up_shexp.weight", c.Dim, c.SharedFF)
+			l.shDown = ld.get(p+"ffn_down_shexp.weight", c.SharedFF, c.Dim)
 		}
 		if ld.err != nil {
 			return ld.err
