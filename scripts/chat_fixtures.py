@@ -138,6 +138,28 @@ RUNS = {
 }
 
 
+def random_text(rng, words, k):
+    """Up to k words drawn from words."""
+    return "".join(rng.choice(words) for _ in range(rng.randint(0, k)))
+
+
+def random_value(rng, text, depth=0):
+    """A random JSON value for a tool-call argument: objects and arrays
+    (two levels at most), integers, floats, booleans, null, text(3)."""
+    r = rng.random()
+    if depth < 2 and r < 0.15:
+        return {f"k{i}": random_value(rng, text, depth + 1) for i in rng.sample(range(9), rng.randint(0, 3))}
+    if depth < 2 and r < 0.3:
+        return [random_value(rng, text, depth + 1) for _ in range(rng.randint(0, 3))]
+    if r < 0.45:
+        return rng.randint(-1000, 1000)
+    if r < 0.55:
+        return rng.choice([0.5, -2.25, 1e-7, 3.14159, 1e21])
+    if r < 0.65:
+        return rng.choice([True, False, None])
+    return text(3)
+
+
 def random_conversations(n, seed):
     """Seeded random conversations for differential tests: random roles in
     template-legal orders, contents mixing whitespace, unicode, quotes,
@@ -147,20 +169,10 @@ def random_conversations(n, seed):
     words = ["hello", "  spaced  ", "\n", "\n\n", "tab\there", "é", "日本", "🚀", "\"q\"", "'s'", "\\", "<b>",
              "</tool_call>", "{\"j\": 1}", "<|im_end|>", "x" * 30, "", " "]
     def text(k=6):
-        return "".join(rng.choice(words) for _ in range(rng.randint(0, k)))
-    def value(depth=0):
-        r = rng.random()
-        if depth < 2 and r < 0.15:
-            return {f"k{i}": value(depth + 1) for i in rng.sample(range(9), rng.randint(0, 3))}
-        if depth < 2 and r < 0.3:
-            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
-        if r < 0.45:
-            return rng.randint(-1000, 1000)
-        if r < 0.55:
-            return rng.choice([0.5, -2.25, 1e-7, 3.14159, 1e21])
-        if r < 0.65:
-            return rng.choice([True, False, None])
-        return text(3)
+        return random_text(rng, words, k)
+
+    def value():
+        return random_value(rng, text)
     tools = [WEATHER, READ_FILE]
     convs = []
     for _ in range(n):

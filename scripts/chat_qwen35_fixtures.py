@@ -30,7 +30,7 @@ import sys
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from chat_fixtures import hf_messages, hf_tools
+from chat_fixtures import hf_messages, hf_tools, random_text, random_value
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join(ROOT, "engine", "chat", "testdata")
@@ -172,21 +172,10 @@ def random_conversations(n, seed):
              "</tool_call>", "<think>", "</think>", "<parameter=x>", "{\"j\": 1}", "<|im_end|>", "x" * 20, "", " "]
 
     def text(k=6):
-        return "".join(rng.choice(words) for _ in range(rng.randint(0, k)))
+        return random_text(rng, words, k)
 
-    def value(depth=0):
-        r = rng.random()
-        if depth < 2 and r < 0.15:
-            return {f"k{i}": value(depth + 1) for i in rng.sample(range(9), rng.randint(0, 3))}
-        if depth < 2 and r < 0.3:
-            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
-        if r < 0.45:
-            return rng.randint(-1000, 1000)
-        if r < 0.55:
-            return rng.choice([0.5, -2.25, 1e-7, 3.14159, 1e21])
-        if r < 0.65:
-            return rng.choice([True, False, None])
-        return text(3)
+    def value():
+        return random_value(rng, text)
 
     convs = []
     for _ in range(n):
