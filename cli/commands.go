@@ -46,7 +46,8 @@ func tokenizeCmd() *cobra.Command {
 		Long: `tokenize reads stdin and prints the token ids of the text in the model's
 vocabulary, e.g. to see how many tokens a file takes:
   ftchat tokenize --json < main.go
---tokenizer takes a Hugging Face tokenizer.json or a GGUF file.
+--tokenizer takes a Hugging Face tokenizer.json, a GGUF file or a checkpoint
+directory (its tokenizer.json); so does --model.
 Special-token text such as <|im_start|> in the input becomes the control
 token; --plain (or --no-specials) encodes it as ordinary text, as ftchat
 encodes message contents. The count goes to stderr ("1,234 tokens"), or
@@ -56,13 +57,13 @@ with --json into the JSON; on a terminal, stderr also shows progress.`,
 			var tok *tokenizer.Tokenizer
 			var err error
 			if tokFile != "" {
-				tok, err = tokenizer.Load(tokFile)
+				tok, err = loadTokenizerAt(tokFile)
 			} else {
 				var path string
 				model, _ := cmd.Flags().GetString("model")
 				path, err = hub.Resolve(cmd.Context(), model, newProgressPrinter(cmd.ErrOrStderr()).update)
 				if err == nil {
-					tok, err = tokenizer.FromGGUFFile(path)
+					tok, err = loadTokenizerAt(path)
 				}
 			}
 			if err != nil {
@@ -71,7 +72,7 @@ with --json into the JSON; on a terminal, stderr also shows progress.`,
 			return tokenizeStdin(cmd, tok, tokenizer.PrintOptions{JSON: asJSON, PlainSpecials: plain})
 		},
 	}
-	cmd.Flags().StringVar(&tokFile, "tokenizer", "", "tokenizer.json or GGUF file (instead of --model)")
+	cmd.Flags().StringVar(&tokFile, "tokenizer", "", "tokenizer.json, GGUF file or checkpoint directory (instead of --model)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON with ids and count")
 	cmd.Flags().BoolVar(&plain, "plain", false, "encode special-token text in the input as plain text")
 	cmd.Flags().BoolVar(&plain, "no-specials", false, "same as --plain")
@@ -238,4 +239,18 @@ func mistypedCommand(root *cobra.Command, word string) string {
 		}
 	}
 	return best
+}
+
+// loadTokenizerAt reads a GGUF's or a tokenizer.json's vocabulary, or the
+// tokenizer.json of a Hugging Face checkpoint directory (what --model DIR
+// loads for chat).
+func loadTokenizerAt(path string) (*tokenizer.Tokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		p := filepath.Join(path, "tokenizer.json")
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s is a directory without a tokenizer.json: give a GGUF file, a tokenizer.json or a checkpoint directory saved with its (fast) tokenizer", path)
+		}
+		return tokenizer.FromJSONFile(p)
+	}
+	return tokenizer.Load(path)
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +81,46 @@ func TestTokenizeCountAndProgress(t *testing.T) {
 		if got := strings.Contains(stderr, "tokenizing 26 B"); got != tty {
 			t.Errorf("tty=%v: progress shown = %v: %q", tty, got, stderr)
 		}
+	}
+}
+
+// `ftchat tokenize` takes a checkpoint directory (what --model DIR chats
+// with): its tokenizer.json, the same ids as naming the file itself. A
+// directory without one is refused by name.
+func TestTokenizeCheckpointDirectory(t *testing.T) {
+	src := filepath.Join("..", "engine", "hfmodel", "testdata", "tokenizer")
+	dir := t.TempDir()
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(arg string) (string, error) {
+		cmd := tokenizeCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetArgs([]string{"--tokenizer", arg})
+		cmd.SetIn(strings.NewReader("Hello world, hello tokens."))
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	fromDir, err := run(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := run(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromDir != fromFile || strings.TrimSpace(fromDir) == "" {
+		t.Errorf("directory gives %q, its tokenizer.json %q", fromDir, fromFile)
+	}
+	if _, err := run(t.TempDir()); err == nil || !strings.Contains(err.Error(), "without a tokenizer.json") {
+		t.Errorf("empty directory: err = %v", err)
 	}
 }
