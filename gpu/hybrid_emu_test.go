@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/cpu"
@@ -227,41 +226,14 @@ func TestHybridBF16EmulationError(t *testing.T) {
 				t.Cleanup(be.Close)
 			}
 			vocab := int32(ms[0].Config.Vocab)
-			r := rand.New(rand.NewPCG(53, 54)) // TestHybridModelGPUvsCPU's steps and tokens
-			tok := func(n int) []int32 {
-				v := make([]int32, n)
-				for i := range v {
-					v[i] = r.Int32N(vocab)
-				}
-				return v
-			}
-			type seq struct{ slot, cached int }
-			seqs := []*seq{{2, 0}, {0, 0}}
-			pages := [][]int32{{0, 1, 2, 3, 4}, {9, 10, 11}}
-			steps := [][]int{{40, 7}, {20, 0}}
-			for range 6 {
-				steps = append(steps, []int{1, 1})
-			}
-			for si, st := range steps {
-				b := &model.Batch{}
-				var rows []int
-				for i, s := range seqs {
-					if st[i] == 0 {
-						continue
-					}
-					b.Seqs = append(b.Seqs, model.SeqSpan{Offset: len(b.Tokens), Cached: s.cached, NewTokens: st[i], Pages: pages[i], State: s.slot})
-					for j, tk := range tok(st[i]) {
-						rows = append(rows, len(b.Tokens))
-						b.Tokens = append(b.Tokens, tk)
-						b.Pos = append(b.Pos, int32(s.cached+j))
-					}
-				}
+			for si, step := range hybridModelSteps(vocab) {
+				b, rows, st := step.batch, step.rows, step.shape
 				calls := len(bes[0].topk)
 				lg := make([][]float32, len(ms))
 				for i, m := range ms {
 					if si == 0 {
-						for _, s := range seqs {
-							m.Backend().(model.StateBackend).ClearState(s.slot)
+						for _, slot := range hybridModelSlots {
+							m.Backend().(model.StateBackend).ClearState(slot)
 						}
 					}
 					if lg[i], err = m.Forward(b, rows); err != nil {
@@ -298,9 +270,6 @@ func TestHybridBF16EmulationError(t *testing.T) {
 				}
 				t.Logf("step %d (%v rows): bf16-emulated vs CPU logits relative error up to %.3g; routing flips %d of %d (row, layer) routings",
 					si, st, emuErr, flips, routed)
-				for i, s := range seqs {
-					s.cached += st[i]
-				}
 			}
 		})
 	}

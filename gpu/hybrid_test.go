@@ -1063,40 +1063,13 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 				g.FreeState()
 			}()
 			vocab := int32(ms[0].Config.Vocab)
-			r := rand.New(rand.NewPCG(53, 54))
-			tok := func(n int) []int32 {
-				v := make([]int32, n)
-				for i := range v {
-					v[i] = r.Int32N(vocab)
-				}
-				return v
-			}
-			type seq struct{ slot, cached int }
-			seqs := []*seq{{2, 0}, {0, 0}}
-			pages := [][]int32{{0, 1, 2, 3, 4}, {9, 10, 11}}
-			steps := [][]int{{40, 7}, {20, 0}}
-			for range 6 {
-				steps = append(steps, []int{1, 1})
-			}
-			for si, st := range steps {
-				b := &model.Batch{}
-				var rows []int
-				for i, s := range seqs {
-					if st[i] == 0 {
-						continue
-					}
-					b.Seqs = append(b.Seqs, model.SeqSpan{Offset: len(b.Tokens), Cached: s.cached, NewTokens: st[i], Pages: pages[i], State: s.slot})
-					for j, tk := range tok(st[i]) {
-						rows = append(rows, len(b.Tokens))
-						b.Tokens = append(b.Tokens, tk)
-						b.Pos = append(b.Pos, int32(s.cached+j))
-					}
-				}
+			for si, step := range hybridModelSteps(vocab) {
+				b, rows, st := step.batch, step.rows, step.shape
 				var lg [3][]float32
 				for i, m := range ms {
 					if si == 0 {
-						for _, s := range seqs {
-							m.Backend().(model.StateBackend).ClearState(s.slot)
+						for _, slot := range hybridModelSlots {
+							m.Backend().(model.StateBackend).ClearState(slot)
 						}
 					}
 					var err error
@@ -1129,12 +1102,54 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 					t.Logf("step %d (%v rows): logits relative error against the bf16-emulated CPU up to %.2g (against the plain CPU %.3g, emulation vs plain %.3g)",
 						si, st, worst, vsPlain, emuPlain)
 				}
-				for i, s := range seqs {
-					s.cached += st[i]
-				}
 			}
 			st, _ := g.GraphStats()
 			t.Logf("graph stats: %+v", st)
 		})
 	}
+}
+
+// hybridModelSlots are the state slots of the two sequences the whole-model
+// hybrid tests run (TestHybridModelGPUvsCPU, TestHybridBF16EmulationError).
+var hybridModelSlots = []int{2, 0}
+
+// hybridModelStep is one Forward of their schedule: the batch, the rows to
+// take logits of (all of them) and the new tokens per sequence (for messages).
+type hybridModelStep struct {
+	batch *model.Batch
+	rows  []int
+	shape []int
+}
+
+// hybridModelSteps is that schedule: sequences in slots 2 and 0 (pages 0-4
+// and 9-11) prefill 40 and 7 tokens, then the first 20 more alone, then both
+// decode six single tokens; tokens are drawn from PCG(53, 54), so every caller
+// runs the same batches.
+func hybridModelSteps(vocab int32) []hybridModelStep {
+	r := rand.New(rand.NewPCG(53, 54))
+	pages := [][]int32{{0, 1, 2, 3, 4}, {9, 10, 11}}
+	shapes := [][]int{{40, 7}, {20, 0}}
+	for range 6 {
+		shapes = append(shapes, []int{1, 1})
+	}
+	cached := make([]int, len(hybridModelSlots))
+	var steps []hybridModelStep
+	for _, shape := range shapes {
+		b := &model.Batch{}
+		var rows []int
+		for i, slot := range hybridModelSlots {
+			if shape[i] == 0 {
+				continue
+			}
+			b.Seqs = append(b.Seqs, model.SeqSpan{Offset: len(b.Tokens), Cached: cached[i], NewTokens: shape[i], Pages: pages[i], State: slot})
+			for j := range shape[i] {
+				rows = append(rows, len(b.Tokens))
+				b.Tokens = append(b.Tokens, r.Int32N(vocab))
+				b.Pos = append(b.Pos, int32(cached[i]+j))
+			}
+			cached[i] += shape[i]
+		}
+		steps = append(steps, hybridModelStep{batch: b, rows: rows, shape: shape})
+	}
+	return steps
 }
