@@ -9,7 +9,6 @@ import (
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
-	"github.com/ftchat/ftchat/engine/gguf/synth"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
@@ -144,21 +143,7 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	load := func(t *testing.T, preset string) *gguf.File {
-		spec, err := synth.Preset(preset, gguf.NVFP4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := synth.WriteTo(&buf, spec, 9, nil); err != nil {
-			t.Fatal(err)
-		}
-		f, err := gguf.OpenBytes(preset, buf.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	load := func(t *testing.T, preset string) *gguf.File { return synthModel(t, preset, gguf.NVFP4, 9) }
 	for _, preset := range []string{"qwen3-tiny", "qwen35-tiny"} {
 		t.Run(preset, func(t *testing.T) {
 			f := load(t, preset)

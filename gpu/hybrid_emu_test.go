@@ -1,14 +1,12 @@
 package gpu
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
-	"github.com/ftchat/ftchat/engine/gguf/synth"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
@@ -193,18 +191,7 @@ func (b *bf16Emu) MoE(dst, x model.Tensor, m *model.MoE) {
 func TestHybridBF16EmulationError(t *testing.T) {
 	for _, preset := range []string{"qwen35moe-tiny", "qwen35-tiny"} {
 		t.Run(preset, func(t *testing.T) {
-			spec, err := synth.Preset(preset, gguf.Q8_0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := synth.WriteTo(&buf, spec, 7, nil); err != nil {
-				t.Fatal(err)
-			}
-			f, err := gguf.OpenBytes(preset, buf.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := synthModel(t, preset, gguf.Q8_0, 7)
 			bes := []*bf16Emu{newBF16Emu(true), newBF16Emu(false)}
 			ref := cpu.New(cpu.Options{Threads: 4})
 			t.Cleanup(ref.Close)
@@ -236,6 +223,7 @@ func TestHybridBF16EmulationError(t *testing.T) {
 							m.Backend().(model.StateBackend).ClearState(slot)
 						}
 					}
+					var err error
 					if lg[i], err = m.Forward(b, rows); err != nil {
 						t.Fatalf("step %d: %v", si, err)
 					}

@@ -1027,18 +1027,7 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 	t.Cleanup(func() { g.Close() })
 	for _, preset := range []string{"qwen35moe-tiny", "qwen35-tiny"} {
 		t.Run(preset, func(t *testing.T) {
-			spec, err := synth.Preset(preset, gguf.Q8_0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := synth.WriteTo(&buf, spec, 7, nil); err != nil {
-				t.Fatal(err)
-			}
-			f, err := gguf.OpenBytes(preset, buf.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := synthModel(t, preset, gguf.Q8_0, 7)
 			cb := newBF16Emu(true)
 			t.Cleanup(cb.Close)
 			plain := cpu.New(cpu.Options{Threads: 4})
@@ -1152,4 +1141,23 @@ func hybridModelSteps(vocab int32) []hybridModelStep {
 		steps = append(steps, hybridModelStep{batch: b, rows: rows, shape: shape})
 	}
 	return steps
+}
+
+// synthModel writes a random-weight model of a synth preset in weight type
+// typ into memory and opens it (the small presets are a few MB).
+func synthModel(t *testing.T, preset string, typ gguf.Type, seed uint64) *gguf.File {
+	t.Helper()
+	spec, err := synth.Preset(preset, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := synth.WriteTo(&buf, spec, seed, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.OpenBytes(preset, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
