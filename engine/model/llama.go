@@ -27,6 +27,19 @@ type ffn struct {
 	moe            *MoE
 }
 
+// forward computes t.ffo from the normalised t.h: the routed experts, or
+// the dense SwiGLU feed-forward.
+func (f *ffn) forward(be Backend, t *buffers) {
+	if f.moe != nil {
+		be.MoE(t.ffo, t.h, f.moe)
+		return
+	}
+	be.MatMul(t.g, t.h, f.gate)
+	be.MatMul(t.u, t.h, f.up)
+	be.SwiGLU(t.g, t.g, t.u)
+	be.MatMul(t.ffo, t.g, f.down)
+}
+
 // loadDense loads the blocks of a dense-attention model.
 func (m *Model) loadDense(f *gguf.File, ld *loader) error {
 	c := m.Config
@@ -112,14 +125,7 @@ func (m *Model) forwardDense(b *Batch, t *buffers) {
 		be.Add(t.x, t.o)
 
 		be.RMSNorm(t.h, t.x, l.ffnNorm, c.NormEps)
-		if l.moe != nil {
-			be.MoE(t.ffo, t.h, l.moe)
-		} else {
-			be.MatMul(t.g, t.h, l.gate)
-			be.MatMul(t.u, t.h, l.up)
-			be.SwiGLU(t.g, t.g, t.u)
-			be.MatMul(t.ffo, t.g, l.down)
-		}
+		l.ffn.forward(be, t)
 		be.Add(t.x, t.ffo)
 	}
 }

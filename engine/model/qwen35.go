@@ -319,22 +319,15 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 		be.Add(t.x, t.o)
 
 		be.RMSNorm(t.h, t.x, l.postNorm, c.NormEps)
-		if l.moe != nil {
-			be.MoE(t.ffo, t.h, l.moe)
-			if l.shGate != nil {
-				be.MatMul(t.sg, t.h, l.shGate)
-				be.MatMul(t.su, t.h, l.shUp)
-				be.SwiGLU(t.sg, t.sg, t.su)
-				be.MatMul(t.o, t.sg, l.shDown)
-				be.MatMul(t.sgate, t.h, l.shGateInp)
-				sb.SigmoidMul(t.o, t.sgate)
-				be.Add(t.ffo, t.o)
-			}
-		} else {
-			be.MatMul(t.g, t.h, l.gate)
-			be.MatMul(t.u, t.h, l.up)
-			be.SwiGLU(t.g, t.g, t.u)
-			be.MatMul(t.ffo, t.g, l.down)
+		l.ffn.forward(be, t)
+		if l.moe != nil && l.shGate != nil {
+			be.MatMul(t.sg, t.h, l.shGate)
+			be.MatMul(t.su, t.h, l.shUp)
+			be.SwiGLU(t.sg, t.sg, t.su)
+			be.MatMul(t.o, t.sg, l.shDown)
+			be.MatMul(t.sgate, t.h, l.shGateInp)
+			sb.SigmoidMul(t.o, t.sgate)
+			be.Add(t.ffo, t.o)
 		}
 		be.Add(t.x, t.ffo)
 	}
