@@ -18,8 +18,13 @@ func testModel(t testing.TB) string { return testmodel.Require(t) }
 
 func load(t testing.TB, o Options) *Engine {
 	t.Helper()
-	o.Model = testModel(t)
-	o.Device = "cpu"
+	return loadFile(t, testModel(t), o)
+}
+
+// loadFile loads the model at path on the CPU; it is closed when the test ends.
+func loadFile(t testing.TB, path string, o Options) *Engine {
+	t.Helper()
+	o.Model, o.Device = path, "cpu"
 	e, err := Load(context.Background(), o, nil)
 	if err != nil {
 		t.Fatal(err)

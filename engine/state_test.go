@@ -193,16 +193,10 @@ var hybridFixtures = []string{"model/testdata/tiny_qwen35moe.gguf", "model/testd
 
 func loadHybrid(t testing.TB, path string, o Options) *Engine {
 	t.Helper()
-	o.Model, o.Device = path, "cpu"
 	if o.KVTokens == 0 {
 		o.KVTokens = 4096
 	}
-	e, err := Load(context.Background(), o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return loadFile(t, path, o)
 }
 
 // answer drains a stream into the answer with its thinking (the tiny
