@@ -63,6 +63,8 @@ type Backend struct {
 
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
 	graphs   bool         // decode steps become CUDA graphs (graph.go)
+
+	placement Placement // where routed experts live (placement.go, offload.go)
 }
 
 var (
@@ -386,6 +388,9 @@ func SupportedTypes() []gguf.Type {
 // caller may unmap raw afterwards. Vectors (norm weights, biases) also get
 // a float32 copy for the element-wise kernels.
 func (b *Backend) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, error) {
+	if hw, ok, err := b.loadHostWeight(info, raw); ok {
+		return hw, err
+	}
 	t := info.Type
 	if _, ok := kernelSuffix[t]; !ok {
 		names := make([]string, 0, len(kernelSuffix))

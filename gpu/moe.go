@@ -88,6 +88,9 @@ func moeKernelModule(name string) (string, bool) {
 // MoE: dst = sum over each row's top-k experts of weight * down(silu(gate(x)) * up(x)),
 // overwriting dst (model.MoE: the CPU backend's MoE is the reference).
 func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
+	if b.moeHost(dst, x, m) {
+		return
+	}
 	d, ok1 := b.ten(dst, "MoE")
 	s, ok2 := b.ten(x, "MoE")
 	router, ok3 := b.wt(m.Router, "MoE router")
