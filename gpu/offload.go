@@ -40,7 +40,9 @@ func (b *Backend) SetPlacement(p Placement) error {
 }
 
 // OffloadStats reports how host-resident experts ran so far.
-func (b *Backend) OffloadStats() OffloadStats { return OffloadStats{HostLayers: b.placement.HostLayers()} }
+func (b *Backend) OffloadStats() OffloadStats {
+	return OffloadStats{HostLayers: b.placement.HostLayers()}
+}
 
 // loadHostWeight keeps a host-resident expert tensor in host RAM; ok is
 // false for tensors that go to the device.
