@@ -70,6 +70,11 @@ func EngineFlags(f *pflag.FlagSet) {
 	f.Int("ctx-size", 0, "maximum tokens per conversation (0 = the model's context length)")
 	f.Int("kv-tokens", 0, "CPU: KV pool size in tokens (0 = ctx-size)")
 	f.Int("threads", 0, "CPU threads (0 = all cores)")
+	f.Bool("cpu-moe", false, "GPU: keep every layer's routed MoE experts in host RAM (the rest of the model on the GPU)")
+	f.Int("n-cpu-moe", 0, "GPU: keep the routed MoE experts of the first N layers in host RAM (0 = automatic: as many on the GPU as --gpu-memory holds)")
+	f.String("expert-run", "auto", "GPU: how experts in host RAM run: auto | cpu (host cores) | stream (copied to the GPU per call)")
+	f.String("cache-type-k", "", "KV cache storage of the keys alone (overrides --kv-cache-dtype for K): bf16 | fp16 | fp8_e4m3 | fp8_e5m2")
+	f.String("cache-type-v", "", "KV cache storage of the values alone (overrides --kv-cache-dtype for V)")
 	f.Int("state-slots", 0, fmt.Sprintf("hybrid models (Qwen3.5/3.6): recurrent-state slots beside the KV pool, live conversations plus turn snapshots (0 = %d)", engine.DefaultStateSlots))
 }
 
@@ -107,6 +112,11 @@ func ConfigFrom(v *viper.Viper) Config {
 			KVTokens:   v.GetInt("kv-tokens"),
 			Threads:    v.GetInt("threads"),
 			StateSlots: v.GetInt("state-slots"),
+			CPUMoE:     v.GetBool("cpu-moe"),
+			NCPUMoE:    v.GetInt("n-cpu-moe"),
+			ExpertRun:  v.GetString("expert-run"),
+			KVDTypeK:   v.GetString("cache-type-k"),
+			KVDTypeV:   v.GetString("cache-type-v"),
 		},
 		GPUMemoryText: v.GetString("gpu-memory"),
 		Sampling: engine.Sampling{
@@ -219,6 +229,7 @@ var settingChecks = map[string]func(string) string{
 	"kv-tokens":      atLeast(0),
 	"threads":        atLeast(0),
 	"state-slots":    atLeast(0),
+	"n-cpu-moe":      atLeast(0),
 
 	"agent-max-steps": atLeast(1),
 	"gpu-memory": func(s string) string {

@@ -28,6 +28,20 @@ type Options struct {
 	// slots allocated beside the KV pool: live sequences plus turn-boundary
 	// snapshots; 0 = DefaultStateSlots. Ignored for other models.
 	StateSlots int
+
+	// Expert placement on the GPU (issue 12): CPUMoE keeps every block's
+	// routed experts in host RAM, NCPUMoE those of the first N blocks;
+	// neither: automatic, as many as the --gpu-memory budget holds after
+	// the dense weights, the KV pool for ContextLen, the state and the
+	// workspace. ExpertRun is how host-resident experts are computed:
+	// "auto" (default), "cpu" or "stream" (gpu.HostRun).
+	CPUMoE    bool
+	NCPUMoE   int
+	ExpertRun string
+
+	// KVDTypeK and KVDTypeV, when set, override KVDType for the keys or
+	// the values alone (--cache-type-k / --cache-type-v, as llama.cpp).
+	KVDTypeK, KVDTypeV string
 }
 
 // DefaultPageSize is the KV page size in tokens when Options.PageSize is 0
