@@ -200,12 +200,15 @@ func compareWholeModel(t *testing.T, device string) {
 		path func(t *testing.T) string
 		real bool // a real model: prompt with a chat message, not random ids
 		moe  bool
+		gpu  int64 // --gpu-memory; 0 = 2 GiB
 	}
 	models := []model{
-		{"qwen3-tiny F32", func(t *testing.T) string { return synthModel(t, "qwen3-tiny", gguf.F32) }, false, false},
-		{"qwen3moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen3moe-tiny", gguf.Q8_0) }, false, true},
-		{"qwen2-tiny Q4_K", func(t *testing.T) string { return synthModel(t, "qwen2-tiny", gguf.Q4_K) }, false, false},
-		{"smollm2-135m (real weights)", func(t *testing.T) string { return testModel(t) }, true, false},
+		{"qwen3-tiny F32", func(t *testing.T) string { return synthModel(t, "qwen3-tiny", gguf.F32) }, false, false, 0},
+		{"qwen3moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen3moe-tiny", gguf.Q8_0) }, false, true, 0},
+		{"qwen2-tiny Q4_K", func(t *testing.T) string { return synthModel(t, "qwen2-tiny", gguf.Q4_K) }, false, false, 0},
+		{"smollm2-135m (real weights)", func(t *testing.T) string { return testModel(t) }, true, false, 0},
+		{"qwen35moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen35moe-tiny", gguf.Q8_0) }, false, true, 0},
+		{"qwen3.6-35b-a3b shape, 4 blocks, Q4_K", func(t *testing.T) string { return synthModel(t, "qwen3.6-35b-a3b-4l", gguf.Q4_K) }, false, true, 8 << 30},
 	}
 	const steps = 32
 	const tol = 3e-2 // bf16 operands through 30 layers: measured up to 0.026 on SmolLM2
@@ -214,8 +217,12 @@ func compareWholeModel(t *testing.T, device string) {
 			path := m.path(t)
 			cpu16 := loadOn(t, path, "cpu", "bf16", Options{KVTokens: 4096})
 			cpu8 := loadOn(t, path, "cpu", "fp8_e4m3", Options{KVTokens: 4096})
-			gpu16 := loadOn(t, path, device, "bf16", Options{GPUMemory: 2 << 30, KVTokens: 4096})
-			gpu8 := loadOn(t, path, device, "fp8_e4m3", Options{GPUMemory: 2 << 30, KVTokens: 4096})
+			budget := m.gpu
+			if budget == 0 {
+				budget = 2 << 30
+			}
+			gpu16 := loadOn(t, path, device, "bf16", Options{GPUMemory: budget, KVTokens: 4096})
+			gpu8 := loadOn(t, path, device, "fp8_e4m3", Options{GPUMemory: budget, KVTokens: 4096})
 			var prompt []int32
 			if m.real {
 				var err error

@@ -132,6 +132,17 @@ var presets = map[string]Spec{
 		SSM:      &SSM{ConvKernel: 4, KeyHeads: 16, ValueHeads: 32, HeadDim: 128, FullAttnEvery: 4},
 		RopeDims: 64, RopeSections: [4]int32{11, 11, 10, 0},
 	},
+	// The Qwen3.6-35B-A3B block shapes (every dimension, 256 experts, the
+	// real vocabulary) in 4 blocks (3 Gated DeltaNet + 1 attention): the
+	// GPU-vs-CPU whole-model test of a real-shaped hybrid MoE at a size the
+	// CPU reference runs in seconds.
+	"qwen3.6-35b-a3b-4l": {
+		Name: "Qwen3.6 35B-A3B shape, 4 blocks (synthetic)", Arch: "qwen35moe", Layers: 4, Dim: 2048, Heads: 16, KVHeads: 2, HeadDim: 256,
+		Vocab: 248320, Context: 262144, Tied: false, RopeBase: 10000000, RMSEps: 1e-6, TokenizerPre: "qwen35",
+		Experts: 256, ExpertsUsed: 8, ExpertFF: 512, SharedFF: 512,
+		SSM:      &SSM{ConvKernel: 4, KeyHeads: 16, ValueHeads: 32, HeadDim: 128, FullAttnEvery: 4},
+		RopeDims: 64, RopeSections: [4]int32{11, 11, 10, 0},
+	},
 	// Qwen3.5-9B: dense hybrid, 32 blocks, FFN 12288.
 	"qwen3.5-9b": {
 		Name: "Qwen3.5 9B (synthetic)", Arch: "qwen35", Layers: 32, Dim: 4096, FF: 12288, Heads: 16, KVHeads: 4, HeadDim: 256,
