@@ -121,4 +121,13 @@ type Stats struct {
 	StateBytes       int64 // StateSlots * StateBytesPerSeq, allocated at load
 	StateRestores    int64 // turns that resumed from a snapshot (the prompt diverged from the live state)
 	StateRestarts    int64 // turns that had history but recomputed the state from token 0
+
+	// Remote engines (ftchat --engine URL): the server that answers, and
+	// what it reports. The KV numbers above are then the server's, from its
+	// /metrics, when it exposes them (RemoteKV says which ones), else zero.
+	Remote          string        // the server's API base URL; "" for the in-process engine
+	RemoteKV        string        // where the KV numbers come from ("ftchat serve", "vLLM", ...); "" when unknown
+	RequestsRunning int           // the server's running requests (all clients), -1 when unknown
+	RequestsQueued  int           // its waiting requests, -1 when unknown
+	FirstToken      time.Duration // latest turn: time from sending the request to the first token
 }
