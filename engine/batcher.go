@@ -28,8 +28,16 @@ import (
 // (kvcache Fork) and prefills only the rest. The cache gives its pages
 // back whenever a new request needs room.
 //
-// A Batcher is the only user of the engine's pool while it runs (it takes
-// the engine's lock for each step, so it coexists with Sessions, but
+// Hybrid models (Qwen3.5/3.6) also give each sequence a recurrent-state
+// slot (state.go) beside its pages: admission waits for a free slot as it
+// waits for pages, the prefill snapshots the state at the prompt's turn
+// boundaries, and a request shares a prefix only up to a position whose
+// state is kept (a snapshot, or a finished sequence's live state), which
+// it copies into its own slot.
+//
+// A Batcher is the only user of the engine's pool and state slots while it
+// runs (it takes the engine's lock for each step, so it coexists with
+// Sessions, but a Session on a hybrid model may take a slot it holds, and
 // Reconfigure must not be called while it runs).
 type Batcher struct {
 	e    *Engine
@@ -150,6 +158,7 @@ const rateWindow = 10 * time.Second
 
 type idleSeq struct {
 	kv     *kvcache.Sequence
+	st     *seqState // hybrid models: the live state at kv.Len() and snapshots
 	tokens []int32
 }
 
@@ -162,9 +171,11 @@ type batchSeq struct {
 	prompt     []int32
 	promptText string
 	kv         *kvcache.Sequence
-	hist       []int32 // tokens that are (or are to be) in the cache
-	computed   int     // hist[:computed] have K/V
-	cached     int     // prompt tokens reused at first admission
+	st         *seqState // hybrid models: the recurrent state at computed
+	snapAt     []int     // hybrid models: prompt positions to snapshot the state at
+	hist       []int32   // tokens that are (or are to be) in the cache
+	computed   int       // hist[:computed] have K/V
+	cached     int       // prompt tokens reused at first admission
 	admitted   bool
 
 	sampler  *sample.Sampler
@@ -193,6 +204,10 @@ func (e *Engine) NewBatcher(o BatcherOptions) *Batcher {
 	}
 	if o.PrefixCache == 0 {
 		o.PrefixCache = DefaultPrefixCache
+	}
+	if e.state != nil {
+		// One live slot per running sequence; the rest hold snapshots.
+		o.MaxRunning = min(o.MaxRunning, e.state.l.Slots)
 	}
 	b := &Batcher{e: e, opts: o, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go b.loop()
@@ -225,11 +240,11 @@ func (b *Batcher) poke() {
 }
 
 // CanBatch says why the Batcher cannot serve this engine's model, or nil.
-// Hybrid models keep a recurrent state per sequence in a few slots
-// (state.go) that the batcher does not yet hand out.
+// Every model loaded today can be batched (hybrid models through their
+// state slots); the check stays for callers that ask.
 func (e *Engine) CanBatch() error {
-	if e.state != nil {
-		return fmt.Errorf("%s is a hybrid (recurrent-state) model: batched serving supports attention-only models for now", e.info.Name)
+	if e.mdl == nil {
+		return errors.New("no model loaded")
 	}
 	return nil
 }
@@ -266,9 +281,13 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
 		return nil, fmt.Errorf("top_logprobs %d: must be 0..%d", req.TopLogprobs, MaxTopLogprobs)
 	}
-	text, prompt, err := e.renderPrompt(req.Request)
+	text, spans, prompt, err := e.renderPromptSpans(req.Request)
 	if err != nil {
 		return nil, err
+	}
+	var snapAt []int
+	if e.state != nil {
+		snapAt = e.batchSnapshots(e.turnBoundaries(text, spans, prompt))
 	}
 	if err := e.fitsAlone(len(prompt)); err != nil {
 		return nil, err
@@ -278,7 +297,7 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 	}
 	s := &batchSeq{
 		ctx: ctx, req: req, out: newOutbox(),
-		prompt: prompt, promptText: text, hist: slices.Clone(prompt),
+		prompt: prompt, promptText: text, hist: slices.Clone(prompt), snapAt: snapAt,
 		sampler: sp, stopper: sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop),
 		dec: e.tok.NewStreamDecoder(), parser: newOutputParser(e.tmpl, text, len(req.Tools) > 0, req.Tools...),
 	}
@@ -297,6 +316,27 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 	context.AfterFunc(ctx, b.poke)
 	b.poke()
 	return s.out.stream(ctx), nil
+}
+
+// batchSnapshots moves the turn boundaries where a prompt's state is
+// snapshotted down to page boundaries when the pool cannot copy pages: a
+// request that forks the sequence there then owns every page it writes
+// (a shared, partly filled last page would be dropped and recomputed,
+// which the state cannot follow).
+func (e *Engine) batchSnapshots(at []int) []int {
+	if _, ok := e.be.(kvcache.PageCopier); ok {
+		return at
+	}
+	e.poolMu.RLock()
+	ps := e.pool.Layout().PageSize
+	e.poolMu.RUnlock()
+	var out []int
+	for _, c := range at {
+		if c -= c % ps; c > 0 && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // fitsAlone checks that a prompt of n tokens leaves room for one token in
@@ -382,14 +422,12 @@ func (b *Batcher) shutdown() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range append(b.running, b.queue...) {
-		if s.kv != nil {
-			s.kv.Free()
-		}
+		b.freeSeq(s)
 		s.out.push(BatchEvent{Event: Event{Kind: EventError, Err: ErrBatcherClosed}})
 		s.out.close()
 	}
 	for _, is := range b.idle {
-		is.kv.Free()
+		b.freeIdle(is)
 	}
 	b.running, b.queue, b.idle = nil, nil, nil
 }
@@ -429,6 +467,12 @@ func (b *Batcher) step() bool {
 			continue
 		}
 		n := min(pend, budget)
+		for _, c := range s.snapAt { // a chunk ends where the state is snapshotted
+			if c > s.computed && c < s.computed+n {
+				n = c - s.computed
+				break
+			}
+		}
 		budget -= n
 		parts = append(parts, part{s, n, s.computed+n == len(s.hist)})
 	}
@@ -444,7 +488,7 @@ func (b *Batcher) step() bool {
 		for i := range p.n {
 			batch.Pos = append(batch.Pos, int32(p.s.computed+i))
 		}
-		batch.Seqs = append(batch.Seqs, model.SeqSpan{Offset: off, Cached: p.s.computed, NewTokens: p.n, Pages: p.s.kv.Pages()})
+		batch.Seqs = append(batch.Seqs, model.SeqSpan{Offset: off, Cached: p.s.computed, NewTokens: p.n, Pages: p.s.kv.Pages(), State: p.s.st.slot()})
 		if p.last {
 			rows = append(rows, off+p.n-1)
 		}
@@ -471,6 +515,12 @@ func (b *Batcher) step() bool {
 	r := 0
 	for _, p := range parts {
 		p.s.computed += p.n
+		if st := p.s.st; st != nil {
+			st.pos = p.s.computed
+			if slices.Contains(p.s.snapAt, st.pos) {
+				e.state.snapshot(st)
+			}
+		}
 		if !p.last {
 			continue
 		}
@@ -544,10 +594,7 @@ func (b *Batcher) dropCancelled() {
 	b.queue = q
 	b.mu.Unlock()
 	for _, s := range gone {
-		if s.kv != nil {
-			s.kv.Free()
-			s.kv = nil
-		}
+		b.freeSeq(s)
 		s.out.push(BatchEvent{Event: Event{Kind: EventDone, Stop: StopCancelled}, Usage: s.usage()})
 		s.out.close()
 	}
@@ -578,6 +625,9 @@ func (b *Batcher) admit() {
 // prefix) and pages for the rest. Room is kept for each running sequence's
 // next page; the prefix cache is evicted, oldest first, to make room.
 func (b *Batcher) place(s *batchSeq, nrun int) bool {
+	if b.e.state != nil {
+		return b.placeHybrid(s, nrun)
+	}
 	pool := b.e.pool
 	for {
 		kv, err := b.sequenceFor(s.hist)
@@ -587,16 +637,7 @@ func (b *Batcher) place(s *batchSeq, nrun int) bool {
 		start, err := kv.Reuse(s.hist)
 		if err == nil && pool.Stats().PagesFree >= nrun {
 			s.kv, s.computed = kv, start
-			if !s.admitted {
-				s.admitted, s.cached = true, start
-				s.out.push(BatchEvent{Event: Event{Kind: EventProgress, Done: start, Total: len(s.prompt)}})
-				b.mu.Lock()
-				b.stats.ReusedTokens += int64(start)
-				b.mu.Unlock()
-				b.e.statsMu.Lock()
-				b.e.reusedTokens += int64(start)
-				b.e.statsMu.Unlock()
-			}
+			b.admitted(s, start)
 			return true
 		}
 		kv.Free()
@@ -609,6 +650,21 @@ func (b *Batcher) place(s *batchSeq, nrun int) bool {
 			return false
 		}
 	}
+}
+
+// admitted reports s's first admission (with start prompt tokens reused).
+func (b *Batcher) admitted(s *batchSeq, start int) {
+	if s.admitted {
+		return
+	}
+	s.admitted, s.cached = true, start
+	s.out.push(BatchEvent{Event: Event{Kind: EventProgress, Done: start, Total: len(s.prompt)}})
+	b.mu.Lock()
+	b.stats.ReusedTokens += int64(start)
+	b.mu.Unlock()
+	b.e.statsMu.Lock()
+	b.e.reusedTokens += int64(start)
+	b.e.statsMu.Unlock()
 }
 
 // sequenceFor returns a new sequence that shares the longest prefix of
@@ -651,6 +707,154 @@ func (b *Batcher) sequenceFor(tokens []int32) (*kvcache.Sequence, error) {
 	return kv, nil
 }
 
+// placeHybrid is place for hybrid models: s also needs a live state slot,
+// and shares a prefix only up to a position whose state is kept (a
+// snapshot of a cached or running sequence, or a cached sequence's live
+// state), which is copied into its slot. No slot free (every one is live)
+// means s waits, like no room in the pool.
+func (b *Batcher) placeHybrid(s *batchSeq, nrun int) bool {
+	e := b.e
+	p := e.state
+	for {
+		src, pos, from, idle := b.hybridSource(s.hist)
+		var kv *kvcache.Sequence
+		var st *seqState
+		if idle >= 0 && pos >= len(b.idle[idle].tokens)-e.pool.Layout().PageSize && b.idle[idle].st.live >= 0 {
+			// The cached sequence is (almost) all prefix: take it over,
+			// its live slot included.
+			b.mu.Lock()
+			is := b.idle[idle]
+			b.idle = slices.Delete(b.idle, idle, idle+1)
+			b.mu.Unlock()
+			kv, st = is.kv, is.st
+		} else {
+			slot := b.freeStateSlot(from)
+			if slot < 0 {
+				if !b.evictIdle() {
+					return false
+				}
+				continue
+			}
+			st = p.newSeq(nil)
+			p.take(slot, st, slotLive)
+			st.live, st.pos = slot, -1
+			kv = e.pool.NewSequence()
+			if pos > 0 {
+				if f, err := src.Fork(); err == nil {
+					kv.Free()
+					kv = f
+					kv.Truncate(pos)
+				} else {
+					pos, from = 0, -1
+				}
+			}
+		}
+		start, err := kv.ReuseAt(s.hist, pos)
+		if err == nil && start != pos {
+			// A shared tail page was dropped: no state is known there.
+			kv.Truncate(0)
+			start, err = kv.ReuseAt(s.hist, 0)
+			from = -1
+		}
+		if err == nil && e.pool.Stats().PagesFree >= nrun {
+			switch {
+			case from < 0:
+				p.be.ClearState(st.live)
+			case from != st.live:
+				p.be.CopyState(st.live, from)
+				p.restores.Add(1)
+			}
+			p.trim(st, start)
+			st.pos = start
+			p.touch(st)
+			s.kv, s.st, s.computed = kv, st, start
+			b.admitted(s, start)
+			return true
+		}
+		b.freeIdle(idleSeq{kv: kv, st: st})
+		var full *kvcache.PoolFullError
+		if err != nil && !errors.As(err, &full) {
+			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
+			return false
+		}
+		if !b.evictIdle() {
+			return false
+		}
+	}
+}
+
+// hybridSource finds the cached or running sequence that shares the
+// longest prefix of tokens whose state is kept: its K/V, that position,
+// the slot holding the state there, and its index in b.idle when it is
+// cached (-1, 0, -1, -1 when none).
+func (b *Batcher) hybridSource(tokens []int32) (kv *kvcache.Sequence, pos, slot, idle int) {
+	slot, idle = -1, -1
+	limit := len(tokens) - 1 // the last prompt token is always computed
+	try := func(k *kvcache.Sequence, st *seqState, common, i int) {
+		if k == nil || st == nil {
+			return
+		}
+		if q, sl := st.resumePoint(min(common, limit)); sl >= 0 && q > pos {
+			kv, pos, slot, idle = k, q, sl, i
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, is := range b.idle {
+		try(is.kv, is.st, commonPrefix(is.tokens, tokens), i)
+	}
+	for _, r := range b.running {
+		try(r.kv, r.st, min(commonPrefix(r.hist, tokens), r.computed), -1)
+	}
+	return kv, pos, slot, idle
+}
+
+// freeStateSlot returns a free state slot, taking the oldest snapshot of
+// the least recently used sequence when none is free, but never slot keep
+// (the state about to be copied); -1 when every other slot is live.
+func (b *Batcher) freeStateSlot(keep int) int {
+	p := b.e.state
+	if i := slices.Index(p.role, slotFree); i >= 0 {
+		return i
+	}
+	var victim *seqState
+	vi := -1
+	for i, o := range p.owner {
+		if p.role[i] != slotSnap || i == keep || (victim != nil && o.used >= victim.used) {
+			continue
+		}
+		for j, sn := range o.snaps {
+			if sn.slot != keep {
+				victim, vi = o, j
+				break
+			}
+		}
+	}
+	if victim == nil {
+		return -1
+	}
+	slot := victim.snaps[vi].slot
+	victim.snaps = slices.Delete(victim.snaps, vi, vi+1)
+	p.freeSlot(slot)
+	return slot
+}
+
+// freeSeq frees the pages and state slots of s.
+func (b *Batcher) freeSeq(s *batchSeq) {
+	b.freeIdle(idleSeq{kv: s.kv, st: s.st})
+	s.kv, s.st = nil, nil
+}
+
+// freeIdle frees what a cached sequence holds.
+func (b *Batcher) freeIdle(is idleSeq) {
+	if is.kv != nil {
+		is.kv.Free()
+	}
+	if is.st != nil {
+		b.e.state.release(is.st)
+	}
+}
+
 func commonPrefix(a, b []int32) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
@@ -669,7 +873,7 @@ func (b *Batcher) evictIdle() bool {
 	is := b.idle[0]
 	b.idle = b.idle[1:]
 	b.mu.Unlock()
-	is.kv.Free()
+	b.freeIdle(is)
 	return true
 }
 
@@ -713,8 +917,8 @@ func (b *Batcher) appendLast(s *batchSeq) {
 
 // preempt frees s's pages and puts it at the head of the queue.
 func (b *Batcher) preempt(s *batchSeq) {
-	s.kv.Free()
-	s.kv, s.computed = nil, 0
+	b.freeSeq(s)
+	s.computed = 0
 	b.mu.Lock()
 	b.running = slices.DeleteFunc(b.running, func(r *batchSeq) bool { return r == s })
 	b.queue = append([]*batchSeq{s}, b.queue...)
@@ -803,23 +1007,30 @@ func (b *Batcher) end(s *batchSeq, last BatchEvent, keep bool) {
 	b.mu.Lock()
 	b.running = slices.DeleteFunc(b.running, func(r *batchSeq) bool { return r == s })
 	b.queue = slices.DeleteFunc(b.queue, func(r *batchSeq) bool { return r == s })
-	kv := s.kv
-	s.kv = nil
+	kv, st := s.kv, s.st
+	s.kv, s.st = nil, nil
 	var evict []idleSeq
 	if kv != nil && keep && b.opts.PrefixCache > 0 && kv.Len() > 0 {
-		b.idle = append(b.idle, idleSeq{kv: kv, tokens: kv.Tokens()})
-		kv = nil
+		if st != nil {
+			// The live state is kept only if it is the state after
+			// every cached token; the snapshots past them go.
+			n := kv.Len()
+			b.e.state.trim(st, n)
+			if st.pos != n {
+				st.pos = -1
+			}
+		}
+		b.idle = append(b.idle, idleSeq{kv: kv, st: st, tokens: kv.Tokens()})
+		kv, st = nil, nil
 		if n := len(b.idle) - b.opts.PrefixCache; n > 0 {
 			evict = slices.Clone(b.idle[:n])
 			b.idle = b.idle[n:]
 		}
 	}
 	b.mu.Unlock()
-	if kv != nil {
-		kv.Free()
-	}
+	b.freeIdle(idleSeq{kv: kv, st: st})
 	for _, is := range evict {
-		is.kv.Free()
+		b.freeIdle(is)
 	}
 }
 
