@@ -11,26 +11,86 @@ import (
 // second-level scale (module mm_nvfp4).
 const fp4ScaleKernel = "scale_nvfp4"
 
-// LoadScaledWeight is LoadWeight for an NVFP4 weight with a per-tensor
-// second-level scale (model.ScaledLoader), applied after its matmuls and
-// embedding lookups. Per-expert scales, and scales on stacked experts, are
-// refused: the grouped MoE kernels (moe.go) do not apply them yet.
+// hostScaledWeight is implemented by weights LoadWeight keeps in host RAM
+// (offload.go) that can take a second-level scale; LoadScaledWeight hands
+// such a weight its scale instead of refusing it.
+type hostScaledWeight interface {
+	setSecondScale(scale []float32) error
+}
+
+// LoadScaledWeight is LoadWeight with a second-level scale
+// (model.ScaledLoader), as the CPU backend applies it:
+//   - a matrix (2 dims) of NVFP4 takes one per-tensor value, applied after
+//     its matmuls and embedding lookups (w.scale);
+//   - stacked experts (3 dims, [in, out, n_expert]) of any type take one
+//     value per expert, or one for all, which the MoE kernels apply to
+//     each expert's output rows. The vector of n_expert floats lives in
+//     the weight's f32 buffer, which stacked experts do not otherwise use
+//     (expertScales).
 func (b *Backend) LoadScaledWeight(info gguf.TensorInfo, raw []byte, scale []float32) (model.Weight, error) {
+	experts := len(info.Dims) == 3
 	switch {
-	case info.Type != gguf.NVFP4:
-		return nil, fmt.Errorf("gpu: tensor %q: second-level scales are supported for NVFP4 weights only, not %s", info.Name, info.Type)
-	case len(scale) != 1 || len(info.Dims) == 3:
-		return nil, fmt.Errorf("gpu: tensor %q: per-expert NVFP4 scales (%d values) are not applied by the GPU MoE yet; use the CPU backend", info.Name, len(scale))
-	case scale[0] == 0:
+	case len(scale) == 0:
+		return nil, fmt.Errorf("gpu: tensor %q: empty second-level scale", info.Name)
+	case experts && info.Dims[2] == 0:
+		return nil, fmt.Errorf("gpu: tensor %q: no experts", info.Name)
+	case experts && len(scale) != 1 && uint64(len(scale)) != info.Dims[2]:
+		return nil, fmt.Errorf("gpu: tensor %q: %d second-level scales for %d experts; want 1 or one per expert", info.Name, len(scale), info.Dims[2])
+	case !experts && info.Type != gguf.NVFP4:
+		return nil, fmt.Errorf("gpu: tensor %q: second-level scales on matrices are supported for NVFP4 weights only, not %s", info.Name, info.Type)
+	case !experts && len(scale) != 1:
+		return nil, fmt.Errorf("gpu: tensor %q: %d second-level scales for a matrix; the GPU backend takes one per tensor", info.Name, len(scale))
+	case !experts && scale[0] == 0:
 		return nil, fmt.Errorf("gpu: tensor %q: second-level scale 0", info.Name)
 	}
 	mw, err := b.LoadWeight(info, raw)
 	if err != nil {
 		return nil, err
 	}
-	w := mw.(*Weight)
-	w.scale = scale[0]
+	w, ok := mw.(*Weight)
+	if !ok {
+		if hw, ok := mw.(hostScaledWeight); ok {
+			if err := hw.setSecondScale(scale); err != nil {
+				b.FreeWeight(mw)
+				return nil, err
+			}
+			return mw, nil
+		}
+		b.FreeWeight(mw)
+		return nil, fmt.Errorf("gpu: tensor %q: the host-resident copy (%T) does not apply second-level scales", info.Name, mw)
+	}
+	if !experts {
+		w.scale = scale[0]
+		return w, nil
+	}
+	vec := make([]float32, info.Dims[2])
+	for i := range vec {
+		vec[i] = scale[min(i, len(scale)-1)]
+	}
+	err = b.dev.Do(func(c *Ctx) error {
+		if w.f32.Ptr != 0 {
+			return fmt.Errorf("its float32 buffer is taken")
+		}
+		var err error
+		if w.f32, err = c.Alloc(int64(len(vec))*4, "weight "+info.Name+" (per-expert scales)"); err != nil {
+			return err
+		}
+		return Upload(c, w.f32.Ptr, vec)
+	})
+	if err != nil {
+		b.FreeWeight(w)
+		return nil, fmt.Errorf("gpu: loading the second-level scales of %s: %w", info.Name, err)
+	}
 	return w, nil
+}
+
+// expertScales is the device address of stacked experts' per-expert
+// second-level scales (n_expert floats), 0 when the weight has none.
+func (w *Weight) expertScales() DevicePtr {
+	if len(w.info.Dims) != 3 {
+		return 0
+	}
+	return w.f32.Ptr
 }
 
 // scaleOut queues y[:n] *= s.

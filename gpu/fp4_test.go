@@ -63,6 +63,101 @@ func TestMoEFP4(t *testing.T) {
 	}
 }
 
+// TestMoENVFP4ExpertScales: NVFP4 experts with per-expert second-level
+// scales (the ffn_*_exps.scale vectors of llama.cpp's converter) through
+// every MoE path (decode GEMVs, grouped GEMMs, the per-pair GEMVs, the
+// automatic choice) against the CPU backend, outputs poisoned with NaN.
+// The scales are random around 1 with extremes on chosen experts: 2^20 on
+// a gate, 2^-20 on an up, 0 on a down and on a gate, 2^20 on a down. The
+// router sends token t to expert t % E first, so every special expert is
+// used; with top-1 each output row is one expert's and is compared on its
+// own (a row of the 2^-20 expert would vanish in a whole-tensor norm).
+func TestMoENVFP4ExpertScales(t *testing.T) {
+	p := newPair(t)
+	defer moeForce.Store(0)
+	r := rand.New(rand.NewPCG(60, 61))
+	const E, dim, ff = 16, 512, 256
+	scales := func(special map[int]float32) []float32 {
+		s := make([]float32, E)
+		for e := range s {
+			s[e] = float32(0.5 + 1.5*r.Float64())
+			if v, ok := special[e]; ok {
+				s[e] = v
+			}
+		}
+		return s
+	}
+	gs := scales(map[int]float32{0: 0x1p20, 3: 0})
+	us := scales(map[int]float32{1: 0x1p-20})
+	ds := scales(map[int]float32{2: 0, 4: 0x1p20})
+	load := func(name string, rows, cols int, scale []float32) (model.Weight, model.Weight) {
+		info := gguf.TensorInfo{Name: name, Dims: []uint64{uint64(cols), uint64(rows), E}, Type: gguf.NVFP4}
+		raw := randWeight(r, gguf.NVFP4, E*rows, cols)
+		gw, err := p.g.LoadScaledWeight(info, raw, scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.g.FreeWeight(gw) })
+		cw, err := p.c.LoadScaledWeight(info, raw, scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gw, cw
+	}
+	rv := randVec(r, E*dim, 0.01)
+	for e := 0; e < E; e++ {
+		rv[e*dim+e] = 4 // x[e] large picks expert e
+	}
+	gr, cr := p.weight(gguf.TensorInfo{Name: "router", Dims: []uint64{dim, E}, Type: gguf.F32}, f32Bytes(rv))
+	gg, cg := load("blk.0.ffn_gate_exps.weight", ff, dim, gs)
+	gu, cu := load("blk.0.ffn_up_exps.weight", ff, dim, us)
+	gd, cd := load("blk.0.ffn_down_exps.weight", dim, ff, ds)
+	for _, K := range []int{1, 8} {
+		gm := model.MoE{Router: gr, Gate: gg, Up: gu, Down: gd, Experts: E, TopK: K, NormTopK: K > 1}
+		cm := model.MoE{Router: cr, Gate: cg, Up: cu, Down: cd, Experts: E, TopK: K, NormTopK: K > 1}
+		for _, n := range []int{1, 2, 16, 70} {
+			x := randVec(r, n*dim, 1)
+			for tk := 0; tk < n; tk++ {
+				x[tk*dim+tk%E] = 8
+			}
+			gx, cx := p.tensor(n, dim, x)
+			_, cy := p.tensor(n, dim, nil)
+			p.c.MoE(cy, cx, &cm)
+			want := make([]float32, n*dim)
+			p.c.ToHost(cy, want)
+			for _, mode := range []int32{1, 2, 3, 0} {
+				tol := tolMoEGemv
+				if mode == 2 || (mode == 0 && n > moeGemvMaxTok) {
+					tol = tolMoEGrouped
+				}
+				gy, _ := p.tensor(n, dim, nil)
+				moeForce.Store(mode)
+				p.g.MoE(gy, gx, &gm)
+				moeForce.Store(0)
+				got := make([]float32, n*dim)
+				p.g.ToHost(gy, got)
+				if err := p.g.Err(); err != nil {
+					t.Fatalf("top-%d n=%d mode=%d: %v", K, n, mode, err)
+				}
+				name := fmt.Sprintf("scaled NVFP4 MoE top-%d n=%d mode=%d", K, n, mode)
+				rows := [][2]int{{0, n * dim}} // top-8: the whole output
+				if K == 1 {
+					rows = rows[:0]
+					for tk := 0; tk < n; tk++ {
+						rows = append(rows, [2]int{tk * dim, (tk + 1) * dim})
+					}
+				}
+				for _, rr := range rows {
+					e, err := relErr(got[rr[0]:rr[1]], want[rr[0]:rr[1]])
+					if err != nil || e > tol {
+						t.Errorf("%s: elements [%d, %d) (expert %d first): error %.3g > %.3g (%v)", name, rr[0], rr[1], rr[0]/dim%E, e, tol, err)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestFP4ScaleKernelModule checks, without a GPU, that the second-level
 // scale kernel is in the module kernelModule names.
 func TestFP4ScaleKernelModule(t *testing.T) {
@@ -79,8 +174,9 @@ func TestFP4ScaleKernelModule(t *testing.T) {
 }
 
 // TestNVFP4ScaledWeights: a per-tensor second-level scale is applied by
-// every matmul path and by Embed as on the CPU backend; per-expert scales
-// are refused with a message (the GPU MoE does not apply them yet).
+// every matmul path and by Embed as on the CPU backend; scale vectors that
+// do not fit the weight are refused with a message (per-expert scales:
+// TestMoENVFP4ExpertScales).
 func TestNVFP4ScaledWeights(t *testing.T) {
 	p := newPair(t)
 	r := rand.New(rand.NewPCG(46, 47))
@@ -114,8 +210,22 @@ func TestNVFP4ScaledWeights(t *testing.T) {
 	p.c.Embed(cd, cw, toks)
 	p.compare("scaled NVFP4 embed", gd, cd, tolExact)
 	exps := gguf.TensorInfo{Name: "blk.0.ffn_up_exps.weight", Dims: []uint64{cols, 40, 8}, Type: gguf.NVFP4}
-	if _, err := p.g.LoadScaledWeight(exps, raw, make([]float32, 8)); err == nil || !strings.Contains(err.Error(), "per-expert") {
-		t.Errorf("per-expert scales: got %v", err)
+	for _, bad := range []struct {
+		info  gguf.TensorInfo
+		scale []float32
+		want  string
+	}{
+		{exps, make([]float32, 3), "3 second-level scales for 8 experts"},
+		{info, []float32{1, 2}, "2 second-level scales for a matrix"},
+		{info, []float32{0}, "second-level scale 0"},
+		{exps, nil, "empty second-level scale"},
+	} {
+		if w, err := p.g.LoadScaledWeight(bad.info, raw, bad.scale); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s with %d scales: got %v, want an error with %q", bad.info.Name, len(bad.scale), err, bad.want)
+			if err == nil {
+				p.g.FreeWeight(w)
+			}
+		}
 	}
 }
 
@@ -133,9 +243,10 @@ func BenchmarkFP4MatMul(b *testing.B) {
 // TestNVFP4ModelGPUvsCPU runs whole synthetic NVFP4 models (synth presets
 // qwen3-tiny and qwen35-tiny with --type NVFP4: every matrix NVFP4 with a
 // per-tensor <name>.scale) through model.Forward on the GPU and the CPU: a
-// 40-token prefill, then 5 decode steps. Logits within 3e-2 (relative
-// Frobenius, bf16 GEMM operands in the prefill). The MoE preset's
-// per-expert scales are refused by the GPU backend, which is checked too.
+// 40-token prefill (grouped MoE GEMMs), then 5 decode steps (MoE GEMVs).
+// Logits within 3e-2 (relative Frobenius, bf16 GEMM operands in the
+// prefill). The MoE presets (qwen3moe-tiny, qwen35moe-tiny) carry
+// per-expert .scale vectors on their stacked experts.
 func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 	d := openTestDevice(t)
 	g, err := NewBackend(d, BackendOptions{})
@@ -144,7 +255,7 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 	}
 	t.Cleanup(func() { g.Close() })
 	load := func(t *testing.T, preset string) *gguf.File { return synthModel(t, preset, gguf.NVFP4, 9) }
-	for _, preset := range []string{"qwen3-tiny", "qwen35-tiny"} {
+	for _, preset := range []string{"qwen3-tiny", "qwen35-tiny", "qwen3moe-tiny", "qwen35moe-tiny"} {
 		t.Run(preset, func(t *testing.T) {
 			f := load(t, preset)
 			cb := cpu.New(cpu.Options{Threads: 4})
@@ -210,9 +321,4 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 			}
 		})
 	}
-	t.Run("qwen35moe-tiny refused", func(t *testing.T) {
-		if _, err := model.Load(load(t, "qwen35moe-tiny"), g); err == nil || !strings.Contains(err.Error(), "per-expert") {
-			t.Fatalf("got %v, want the per-expert scale refusal", err)
-		}
-	})
 }

@@ -64,7 +64,7 @@ var moeTyped = []struct{ prefix, module string }{
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
-var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows"}
+var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows", "moe_scale_pairs"}
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {
@@ -111,7 +111,8 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 	if n == 0 {
 		return
 	}
-	l := moeLayer{router: router, gate: gate, up: up, down: down, E: E, K: K, dim: dim, ff: gate.rows / E, norm: m.NormTopK}
+	l := moeLayer{router: router, gate: gate, up: up, down: down, E: E, K: K, dim: dim, ff: gate.rows / E, norm: m.NormTopK,
+		gateScale: gate.expertScales(), upScale: up.expertScales(), downScale: down.expertScales()}
 	mode := moeForce.Load()
 	// The device paths need whole 32-element units and one type for gate
 	// and up (the fused kernels decode both with one decoder).
@@ -138,11 +139,15 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 	})
 }
 
-// moeLayer is one MoE call's weights and shape.
+// moeLayer is one MoE call's weights and shape. gateScale, upScale and
+// downScale are the experts' second-level scales (E floats each, fp4.go's
+// LoadScaledWeight), 0 for none: every kernel multiplies an expert's
+// output rows by its entry, as the CPU backend scales its matmuls.
 type moeLayer struct {
-	router, gate, up, down *Weight
-	E, K, dim, ff          int
-	norm                   bool
+	router, gate, up, down        *Weight
+	E, K, dim, ff                 int
+	norm                          bool
+	gateScale, upScale, downScale DevicePtr
 }
 
 // moeScratch takes the scratch buffers of sizes (bytes) and returns them
@@ -246,11 +251,11 @@ func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 		return err
 	}
 	if err := b.launch(c, "moe_gemv_gu_"+kernelSuffix[l.gate.info.Type], Dim3{X: cdiv(l.ff, moeRows), Y: pairs}, Dim3{X: 256},
-		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, ids, h); err != nil {
+		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, ids, h, l.gateScale, l.upScale); err != nil {
 		return err
 	}
 	return b.launch(c, "moe_gemv_dn_"+kernelSuffix[l.down.info.Type], Dim3{X: cdiv(l.dim, moeRows), Y: n}, Dim3{X: 256},
-		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, l.K, ids, wts, dst)
+		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, l.K, ids, wts, dst, l.downScale)
 }
 
 // moeTiles bounds the grouped GEMMs' tile count for a batch of pairs:
@@ -274,11 +279,11 @@ func (b *Backend) moeGrouped(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error 
 		return err
 	}
 	if err := b.launch(c, "moe_gemm_gu_"+kernelSuffix[l.gate.info.Type], Dim3{X: cdiv(l.ff, 64), Y: nt}, Dim3{X: 256},
-		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, sorted, tiles, h); err != nil {
+		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, sorted, tiles, h, l.gateScale, l.upScale); err != nil {
 		return err
 	}
 	if err := b.launch(c, "moe_gemm_dn_"+kernelSuffix[l.down.info.Type], Dim3{X: cdiv(l.dim, 128), Y: nt}, Dim3{X: 256},
-		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, tiles, y); err != nil {
+		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, tiles, y, l.downScale); err != nil {
 		return err
 	}
 	return b.launch(c, "moe_gather_sum", Dim3{X: cdiv(n*l.dim, 256)}, Dim3{X: 256}, y, inv, wts, n, l.K, l.dim, dst)
@@ -317,6 +322,12 @@ func (b *Backend) moePairs(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 			return err
 		}
 	}
+	if err := b.moeScalePairs(c, gb, ids, l.gateScale, pairs, ff); err != nil {
+		return err
+	}
+	if err := b.moeScalePairs(c, ub, ids, l.upScale, pairs, ff); err != nil {
+		return err
+	}
 	if err := b.launch(c, "swiglu", Dim3{X: cdiv(pairs*ff, 256)}, Dim3{X: 256}, gb, gb, ub, int64(pairs*ff)); err != nil {
 		return err
 	}
@@ -326,7 +337,19 @@ func (b *Backend) moePairs(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 			return err
 		}
 	}
+	if err := b.moeScalePairs(c, yd, ids, l.downScale, pairs, dim); err != nil {
+		return err
+	}
 	return b.launch(c, "moe_combine", Dim3{X: cdiv(n*dim, 256)}, Dim3{X: 256}, yd, wts, n, K, dim, dst)
+}
+
+// moeScalePairs multiplies each pair's row of n outputs in y by its
+// expert's second-level scale (none when scale is 0).
+func (b *Backend) moeScalePairs(c *Ctx, y, ids, scale DevicePtr, pairs, n int) error {
+	if scale == 0 {
+		return nil
+	}
+	return b.launch(c, "moe_scale_pairs", Dim3{X: cdiv(pairs*n, 256)}, Dim3{X: 256}, y, ids, scale, pairs, n)
 }
 
 func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDiv int, ids, y DevicePtr, pairs int) error {

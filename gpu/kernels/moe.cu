@@ -119,6 +119,16 @@ extern "C" __global__ void moe_gather_sum(const float* __restrict__ y, const int
     out[i] = s;
 }
 
+// y[p][j] *= S[ids[p]] for the pairs' rows of n floats: the per-expert
+// second-level scale on the per-pair path's expert GEMV outputs (the fused
+// kernels of moe.cuh apply it in their epilogues).
+extern "C" __global__ void moe_scale_pairs(float* __restrict__ y, const int* __restrict__ ids,
+                                           const float* __restrict__ S, int pairs, int n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)pairs * n) return;
+    y[i] *= S[ids[i / n]];
+}
+
 // Router logits in float32 for a batch: logits[t][e] = x[t] . R[e] (R an
 // F32 [nexp][cols] weight), so that the top-k choice sees the same values
 // as the CPU's float32 router (a bf16 tensor-core GEMM would flip near

@@ -17,6 +17,12 @@
 // and (token, slot) pair resp. token, reading expert ids and weights from
 // device memory; moe_gemv_dn sums the token's top-k experts with their
 // weights, so no combine kernel follows.
+//
+// Second-level scales (NVFP4's per-expert weight_scale_2, llama.cpp's
+// ffn_*_exps.scale): Sg, Su, Sd are nullable device vectors of nexp floats;
+// an expert's gate and up dot products are multiplied by its Sg / Su entry
+// before silu(gate)*up, its down dot products by its Sd entry before the
+// routing weight, as the CPU backend scales each matmul's output rows.
 #pragma once
 #include "common.cuh"
 #include "moe_tile.cuh"
@@ -190,7 +196,8 @@ template <int T>
 __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, long long rowBytes,
                                  int ff, int cols, const float* __restrict__ X, int topk,
                                  const int* __restrict__ sorted, const int* __restrict__ tiles,
-                                 float* __restrict__ H) {
+                                 float* __restrict__ H, const float* __restrict__ Sg,
+                                 const float* __restrict__ Su) {
     __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
     __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
     int e = tiles[3 * blockIdx.y];
@@ -240,6 +247,7 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         }
         __syncthreads();
     }
+    float sg = Sg ? Sg[e] : 1.f, su = Su ? Su[e] : 1.f;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         int col = n0 + wn + 8 * j + 2 * tg;
@@ -248,8 +256,8 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
                 float* out = H + (size_t)pos * ff;
-                if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h], accu[j][2 * h]);
-                if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1], accu[j][2 * h + 1]);
+                if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h] * sg, accu[j][2 * h] * su);
+                if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1] * sg, accu[j][2 * h + 1] * su);
             }
         }
     }
@@ -260,7 +268,8 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
 // each) x 4 (rows, 32 each). y[pos][dim] per sorted position.
 template <int T>
 __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
-                                 const float* __restrict__ H, const int* __restrict__ tiles, float* __restrict__ Y) {
+                                 const float* __restrict__ H, const int* __restrict__ tiles, float* __restrict__ Y,
+                                 const float* __restrict__ Sd) {
     __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
     __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
     int e = tiles[3 * blockIdx.y];
@@ -306,6 +315,7 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         }
         __syncthreads();
     }
+    float sd = Sd ? Sd[e] : 1.f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int col = n0 + wn + 8 * j + 2 * tg;
@@ -314,8 +324,8 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
                 float* out = Y + (size_t)pos * dim;
-                if (col < dim) out[col] = acc[j][2 * h];
-                if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1];
+                if (col < dim) out[col] = acc[j][2 * h] * sd;
+                if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1] * sd;
             }
         }
     }
@@ -359,7 +369,7 @@ __device__ __forceinline__ float moe_cta_sum(float v, float* red) {
 template <int T>
 __device__ void moe_gemv_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, long long rowBytes,
                                  int ff, int cols, const float* __restrict__ X, int topk, const int* __restrict__ ids,
-                                 float* __restrict__ H) {
+                                 float* __restrict__ H, const float* __restrict__ Sg, const float* __restrict__ Su) {
     __shared__ float red[2][8];
     int p = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = blockIdx.x * MOE_ROWS + warp / MOE_WPR, part = warp % MOE_WPR;
@@ -382,7 +392,10 @@ __device__ void moe_gemv_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
     }
     sg = moe_cta_sum(sg, red[0]);
     su = moe_cta_sum(su, red[1]);
-    if (ok && lane == 0 && part == 0) H[(size_t)p * ff + r] = moe_silu_mul(sg, su);
+    if (ok && lane == 0 && part == 0) {
+        int e = ids[p];
+        H[(size_t)p * ff + r] = moe_silu_mul(Sg ? sg * Sg[e] : sg, Su ? su * Su[e] : su);
+    }
 }
 
 // Decode down + combine: grid (cdiv(dim, MOE_ROWS), ntok); row r of token
@@ -392,7 +405,7 @@ __device__ void moe_gemv_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
 template <int T>
 __device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
                                  const float* __restrict__ H, int topk, const int* __restrict__ ids,
-                                 const float* __restrict__ wts, float* __restrict__ out) {
+                                 const float* __restrict__ wts, float* __restrict__ out, const float* __restrict__ Sd) {
     __shared__ float red[8];
     int t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = blockIdx.x * MOE_ROWS + warp / MOE_WPR, part = warp % MOE_WPR;
@@ -404,11 +417,13 @@ __device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowByt
         for (int q = part * 32 + lane; q < total; q += 32 * MOE_WPR) {
             int k = q / units, u = q - k * units;
             int p = t * topk + k;
-            const uint8_t* row = W + ((size_t)ids[p] * dim + r) * rowBytes;
+            int e = ids[p];
+            const uint8_t* row = W + ((size_t)e * dim + r) * rowBytes;
             float w[32];
             int c;
             deq32<T>(unit_ptr<T>(row, u, c), c, w);
-            acc = fmaf(wts[p], moe_dot32(w, H + (size_t)p * ff + 32 * u), acc);
+            float d = moe_dot32(w, H + (size_t)p * ff + 32 * u);
+            acc = fmaf(wts[p], Sd ? d * Sd[e] : d, acc);
         }
     }
     acc = moe_cta_sum(acc, red);
@@ -419,24 +434,25 @@ __device__ void moe_gemv_dn_body(const uint8_t* __restrict__ W, long long rowByt
 #define MOE_KERNELS_(T_, NAME)                                                                                  \
     extern "C" __global__ void __launch_bounds__(256, 3) moe_gemm_gu_##NAME(                                      \
         const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
-        const int* sorted, const int* tiles, float* H) {                                                       \
-        moe_gemm_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, sorted, tiles, H);                           \
+        const int* sorted, const int* tiles, float* H, const float* Sg, const float* Su) {                     \
+        moe_gemm_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, sorted, tiles, H, Sg, Su);                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 3) moe_gemm_dn_##NAME(                                      \
-        const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, const int* tiles, float* Y) {   \
-        moe_gemm_dn_body<T_>(W, rowBytes, dim, ff, H, tiles, Y);                                               \
+        const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, const int* tiles, float* Y,     \
+        const float* Sd) {                                                                                     \
+        moe_gemm_dn_body<T_>(W, rowBytes, dim, ff, H, tiles, Y, Sd);                                           \
     }
 #define MOEV_KERNELS(T_, NAME) MOEV_KERNELS_(T_, NAME)
 #define MOEV_KERNELS_(T_, NAME)                                                                                 \
     extern "C" __global__ void __launch_bounds__(256) moe_gemv_gu_##NAME(                           \
         const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
-        const int* ids, float* H) {                                                                            \
-        moe_gemv_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, ids, H);                                     \
+        const int* ids, float* H, const float* Sg, const float* Su) {                                          \
+        moe_gemv_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, ids, H, Sg, Su);                             \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(256) moe_gemv_dn_##NAME(                           \
         const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, int topk, const int* ids,       \
-        const float* wts, float* out) {                                                                        \
-        moe_gemv_dn_body<T_>(W, rowBytes, dim, ff, H, topk, ids, wts, out);                                    \
+        const float* wts, float* out, const float* Sd) {                                                       \
+        moe_gemv_dn_body<T_>(W, rowBytes, dim, ff, H, topk, ids, wts, out, Sd);                                \
     }
 #ifdef MOE_GEMV
 MOEV_KERNELS(MOE_T, MOE_NAME)
