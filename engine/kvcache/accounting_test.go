@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -147,12 +148,108 @@ func TestCapacityTokensAndStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := p.Stats()
-	want := PoolStats{DType: FP8E4M3, PageSize: 16, PagesTotal: 100, PagesUsed: 7, PagesFree: 93, TokensCapacity: 1600,
+	want := PoolStats{DType: FP8E4M3, VDType: FP8E4M3, PageSize: 16, PagesTotal: 100, PagesUsed: 7, PagesFree: 93, TokensCapacity: 1600,
 		TokensUsed: 100, TokensFree: 93 * 16, SeqTokens: 100, Sequences: 1, BytesPerToken: 67584,
 		PoolBytes: 1600 * 67584, BytesReserved: 7 * 16 * 67584, BytesUsed: 100 * 67584, BytesBF16: 100 * 131072,
 		CapacityRatio: 131072.0 / 67584, ComputedTokens: 100}
 	if st != want {
 		t.Errorf("stats\n got %+v\nwant %+v", st, want)
+	}
+}
+
+// Each half is counted in its own dtype: SmolLM2's shape (30 layers, 3 kv
+// heads, head_dim 64) has a bf16 half of 11,520 B/token and an fp8 half
+// (dynamic scales) of 30*3*(64+4) = 6,120.
+func TestMixedAccounting(t *testing.T) {
+	base := Layout{Layers: 30, KVHeads: 3, HeadDim: 64, PageSize: 64, Pages: 10}
+	for _, c := range []struct {
+		k, v   DType
+		m      ScaleMode
+		bpt    int
+		static int64 // static scale table bytes
+		name   string
+	}{
+		{BF16, BF16, DynamicScales, 23040, 0, "bf16"},
+		{BF16, FP8E4M3, DynamicScales, 11520 + 6120, 0, "k=bf16 v=fp8_e4m3"},
+		{FP8E4M3, BF16, DynamicScales, 6120 + 11520, 0, "k=fp8_e4m3 v=bf16"},
+		{FP8E5M2, FP8E4M3, DynamicScales, 12240, 0, "k=fp8_e5m2 v=fp8_e4m3"},
+		{F16, FP8E5M2, StaticScales, 11520 + 5760, 30 * 3 * 4, "k=fp16 v=fp8_e5m2"},
+		{FP8E4M3, FP8E4M3, StaticScales, 11520, 2 * 30 * 3 * 4, "fp8_e4m3"},
+	} {
+		l := base.WithDTypes(c.k, c.v)
+		l.Scales = c.m
+		if c.m == StaticScales {
+			for range 90 {
+				l.KScale, l.VScale = append(l.KScale, 1), append(l.VScale, 1)
+			}
+		}
+		if got := l.BytesPerToken(); got != c.bpt {
+			t.Errorf("%s: %d bytes/token, want %d", c.name, got, c.bpt)
+		}
+		if got, want := PoolBytes(l), int64(10*64*c.bpt)+c.static; got != want {
+			t.Errorf("%s: pool %d bytes, want %d", c.name, got, want)
+		}
+		if got := l.DTypeName(); got != c.name {
+			t.Errorf("name %q, want %q", got, c.name)
+		}
+		if l.Mixed() != (c.k != c.v) || l.KType() != c.k || l.VType() != c.v {
+			t.Errorf("%s: Mixed %v, K %v, V %v", c.name, l.Mixed(), l.KType(), l.VType())
+		}
+		if c.m == DynamicScales {
+			budget := int64(7 << 30)
+			if got, want := CapacityTokensKV(budget, l, DynamicScales), int(budget/int64(64*c.bpt))*64; got != want {
+				t.Errorf("%s: capacity %d tokens, want %d", c.name, got, want)
+			}
+		}
+		p, err := NewPool(l, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Stats()
+		if st.DType != c.k || st.VDType != c.v || st.BytesPerToken != c.bpt || st.CapacityRatio != 23040/float64(c.bpt) {
+			t.Errorf("%s: stats %v/%v %d B/token ratio %v", c.name, st.DType, st.VDType, st.BytesPerToken, st.CapacityRatio)
+		}
+	}
+	// A bf16 half means fp8 would hold more: the pool-full message says so.
+	l := base.WithDTypes(FP8E4M3, BF16)
+	p, _ := NewPool(l, nil)
+	s := p.NewSequence()
+	_, err := s.Append(make([]int32, 10*64+1)...)
+	var full *PoolFullError
+	if !errors.As(err, &full) || full.E4M3Capacity != int(PoolBytes(l)/(12240*64))*64 ||
+		!strings.Contains(err.Error(), "the k=fp8_e4m3 v=bf16 pool holds 640 tokens") {
+		t.Errorf("pool full: %v (fp8 capacity %d)", err, full.E4M3Capacity)
+	}
+}
+
+func TestParseDTypePair(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		k, v DType
+		err  string
+	}{
+		{"fp8", FP8E4M3, FP8E4M3, ""},
+		{"k=bf16 v=fp8_e4m3", BF16, FP8E4M3, ""},
+		{"V=e5m2,K=fp16", F16, FP8E5M2, ""},
+		{"value=fp8 key=bf16", BF16, FP8E4M3, ""},
+		{"v=fp8", F16, FP8E4M3, ""}, // K keeps the current fp16
+		{"k=auto", Auto, BF16, ""},
+		{"k=int8", 0, 0, "k=int8 is not supported"},
+		{"q=bf16", 0, 0, "name each half k=DTYPE"},
+		{"k=bf16 k=fp8", 0, 0, "k= is given twice"},
+		{"bf16 v=fp8", 0, 0, `"bf16": name each half`},
+		{"fp4", 0, 0, "--kv-cache-dtype \"fp4\" is not supported"},
+	} {
+		k, v, err := ParseDTypePair(c.in, F16, BF16)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || k != c.k || v != c.v {
+			t.Errorf("%q: %v %v %v, want %v %v", c.in, k, v, err, c.k, c.v)
+		}
 	}
 }
 

@@ -83,7 +83,7 @@ func (s *HostStore) attendTile(out, q []float32, r0, r1, layer int, pages []int3
 		q0 := kh * group
 		for t := range n {
 			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, hl.k, hl.ks, hl.kStatic, page, kh, slot)
+			rs := s.decodeRow(row, l.KType(), hl.k, hl.ks, hl.kStatic, page, kh, slot)
 			for r := lo(t); r < r1; r++ {
 				for g := range group {
 					h := q0 + g
@@ -117,7 +117,7 @@ func (s *HostStore) attendTile(out, q []float32, r0, r1, layer int, pages []int3
 		}
 		for t := range n {
 			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, hl.v, hl.vs, hl.vStatic, page, kh, slot)
+			rs := s.decodeRow(row, l.VType(), hl.v, hl.vs, hl.vStatic, page, kh, slot)
 			for r := lo(t); r < r1; r++ {
 				for g := range group {
 					h := q0 + g

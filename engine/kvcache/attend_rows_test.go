@@ -11,7 +11,7 @@ import (
 // ratios, tilings and prefixes already in the cache.
 func TestAttendRowsMatchesAttend(t *testing.T) {
 	defer func(b int) { attendRowsBudget = b }(attendRowsBudget)
-	for _, sc := range storeCases {
+	for _, sc := range append(storeCases, storeCase{dtype: BF16, vdtype: FP8E4M3}, storeCase{dtype: FP8E4M3, vdtype: BF16}, storeCase{dtype: F16, scales: StaticScales, vdtype: FP8E5M2}) {
 		for gi, g := range geoms {
 			for _, budget := range []int{1 << 20, 300} {
 				name := fmt.Sprintf("%v/%d_budget%d", sc, gi, budget)
@@ -21,8 +21,8 @@ func TestAttendRowsMatchesAttend(t *testing.T) {
 					heads, width := g.kvHeads*g.group, g.kvHeads*g.headDim
 					total := min(g.n, 160)
 					npages := (total + g.pageSize - 1) / g.pageSize
-					l := Layout{Layers: 1, KVHeads: g.kvHeads, HeadDim: g.headDim, PageSize: g.pageSize, Pages: npages + 2, DType: sc.dtype, Scales: sc.scales}
-					if sc.scales == StaticScales && sc.dtype.IsFP8() {
+					l := sc.layout(Layout{Layers: 1, KVHeads: g.kvHeads, HeadDim: g.headDim, PageSize: g.pageSize, Pages: npages + 2})
+					if sc.scales == StaticScales && l.AnyFP8() {
 						for range g.kvHeads {
 							l.KScale = append(l.KScale, 0.02)
 							l.VScale = append(l.VScale, 0.01)

@@ -108,3 +108,47 @@ func (m ScaleMode) String() string {
 	}
 	return fmt.Sprintf("ScaleMode(%d)", int(m))
 }
+
+// ParseDTypePair parses a K/V storage spec as /kvdtype takes it: one dtype
+// for both halves ("fp8_e4m3"), or halves named "k=bf16 v=fp8_e4m3"
+// (either order, separated by spaces or commas; "key="/"value=" also
+// work). A half the spec leaves out keeps cur (the dtype it has now);
+// Auto in the result is for the caller to resolve.
+func ParseDTypePair(s string, curK, curV DType) (k, v DType, err error) {
+	if !strings.Contains(s, "=") {
+		d, err := ParseDType(s)
+		return d, d, err
+	}
+	k, v = curK, curV
+	seen := map[string]bool{}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		name, val, ok := strings.Cut(f, "=")
+		half := strings.ToLower(strings.TrimSpace(name))
+		switch half {
+		case "key":
+			half = "k"
+		case "value":
+			half = "v"
+		}
+		if !ok || half != "k" && half != "v" {
+			return 0, 0, fmt.Errorf("%q: name each half k=DTYPE and/or v=DTYPE (e.g. k=bf16 v=fp8_e4m3), or give one dtype for both", f)
+		}
+		if seen[half] {
+			return 0, 0, fmt.Errorf("%q: %s= is given twice", s, half)
+		}
+		seen[half] = true
+		d, err := ParseDType(val)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s=%s is not supported; supported: %s", half, val, SupportedDTypes)
+		}
+		if half == "k" {
+			k = d
+		} else {
+			v = d
+		}
+	}
+	if len(seen) == 0 {
+		return 0, 0, fmt.Errorf("%q names no dtype; use e.g. k=bf16 v=fp8_e4m3, or one dtype for both", s)
+	}
+	return k, v, nil
+}

@@ -38,11 +38,19 @@ func (l Layout) CodeIndex(page, kvHead, slot int) int {
 	return ((page*l.KVHeads+kvHead)*l.PageSize + slot) * l.HeadDim
 }
 
-// HasTokenScales reports whether pages carry per-(token, kv head) scales.
-func (l Layout) HasTokenScales() bool { return l.DType.IsFP8() && l.Scales == DynamicScales }
+// HasTokenScales reports whether pages carry per-(token, kv head) scales
+// for K or V (KHasScales, VHasScales say which).
+func (l Layout) HasTokenScales() bool { return l.KHasScales() || l.VHasScales() }
 
-// LayerScales is the number of float32 scales in one layer's K (or V)
-// scale pool: Pages*KVHeads*PageSize with dynamic FP8 scales, else 0.
+// KHasScales reports whether the K half carries per-(token, kv head) scales.
+func (l Layout) KHasScales() bool { return l.DType.IsFP8() && l.Scales == DynamicScales }
+
+// VHasScales reports whether the V half carries per-(token, kv head) scales.
+func (l Layout) VHasScales() bool { return l.VType().IsFP8() && l.Scales == DynamicScales }
+
+// LayerScales is the number of float32 scales in one layer's scale pool
+// of a half that has them (K or V): Pages*KVHeads*PageSize with dynamic
+// FP8 scales, else 0.
 func (l Layout) LayerScales() int {
 	if !l.HasTokenScales() {
 		return 0
@@ -58,7 +66,7 @@ func (l Layout) ScaleIndex(page, kvHead, slot int) int {
 
 // BytesPerToken is the pool bytes one token occupies across all layers.
 func (l Layout) BytesPerToken() int {
-	return BytesPerToken(l.Layers, l.KVHeads, l.HeadDim, l.DType, l.Scales)
+	return BytesPerTokenKV(l.Layers, l.KVHeads, l.HeadDim, l.DType, l.VType(), l.Scales)
 }
 
 // BytesPerPage is the pool bytes of one page id across all layers, K and V.
@@ -85,10 +93,13 @@ func (l Layout) Validate() error {
 	if !l.DType.Valid() || l.DType == Auto {
 		return fmt.Errorf("kv layout: dtype %v must be resolved to one of bf16, fp16, fp8_e4m3, fp8_e5m2 (DType.Resolve) before allocating", l.DType)
 	}
+	if !l.VDType.Valid() {
+		return fmt.Errorf("kv layout: V dtype %v is not one of bf16, fp16, fp8_e4m3, fp8_e5m2", l.VDType)
+	}
 	if l.Scales != DynamicScales && l.Scales != StaticScales {
 		return fmt.Errorf("kv layout: unknown scale mode %d", int(l.Scales))
 	}
-	if l.DType.IsFP8() && l.Scales == StaticScales {
+	if l.AnyFP8() && l.Scales == StaticScales {
 		n := l.Layers * l.KVHeads
 		if len(l.KScale) != n || len(l.VScale) != n {
 			return fmt.Errorf("kv layout: static scales need %d values each (layers %d x kv heads %d), have k %d, v %d",

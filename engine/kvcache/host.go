@@ -35,16 +35,25 @@ func NewHostStore(l Layout) (*HostStore, error) {
 		return nil, err
 	}
 	s := &HostStore{l: l, layers: make([]hostLayer, l.Layers)}
-	nb := l.LayerElems() * l.DType.ElemBytes()
+	kt, vt := l.KType(), l.VType()
 	for i := range s.layers {
 		hl := &s.layers[i]
-		hl.k, hl.v = make([]byte, nb), make([]byte, nb)
+		hl.k, hl.v = make([]byte, l.LayerElems()*kt.ElemBytes()), make([]byte, l.LayerElems()*vt.ElemBytes())
 		if n := l.LayerScales(); n > 0 {
-			hl.ks, hl.vs = make([]float32, n), make([]float32, n)
+			if l.KHasScales() {
+				hl.ks = make([]float32, n)
+			}
+			if l.VHasScales() {
+				hl.vs = make([]float32, n)
+			}
 		}
-		if l.DType.IsFP8() && l.Scales == StaticScales {
-			hl.kStatic = l.KScale[i*l.KVHeads : (i+1)*l.KVHeads]
-			hl.vStatic = l.VScale[i*l.KVHeads : (i+1)*l.KVHeads]
+		if l.Scales == StaticScales {
+			if kt.IsFP8() {
+				hl.kStatic = l.KScale[i*l.KVHeads : (i+1)*l.KVHeads]
+			}
+			if vt.IsFP8() {
+				hl.vStatic = l.VScale[i*l.KVHeads : (i+1)*l.KVHeads]
+			}
 		}
 	}
 	return s, nil
@@ -56,13 +65,17 @@ func (s *HostStore) Layout() Layout { return s.l }
 // Raw returns views (not copies) of one layer's storage: the K and V codes
 // exactly as laid out (16-bit codes little-endian), and the K and V scales:
 // per (page, kv head, slot) for dynamic FP8, the layer's [kv_head] static
-// scales for static FP8, nil for 16-bit dtypes. Treat them as read-only.
+// scales for static FP8, nil for a 16-bit half. Treat them as read-only.
 func (s *HostStore) Raw(layer int) (kCodes, vCodes []byte, kScales, vScales []float32) {
 	hl := &s.layers[layer]
-	if hl.ks != nil {
-		return hl.k, hl.v, hl.ks, hl.vs
+	kScales, vScales = hl.ks, hl.vs
+	if kScales == nil {
+		kScales = hl.kStatic
 	}
-	return hl.k, hl.v, hl.kStatic, hl.vStatic
+	if vScales == nil {
+		vScales = hl.vStatic
+	}
+	return hl.k, hl.v, kScales, vScales
 }
 
 func (s *HostStore) checkSlot(layer, page, slot int) {
@@ -89,28 +102,31 @@ func (s *HostStore) WriteRow(layer, page, slot int, k, v []float32) {
 	d := s.l.HeadDim
 	for h := range s.l.KVHeads {
 		idx := s.l.CodeIndex(page, h, slot)
-		src := k[h*d : (h+1)*d]
-		vsrc := v[h*d : (h+1)*d]
-		switch s.l.DType {
-		case BF16:
-			putRow16(hl.k[2*idx:2*(idx+d)], src, EncodeBF16)
-			putRow16(hl.v[2*idx:2*(idx+d)], vsrc, EncodeBF16)
-		case F16:
-			putRow16(hl.k[2*idx:2*(idx+d)], src, EncodeF16)
-			putRow16(hl.v[2*idx:2*(idx+d)], vsrc, EncodeF16)
-		case FP8E4M3, FP8E5M2:
-			enc := EncodeE4M3
-			if s.l.DType == FP8E5M2 {
-				enc = EncodeE5M2
-			}
-			if hl.ks != nil {
-				si := s.l.ScaleIndex(page, h, slot)
-				hl.ks[si] = quantizeDynamic(hl.k[idx:idx+d], src, s.l.DType.FP8Max(), enc)
-				hl.vs[si] = quantizeDynamic(hl.v[idx:idx+d], vsrc, s.l.DType.FP8Max(), enc)
-			} else {
-				quantizeStatic(hl.k[idx:idx+d], src, hl.kStatic[h], enc)
-				quantizeStatic(hl.v[idx:idx+d], vsrc, hl.vStatic[h], enc)
-			}
+		si := s.l.ScaleIndex(page, h, slot)
+		encodeRow(s.l.KType(), hl.k, hl.ks, hl.kStatic, idx, si, h, k[h*d:(h+1)*d])
+		encodeRow(s.l.VType(), hl.v, hl.vs, hl.vStatic, idx, si, h, v[h*d:(h+1)*d])
+	}
+}
+
+// encodeRow stores one row of one half (K or V) in dtype dt at code index
+// idx: 16-bit codes, or FP8 codes with the row's dynamic scale at
+// tokScales[si] (when tokScales is set) or against static[kvHead].
+func encodeRow(dt DType, codes []byte, tokScales, static []float32, idx, si, kvHead int, src []float32) {
+	d := len(src)
+	switch dt {
+	case BF16:
+		putRow16(codes[2*idx:2*(idx+d)], src, EncodeBF16)
+	case F16:
+		putRow16(codes[2*idx:2*(idx+d)], src, EncodeF16)
+	case FP8E4M3, FP8E5M2:
+		enc := EncodeE4M3
+		if dt == FP8E5M2 {
+			enc = EncodeE5M2
+		}
+		if tokScales != nil {
+			tokScales[si] = quantizeDynamic(codes[idx:idx+d], src, dt.FP8Max(), enc)
+		} else {
+			quantizeStatic(codes[idx:idx+d], src, static[kvHead], enc)
 		}
 	}
 }
@@ -226,7 +242,7 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 		// Pass 1: scores for all tokens, each K row decoded once per group.
 		for t := range n {
 			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, hl.k, hl.ks, hl.kStatic, page, kh, slot)
+			rs := s.decodeRow(row, s.l.KType(), hl.k, hl.ks, hl.kStatic, page, kh, slot)
 			for g := range group {
 				scores[g*n+t] = dot(q[(q0+g)*d:(q0+g+1)*d], row) * rs * scale
 			}
@@ -255,7 +271,7 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 		// Pass 2: weighted sum of V rows, each decoded once per group.
 		for t := range n {
 			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, hl.v, hl.vs, hl.vStatic, page, kh, slot)
+			rs := s.decodeRow(row, s.l.VType(), hl.v, hl.vs, hl.vStatic, page, kh, slot)
 			for g := range group {
 				axpy(out[(q0+g)*d:(q0+g+1)*d], row, scores[g*n+t]*rs)
 			}
@@ -263,12 +279,14 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 	}
 }
 
-// decodeRow widens the codes of (page, kvHead, slot) into row and returns
-// the row's scale (1 for 16-bit dtypes).
-func (s *HostStore) decodeRow(row []float32, codes []byte, tokScales, static []float32, page, kvHead, slot int) float32 {
+// decodeRow widens the codes of (page, kvHead, slot) of one half (K or V,
+// stored in dt) into row and returns the row's scale (1 for 16-bit
+// dtypes). K and V go through it separately, each in its own dtype, so
+// the dot and axpy loops of Attend are the same for every K/V pairing.
+func (s *HostStore) decodeRow(row []float32, dt DType, codes []byte, tokScales, static []float32, page, kvHead, slot int) float32 {
 	idx := s.l.CodeIndex(page, kvHead, slot)
 	d := len(row)
-	switch s.l.DType {
+	switch dt {
 	case BF16:
 		decodeBF16(row, codes[2*idx:2*(idx+d)])
 		return 1
@@ -280,7 +298,7 @@ func (s *HostStore) decodeRow(row []float32, codes []byte, tokScales, static []f
 		}
 		return 1
 	}
-	decodeFP8(row, codes[idx:idx+d], s.l.DType == FP8E4M3)
+	decodeFP8(row, codes[idx:idx+d], dt == FP8E4M3)
 	if tokScales != nil {
 		return tokScales[s.l.ScaleIndex(page, kvHead, slot)]
 	}
@@ -302,14 +320,16 @@ func (s *HostStore) CopyPage(dst, src int32) {
 	if src < 0 || int(src) >= l.Pages || dst < 0 || int(dst) >= l.Pages {
 		panic(fmt.Sprintf("kvcache: CopyPage(%d, %d) outside the pool of %d pages", dst, src, l.Pages))
 	}
-	eb := l.PageElems() * l.DType.ElemBytes()
+	kb, vb := l.PageElems()*l.KType().ElemBytes(), l.PageElems()*l.VType().ElemBytes()
 	sn := l.KVHeads * l.PageSize
 	for i := range s.layers {
 		hl := &s.layers[i]
-		copy(hl.k[int(dst)*eb:int(dst+1)*eb], hl.k[int(src)*eb:int(src+1)*eb])
-		copy(hl.v[int(dst)*eb:int(dst+1)*eb], hl.v[int(src)*eb:int(src+1)*eb])
+		copy(hl.k[int(dst)*kb:int(dst+1)*kb], hl.k[int(src)*kb:int(src+1)*kb])
+		copy(hl.v[int(dst)*vb:int(dst+1)*vb], hl.v[int(src)*vb:int(src+1)*vb])
 		if hl.ks != nil {
 			copy(hl.ks[int(dst)*sn:int(dst+1)*sn], hl.ks[int(src)*sn:int(src+1)*sn])
+		}
+		if hl.vs != nil {
 			copy(hl.vs[int(dst)*sn:int(dst+1)*sn], hl.vs[int(src)*sn:int(src+1)*sn])
 		}
 	}
@@ -376,10 +396,11 @@ func (s *HostStore) ReadRow(layer, page, slot int, k, v []float32) {
 	for h := range s.l.KVHeads {
 		for _, x := range [2]struct {
 			dst          []float32
+			dt           DType
 			codes        []byte
 			tok, statics []float32
-		}{{k[h*d : (h+1)*d], hl.k, hl.ks, hl.kStatic}, {v[h*d : (h+1)*d], hl.v, hl.vs, hl.vStatic}} {
-			sc := s.decodeRow(x.dst, x.codes, x.tok, x.statics, page, h, slot)
+		}{{k[h*d : (h+1)*d], s.l.KType(), hl.k, hl.ks, hl.kStatic}, {v[h*d : (h+1)*d], s.l.VType(), hl.v, hl.vs, hl.vStatic}} {
+			sc := s.decodeRow(x.dst, x.dt, x.codes, x.tok, x.statics, page, h, slot)
 			if sc != 1 {
 				for i := range x.dst {
 					x.dst[i] *= sc

@@ -12,19 +12,53 @@ import (
 type storeCase struct {
 	dtype  DType
 	scales ScaleMode
+	vdtype DType // V's dtype when it differs (Layout.VDType); Auto: same as dtype
 }
 
 func (c storeCase) String() string {
-	if c.dtype.IsFP8() {
-		return c.dtype.String() + "/" + c.scales.String()
+	name := PairName(c.dtype, c.vdtype)
+	if c.dtype.IsFP8() || c.v().IsFP8() {
+		return name + "/" + c.scales.String()
 	}
-	return c.dtype.String()
+	return name
 }
 
+func (c storeCase) v() DType {
+	if c.vdtype == Auto {
+		return c.dtype
+	}
+	return c.vdtype
+}
+
+func (c storeCase) layout(l Layout) Layout {
+	l.Scales = c.scales
+	return l.WithDTypes(c.dtype, c.v())
+}
+
+// mixedCases stores K and V in different dtypes: every ordered pair of
+// distinct dtypes with dynamic scales, and the two 16-bit/fp8 pairs with
+// static scales (only the fp8 half uses them).
+var mixedCases = func() []storeCase {
+	all := []DType{BF16, F16, FP8E4M3, FP8E5M2}
+	var cs []storeCase
+	for _, k := range all {
+		for _, v := range all {
+			if k != v {
+				cs = append(cs, storeCase{k, DynamicScales, v})
+			}
+		}
+	}
+	return append(cs, storeCase{BF16, StaticScales, FP8E4M3}, storeCase{FP8E4M3, StaticScales, BF16})
+}()
+
+// mixedGeoms is the subset of geoms the mixed pairs run on (GQA, odd
+// head_dim, a page of one token's worth of tail).
+var mixedGeoms = []int{1, 3, 4}
+
 var storeCases = []storeCase{
-	{BF16, DynamicScales}, {F16, DynamicScales},
-	{FP8E4M3, DynamicScales}, {FP8E5M2, DynamicScales},
-	{FP8E4M3, StaticScales}, {FP8E5M2, StaticScales},
+	{BF16, DynamicScales, Auto}, {F16, DynamicScales, Auto},
+	{FP8E4M3, DynamicScales, Auto}, {FP8E5M2, DynamicScales, Auto},
+	{FP8E4M3, StaticScales, Auto}, {FP8E5M2, StaticScales, Auto},
 }
 
 type geom struct{ kvHeads, group, headDim, pageSize, n int }
@@ -122,21 +156,21 @@ func to64(rows [][]float32) [][]float64 {
 func storedRows(s *HostStore, layer int, pages []int32, n int) (k, v [][]float64) {
 	l := s.Layout()
 	kc, vc, ksc, vsc := s.Raw(layer)
-	read := func(codes []byte, scales []float32, t int) []float64 {
+	read := func(dt DType, codes []byte, scales []float32, t int) []float64 {
 		row := make([]float64, l.KVHeads*l.HeadDim)
 		page, slot := int(pages[t/l.PageSize]), t%l.PageSize
 		for h := range l.KVHeads {
 			base := l.CodeIndex(page, h, slot)
 			sc := 1.0
 			switch {
-			case l.HasTokenScales():
+			case dt.IsFP8() && l.Scales == DynamicScales:
 				sc = float64(scales[l.ScaleIndex(page, h, slot)])
-			case l.DType.IsFP8():
+			case dt.IsFP8():
 				sc = float64(scales[h])
 			}
 			for i := range l.HeadDim {
 				var x float32
-				switch l.DType {
+				switch dt {
 				case BF16:
 					x = DecodeBF16(binary.LittleEndian.Uint16(codes[2*(base+i):]))
 				case F16:
@@ -152,8 +186,8 @@ func storedRows(s *HostStore, layer int, pages []int32, n int) (k, v [][]float64
 		return row
 	}
 	for t := range n {
-		k = append(k, read(kc, ksc, t))
-		v = append(v, read(vc, vsc, t))
+		k = append(k, read(l.KType(), kc, ksc, t))
+		v = append(v, read(l.VType(), vc, vsc, t))
 	}
 	return
 }
@@ -185,23 +219,40 @@ func TestHostStoreAttend(t *testing.T) {
 	}
 }
 
+// K and V in different dtypes: each half is stored, bounded and read in
+// its own dtype, with the same float64 references and tolerances as the
+// single-dtype cases (2e-5·max|v| over the stored values; the
+// quantization bound from the actual K and V errors over the inputs).
+func TestHostStoreAttendMixed(t *testing.T) {
+	for _, sc := range mixedCases {
+		for _, gi := range mixedGeoms {
+			g := geoms[gi]
+			t.Run(fmt.Sprintf("%v/%d_kv%d_g%d_d%d_p%d_n%d", sc, gi, g.kvHeads, g.group, g.headDim, g.pageSize, g.n), func(t *testing.T) {
+				testAttend(t, sc, g, uint64(gi))
+			})
+		}
+	}
+}
+
 func testAttend(t *testing.T, sc storeCase, g geom, seed uint64) {
-	r := rand.New(rand.NewPCG(seed, uint64(sc.dtype)*10+uint64(sc.scales)))
+	r := rand.New(rand.NewPCG(seed, uint64(sc.dtype)*10+uint64(sc.scales)+100*uint64(sc.vdtype)))
 	const layers = 2
 	const layer = 1
 	heads := g.kvHeads * g.group
 	width := g.kvHeads * g.headDim
 	npages := (g.n + g.pageSize - 1) / g.pageSize
-	l := Layout{Layers: layers, KVHeads: g.kvHeads, HeadDim: g.headDim, PageSize: g.pageSize,
-		Pages: npages*2 + 3, DType: sc.dtype, Scales: sc.scales}
+	l := sc.layout(Layout{Layers: layers, KVHeads: g.kvHeads, HeadDim: g.headDim, PageSize: g.pageSize,
+		Pages: npages*2 + 3})
+	kd, vd := sc.dtype, sc.v()
 
 	ks := randRows(r, g.n, width, true)
 	vs := randRows(r, g.n, width, false)
-	if sc.scales == StaticScales && sc.dtype.IsFP8() {
+	if sc.scales == StaticScales && l.AnyFP8() {
 		// layer 0 gets arbitrary scales; layer 1 is calibrated on the data,
-		// V deliberately too tight so some values saturate.
-		kst := staticScalesFor(ks, g.kvHeads, g.headDim, sc.dtype.FP8Max(), 1)
-		vst := staticScalesFor(vs, g.kvHeads, g.headDim, sc.dtype.FP8Max(), 0.7)
+		// V deliberately too tight so some values saturate. A 16-bit half
+		// ignores its scales.
+		kst := staticScalesFor(ks, g.kvHeads, g.headDim, max(kd.FP8Max(), 1), 1)
+		vst := staticScalesFor(vs, g.kvHeads, g.headDim, max(vd.FP8Max(), 1), 0.7)
 		for range g.kvHeads {
 			l.KScale = append(l.KScale, 1)
 			l.VScale = append(l.VScale, 2)
@@ -239,25 +290,25 @@ func testAttend(t *testing.T, sc storeCase, g geom, seed uint64) {
 	sk, sv := storedRows(s, layer, pages, g.n)
 	for tok := range g.n {
 		for h := range g.kvHeads {
-			rowScale := func(rows [][]float32, static []float32) float64 {
+			rowScale := func(dt DType, rows [][]float32, static []float32) float64 {
 				switch {
-				case sc.dtype.IsFP8() && sc.scales == DynamicScales:
-					return float64(DynamicScale(rows[tok][h*g.headDim:(h+1)*g.headDim], sc.dtype.FP8Max()))
-				case sc.dtype.IsFP8():
+				case dt.IsFP8() && sc.scales == DynamicScales:
+					return float64(DynamicScale(rows[tok][h*g.headDim:(h+1)*g.headDim], dt.FP8Max()))
+				case dt.IsFP8():
 					return float64(static[layer*g.kvHeads+h])
 				}
 				return 1
 			}
-			kscale, vscale := rowScale(ks, l.KScale), rowScale(vs, l.VScale)
+			kscale, vscale := rowScale(kd, ks, l.KScale), rowScale(vd, vs, l.VScale)
 			for i := h * g.headDim; i < (h+1)*g.headDim; i++ {
 				x := float64(ks[tok][i])
-				if e := math.Abs(sk[tok][i] - x); e > elemBound(sc.dtype, x, kscale) {
+				if e := math.Abs(sk[tok][i] - x); e > elemBound(kd, x, kscale) {
 					t.Fatalf("token %d k[%d] = %g stored as %g (error %g > bound)", tok, i, x, sk[tok][i], e)
 				}
 				x = float64(vs[tok][i])
-				lim := elemBound(sc.dtype, x, vscale)
-				if sc.dtype.IsFP8() && sc.scales == StaticScales {
-					lim = max(lim, math.Abs(x)-vscale*float64(sc.dtype.FP8Max())) // saturation
+				lim := elemBound(vd, x, vscale)
+				if vd.IsFP8() && sc.scales == StaticScales {
+					lim = max(lim, math.Abs(x)-vscale*float64(vd.FP8Max())) // saturation
 				}
 				if e := math.Abs(sv[tok][i] - x); e > lim {
 					t.Fatalf("token %d v[%d] = %g stored as %g (error %g > bound %g)", tok, i, x, sv[tok][i], e, lim)

@@ -45,7 +45,7 @@ func PlanHybridPool(budget, weights, workspace int64, st RecurrentState, l Layou
 		l.Pages = 1
 		return 0, fmt.Errorf("memory budget %s: weights %s + workspace %s + recurrent state %s leave %s, less than one KV page (%d tokens of %s = %s); raise --gpu-memory, use a smaller model, or a smaller prefill chunk",
 			FormatBytes(budget), FormatBytes(weights), FormatBytes(workspace), st, FormatBytes(max(0, left-st.Bytes())),
-			l.PageSize, l.DType, FormatBytes(l.BytesPerPage()))
+			l.PageSize, l.DTypeName(), FormatBytes(l.BytesPerPage()))
 	}
 	return pages, nil
 }

@@ -41,8 +41,52 @@ type Layout struct {
 	HeadDim  int
 	PageSize int // tokens per page, a power of two
 	Pages    int // pages per layer (same page ids in every layer)
-	DType    DType
-	Scales   ScaleMode
-	// KScale/VScale are the static scales, [Layers*KVHeads], used when Scales == StaticScales.
+	// DType is the dtype of K, and of V unless VDType says otherwise.
+	DType DType
+	// VDType is V's dtype when it differs from K's (--cache-type-v);
+	// Auto (the zero value) means the same as DType. Use VType to read it.
+	VDType DType
+	Scales ScaleMode
+	// KScale/VScale are the static scales, [Layers*KVHeads], used when
+	// Scales == StaticScales (each only by a half stored in FP8).
 	KScale, VScale []float32
+}
+
+// KType is the storage dtype of the K half.
+func (l Layout) KType() DType { return l.DType }
+
+// VType is the storage dtype of the V half.
+func (l Layout) VType() DType {
+	if l.VDType == Auto {
+		return l.DType
+	}
+	return l.VDType
+}
+
+// Mixed reports whether K and V are stored in different dtypes.
+func (l Layout) Mixed() bool { return l.VType() != l.DType }
+
+// WithDTypes returns l storing K in k and V in v (VDType stays Auto when
+// they agree, so single-dtype layouts compare equal however they were made).
+func (l Layout) WithDTypes(k, v DType) Layout {
+	l.DType, l.VDType = k, Auto
+	if v != k {
+		l.VDType = v
+	}
+	return l
+}
+
+// AnyFP8 reports whether K or V is stored in FP8.
+func (l Layout) AnyFP8() bool { return l.DType.IsFP8() || l.VType().IsFP8() }
+
+// DTypeName names the storage dtypes: one name when K and V agree
+// ("fp8_e4m3"), else "k=bf16 v=fp8_e4m3", the form /kvdtype accepts.
+func (l Layout) DTypeName() string { return PairName(l.DType, l.VType()) }
+
+// PairName is Layout.DTypeName for a K and a V dtype.
+func PairName(k, v DType) string {
+	if v == Auto || v == k {
+		return k.String()
+	}
+	return "k=" + k.String() + " v=" + v.String()
 }

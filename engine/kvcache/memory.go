@@ -70,7 +70,7 @@ func poolBytes(l Layout) (n uint64, ok bool) {
 // would panic (beyond the address space) or get the process killed.
 func CheckHostMemory(l Layout) error {
 	need, ok := poolBytes(l)
-	return checkHost(uint64(l.Pages)*uint64(l.PageSize), need, ok, l.DType)
+	return checkHost(uint64(l.Pages)*uint64(l.PageSize), need, ok, l.DType.IsFP8() && l.VType().IsFP8())
 }
 
 // CheckHostBudget is CheckHostMemory for a pool planned as tokens of
@@ -80,10 +80,11 @@ func CheckHostBudget(tokens, bytesPerToken int, dt DType) error {
 		return fmt.Errorf("KV pool of %d tokens of %d bytes: sizes must not be negative", tokens, bytesPerToken)
 	}
 	hi, need := bits.Mul64(uint64(tokens), uint64(bytesPerToken))
-	return checkHost(uint64(tokens), need, hi == 0 && need <= math.MaxInt64, dt)
+	return checkHost(uint64(tokens), need, hi == 0 && need <= math.MaxInt64, dt.IsFP8())
 }
 
-func checkHost(tokens, need uint64, ok bool, dt DType) error {
+// allFP8: K and V are both FP8 already (no dtype advice to give).
+func checkHost(tokens, need uint64, ok bool, allFP8 bool) error {
 	avail, known := hostMemory()
 	if !known {
 		avail = fallbackHostMemory
@@ -100,7 +101,7 @@ func checkHost(tokens, need uint64, ok bool, dt DType) error {
 		have = "the free memory of this machine cannot be read, and the limit without it is " + FormatBytes(avail)
 	}
 	fix := "lower --kv-tokens/--ctx-size"
-	if !dt.IsFP8() {
+	if !allFP8 {
 		fix += " or use --kv-cache-dtype fp8_e4m3 (the same memory holds about twice the tokens)"
 	}
 	return fmt.Errorf("KV pool of %d tokens needs %s, %s; %s", tokens, needS, have, fix)

@@ -258,10 +258,10 @@ func (p *Pool) capacityFor(s *Sequence, n, k int) (ok bool, fit int) {
 func (p *Pool) fullError(s *Sequence, n, k, fit int) *PoolFullError {
 	e := &PoolFullError{
 		Asked: k, Fit: min(fit, k), Held: n,
-		Capacity: p.l.Tokens(), Used: p.tokens, DType: p.l.DType,
+		Capacity: p.l.Tokens(), Used: p.tokens, DType: p.l.DType, VDType: p.l.VDType,
 		BytesPerToken: p.l.BytesPerToken(),
 	}
-	if !p.l.DType.IsFP8() {
+	if !p.l.DType.IsFP8() || !p.l.VType().IsFP8() { // a 16-bit half: fp8 would hold more
 		fp8 := BytesPerToken(p.l.Layers, p.l.KVHeads, p.l.HeadDim, FP8E4M3, DynamicScales)
 		pageBytes := int64(fp8) * int64(p.l.PageSize)
 		e.E4M3Capacity = int(PoolBytes(p.l)/pageBytes) * p.l.PageSize

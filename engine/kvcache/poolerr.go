@@ -13,10 +13,11 @@ type PoolFullError struct {
 	Held          int   // tokens this conversation keeps in the cache
 	Capacity      int   // pool size in tokens
 	Used          int   // tokens held by all conversations (shared ones once)
-	DType         DType // the pool's dtype
+	DType         DType // the pool's dtype (of K, and of V unless VDType is set)
+	VDType        DType // V's dtype when it differs from DType; Auto otherwise
 	BytesPerToken int
 	// E4M3Capacity is the pool size in tokens if the same memory held
-	// fp8_e4m3 (dynamic scales); 0 when the pool already is fp8.
+	// fp8_e4m3 K and V (dynamic scales); 0 when both already are fp8.
 	E4M3Capacity int
 	// NoChat words the advice for a run without the chat (-p): no slash
 	// commands.
@@ -30,10 +31,10 @@ func (e *PoolFullError) Error() string {
 	var b strings.Builder
 	if e.Prompt {
 		fmt.Fprintf(&b, "KV cache full: the conversation needs %s tokens but only %s fit (the %s pool holds %s tokens, %s in use, %s of them by the conversations it caches). To continue: ",
-			group(e.Asked), group(e.Fit), e.DType, group(e.Capacity), group(e.Used), group(e.Held))
+			group(e.Asked), group(e.Fit), PairName(e.DType, e.VDType), group(e.Capacity), group(e.Used), group(e.Held))
 	} else {
 		fmt.Fprintf(&b, "KV cache full: %s new tokens do not fit, only %s do (this conversation holds %s tokens; the %s pool holds %s tokens, %s in use). To continue: ",
-			group(e.Asked), group(e.Fit), group(e.Held), e.DType, group(e.Capacity), group(e.Used))
+			group(e.Asked), group(e.Fit), group(e.Held), PairName(e.DType, e.VDType), group(e.Capacity), group(e.Used))
 	}
 	switch {
 	case e.NoChat && e.E4M3Capacity > 0:

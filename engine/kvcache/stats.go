@@ -2,7 +2,8 @@ package kvcache
 
 // PoolStats are the pool numbers the UI shows (engine.Stats copies them).
 type PoolStats struct {
-	DType    DType
+	DType    DType // K's dtype (and V's unless VDType differs)
+	VDType   DType // V's dtype (always set, == DType when they agree)
 	Scales   ScaleMode
 	PageSize int
 
@@ -40,7 +41,7 @@ func (p *Pool) Stats() PoolStats {
 	bf16 := BytesPerToken(l.Layers, l.KVHeads, l.HeadDim, BF16, DynamicScales)
 	used := l.Pages - len(p.free)
 	return PoolStats{
-		DType: l.DType, Scales: l.Scales, PageSize: l.PageSize,
+		DType: l.DType, VDType: l.VType(), Scales: l.Scales, PageSize: l.PageSize,
 		PagesTotal: l.Pages, PagesUsed: used, PagesFree: len(p.free), PagesShared: p.shared,
 		TokensCapacity: l.Tokens(), TokensUsed: p.tokens, TokensFree: len(p.free) * l.PageSize,
 		SeqTokens: p.seqTokens, Sequences: len(p.seqs),
