@@ -72,6 +72,7 @@ type hfConfig struct {
 	// when the config names none (scales are then per tensor or per row).
 	fp8Block [2]int
 	fp8      bool // quantization_config declares FP8 weights
+	nvfp4    fp4Layout
 }
 
 type ropeParam struct {

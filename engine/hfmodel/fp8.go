@@ -34,14 +34,16 @@ func (c *hfConfig) readQuant(path string) error {
 		Method    string `json:"quant_method"`
 		Fmt       string `json:"fmt"`
 		Algo      string `json:"quant_algo"`
+		GroupSize int    `json:"group_size"`
 		Format    string `json:"format"`
 		BlockSize []int  `json:"weight_block_size"`
 		Groups    map[string]struct {
 			Weights *struct {
-				Type     string `json:"type"`
-				NumBits  int    `json:"num_bits"`
-				Strategy string `json:"strategy"`
-				Block    []int  `json:"block_structure"`
+				Type      string `json:"type"`
+				NumBits   int    `json:"num_bits"`
+				Strategy  string `json:"strategy"`
+				GroupSize int    `json:"group_size"`
+				Block     []int  `json:"block_structure"`
 			} `json:"weights"`
 		} `json:"config_groups"`
 	}
@@ -49,7 +51,7 @@ func (c *hfConfig) readQuant(path string) error {
 		return fmt.Errorf("%s: quantization_config: %w", path, err)
 	}
 	refuse := func(what string) error {
-		return fmt.Errorf("%s: quantization_config (quant_method %q%s) is not read yet; FP8 E4M3 checkpoints (quant_method fp8, compressed-tensors float-quantized, ModelOpt FP8) and BF16/F16/F32 ones are", path, q.Method, what)
+		return fmt.Errorf("%s: quantization_config (quant_method %q%s) is not read yet; FP8 E4M3 (quant_method fp8, compressed-tensors float-quantized, ModelOpt FP8), NVFP4 (ModelOpt NVFP4 or MIXED_PRECISION, compressed-tensors nvfp4-pack-quantized) and BF16/F16/F32 checkpoints are", path, q.Method, what)
 	}
 	block := q.BlockSize
 	switch q.Method {
@@ -58,10 +60,29 @@ func (c *hfConfig) readQuant(path string) error {
 			return refuse(", fmt " + q.Fmt)
 		}
 	case "modelopt":
-		if q.Algo != "FP8" {
+		switch q.Algo {
+		case "FP8":
+		case "NVFP4", "W4A16_NVFP4":
+			if q.GroupSize != 0 && q.GroupSize != 16 {
+				return refuse(fmt.Sprintf(", group_size %d (NVFP4 is 16)", q.GroupSize))
+			}
+			c.nvfp4 = modelOptFP4
+			return nil
+		case "MIXED_PRECISION": // per layer NVFP4 or FP8; each tensor's dtype and scales say which
+			c.nvfp4 = modelOptFP4
+		default:
 			return refuse(", quant_algo " + q.Algo)
 		}
 	case "compressed-tensors":
+		if q.Format == "nvfp4-pack-quantized" {
+			for name, g := range q.Groups {
+				if w := g.Weights; w == nil || w.Type != "float" || w.NumBits != 4 || (w.GroupSize != 0 && w.GroupSize != 16) {
+					return refuse(", format nvfp4-pack-quantized, config group " + name + " weights not 4-bit float in groups of 16")
+				}
+			}
+			c.nvfp4 = compressedFP4
+			return nil
+		}
 		if q.Format != "float-quantized" || len(q.Groups) != 1 {
 			return refuse(", format " + q.Format)
 		}

@@ -158,6 +158,9 @@ func Open(dir string) (*gguf.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.readHFQuantConfig(dir); err != nil {
+		return nil, err
+	}
 	ck, err := openCheckpoint(dir)
 	if err != nil {
 		return nil, err
@@ -297,6 +300,7 @@ type spec struct {
 	x     xform
 	f32   bool // force F32 output
 	heads int  // permQK: the heads whose rows are permuted
+	fp4   bool // the sources are NVFP4 (buildFP4)
 }
 
 type mapper struct {
@@ -305,6 +309,8 @@ type mapper struct {
 	arch  string
 	infos []gguf.TensorInfo
 	specs map[string]spec
+	// fp4Scales are the <name>.scale tensors of NVFP4 weights by GGUF name.
+	fp4Scales map[string][]float32
 }
 
 func (m *mapper) hybrid() bool { return m.arch == "qwen35" || m.arch == "qwen35moe" }
@@ -419,7 +425,27 @@ func (m *mapper) tensors() error {
 		}
 	}
 	m.specs = map[string]spec{}
+	m.fp4Scales = map[string][]float32{}
 	for _, s := range specs {
+		_, fp4, err := m.fp4Of(s.from[0])
+		if err != nil {
+			return err
+		}
+		if fp4 {
+			ti, scale, err := m.checkFP4(s)
+			if err != nil {
+				return err
+			}
+			s.fp4 = true
+			m.specs[s.name] = s
+			m.infos = append(m.infos, ti)
+			if scale != nil {
+				sn := gguf.ScaleTensorName(s.name)
+				m.fp4Scales[sn] = scale
+				m.infos = append(m.infos, gguf.TensorInfo{Name: sn, Dims: u(len(scale)), Type: gguf.F32})
+			}
+			continue
+		}
 		ti, err := m.check(s)
 		if err != nil {
 			return err
@@ -557,9 +583,19 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 // data serves the virtual file's tensor bytes: aliases of the mapped
 // shards, or transformed tensors built on each call.
 func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
+	if sc, ok := m.fp4Scales[ti.Name]; ok {
+		return f32bytes(sc), nil
+	}
 	s, ok := m.specs[ti.Name]
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %s", m.ck.dir, ti.Name)
+	}
+	if s.fp4 {
+		b, err := m.buildFP4(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", m.ck.dir, s.from[0], err)
+		}
+		return b, nil
 	}
 	t := m.ck.tensors[s.from[0]]
 	if typ, ok := ggufType[t.t.DType]; ok && s.x == asIs && typ == ti.Type {
@@ -626,6 +662,32 @@ func (m *mapper) rowPerm(rows, off, per int) []int {
 	return p
 }
 
+// qkPerm is the rope row permutation of a q/k projection of heads heads.
+func qkPerm(rows, heads int) []int {
+	hd := rows / heads
+	perm := make([]int, rows)
+	for h := 0; h < heads; h++ {
+		for i := 0; i < hd/2; i++ {
+			for j := 0; j < 2; j++ {
+				perm[h*hd+2*i+j] = h*hd + j*hd/2 + i
+			}
+		}
+	}
+	return perm
+}
+
+// vRowPerm reorders the value-head rows of a Gated DeltaNet input
+// projection of rows rows: the last H_v·d_v rows (qkv, z) or all H_v (a, b).
+func (m *mapper) vRowPerm(rows int) []int {
+	c := m.c
+	off, per := 0, 1
+	if rows != c.LinearNumValueHeads {
+		per = c.LinearValueHeadDim
+		off = rows - c.LinearNumValueHeads*per
+	}
+	return m.rowPerm(rows, off, per)
+}
+
 func permute(b []byte, rowBytes int, perm []int) []byte {
 	out := make([]byte, len(b))
 	for i, src := range perm {
@@ -677,23 +739,9 @@ func (m *mapper) build(s spec, ti gguf.TensorInfo) ([]byte, error) {
 		// HF rows per head are [first half | second half] of the rotary
 		// pairs; GGUF llama rotates adjacent pairs: row h*hd + 2i + j
 		// takes row h*hd + j*hd/2 + i.
-		hd := rows / s.heads
-		perm := make([]int, rows)
-		for h := 0; h < s.heads; h++ {
-			for i := 0; i < hd/2; i++ {
-				for j := 0; j < 2; j++ {
-					perm[h*hd+2*i+j] = h*hd + j*hd/2 + i
-				}
-			}
-		}
-		return asF32(permute(b, cols*es, perm))
+		return asF32(permute(b, cols*es, qkPerm(rows, s.heads)))
 	case vRows:
-		off, per := 0, 1
-		if rows != c.LinearNumValueHeads {
-			per = c.LinearValueHeadDim
-			off = rows - c.LinearNumValueHeads*per
-		}
-		return asF32(permute(b, cols*es, m.rowPerm(rows, off, per)))
+		return asF32(permute(b, cols*es, m.vRowPerm(rows)))
 	case vVecF32:
 		v, err := asF32(b)
 		if err != nil {

@@ -1,0 +1,266 @@
+package hfmodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/safetensors"
+	"github.com/ftchat/ftchat/internal/safefile"
+)
+
+// NVFP4 checkpoints stay NVFP4 in memory: each weight is repacked at load
+// into ggml's NVFP4 blocks (GGUF type 40, 64 elements in 36 bytes) and its
+// per-tensor second-level scale becomes the F32 <name>.scale tensor beside
+// it, exactly what llama.cpp's converter writes, so engine/model applies
+// the scale after the dot product as it does for a GGUF.
+//
+// Checkpoint layouts (both pack two E2M1 codes per byte, the even column
+// in the low nibble, with one E4M3 block scale per 16 inputs):
+//   - ModelOpt: X.weight U8 [out, in/2], X.weight_scale F8_E4M3
+//     [out, in/16], X.weight_scale_2 F32 scalar, multiplied;
+//   - compressed-tensors nvfp4-pack-quantized: X.weight_packed,
+//     X.weight_scale, X.weight_global_scale F32 [1], a divisor (the scale
+//     is 1/weight_global_scale).
+// X.input_scale / X.input_global_scale are activation scales for W4A4
+// kernels; ftchat's NVFP4 kernels are W4A16 and do not read them.
+
+// fp4Layout is the NVFP4 layout a quantization config declares.
+type fp4Layout int
+
+const (
+	noFP4         fp4Layout = iota
+	modelOptFP4             // weight + weight_scale + weight_scale_2
+	compressedFP4           // weight_packed + weight_scale + weight_global_scale
+)
+
+// fp4Tensor is one NVFP4 weight of the checkpoint.
+type fp4Tensor struct {
+	codes, scales src
+	global        float32 // the second-level scale, multiplied
+}
+
+// nvfp4Block is ggml's NVFP4 block: 64 elements in 36 bytes.
+const (
+	nvfp4Block      = 64
+	nvfp4BlockBytes = 36
+)
+
+// fp4Of returns the NVFP4 weight stored for the checkpoint weight name n
+// (…weight), ok false when n is not NVFP4 (a float or FP8 tensor).
+func (m *mapper) fp4Of(n string) (fp4Tensor, bool, error) {
+	base, ok := strings.CutSuffix(n, ".weight")
+	if !ok {
+		return fp4Tensor{}, false, nil
+	}
+	cn := base + ".weight_packed"
+	codes, ok := m.ck.tensors[cn]
+	if !ok {
+		cn = n
+		if codes, ok = m.ck.tensors[n]; !ok || codes.t.DType != safetensors.U8 {
+			return fp4Tensor{}, false, nil
+		}
+	}
+	if m.c.nvfp4 == noFP4 {
+		return fp4Tensor{}, true, fmt.Errorf("%s: tensor %s is %s (packed NVFP4?) but neither config.json's quantization_config nor hf_quant_config.json declares NVFP4 (ModelOpt quant_algo NVFP4, compressed-tensors nvfp4-pack-quantized)",
+			m.ck.dir, cn, codes.t.DType)
+	}
+	if codes.t.DType != safetensors.U8 {
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 tensor %s has dtype %s; want U8 (two E2M1 codes per byte)", codes.f.Path, cn, codes.t.DType)
+	}
+	sn := base + ".weight_scale"
+	scales, ok := m.ck.tensors[sn]
+	if !ok {
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 tensor %s has no block scales %s beside it (incomplete or mixed-up checkpoint)", m.ck.dir, cn, sn)
+	}
+	if scales.t.DType != safetensors.F8E4M3 {
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 block scales %s have dtype %s; want F8_E4M3", scales.f.Path, sn, scales.t.DType)
+	}
+	gn, divisor := base+".weight_scale_2", false
+	g, ok := m.ck.tensors[gn]
+	if !ok {
+		gn, divisor = base+".weight_global_scale", true
+		if g, ok = m.ck.tensors[gn]; !ok {
+			return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 tensor %s has neither %s.weight_scale_2 (ModelOpt) nor %s.weight_global_scale (compressed-tensors) beside it", m.ck.dir, cn, base, base)
+		}
+	}
+	if _, ok := ggufType[g.t.DType]; !ok || g.t.Elements() != 1 {
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 second-level scale %s is %s %v; want one F32 value", g.f.Path, gn, g.t.DType, g.t.Shape)
+	}
+	b, err := g.f.Data(g.t)
+	if err != nil {
+		return fp4Tensor{}, true, err
+	}
+	v, err := floats(b, g.t.DType)
+	if err != nil {
+		return fp4Tensor{}, true, err
+	}
+	s := v[0]
+	if divisor {
+		s = 1 / s
+	}
+	if !(s > 0) || math.IsInf(float64(s), 0) {
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 second-level scale %s is %v; want a positive finite number", g.f.Path, gn, v[0])
+	}
+	return fp4Tensor{codes: codes, scales: scales, global: s}, true, nil
+}
+
+// checkFP4 validates an NVFP4 spec's sources and returns its GGUF tensor
+// and the second-level scales (nil when all are 1, as the converter omits them).
+func (m *mapper) checkFP4(s spec) (gguf.TensorInfo, []float32, error) {
+	switch s.x {
+	case asIs, permQK, vRows, stackExp:
+	default:
+		return gguf.TensorInfo{}, nil, fmt.Errorf("%s: tensor %s is NVFP4, but the transform its GGUF form needs (%s) is implemented only for float and FP8 weights",
+			m.ck.dir, s.from[0], xformNames[s.x])
+	}
+	if s.f32 || len(s.shape) != 2 {
+		return gguf.TensorInfo{}, nil, fmt.Errorf("%s: tensor %s is NVFP4, but it must be a float tensor (ftchat keeps it in F32)", m.ck.dir, s.from[0])
+	}
+	rows, cols := s.shape[0], s.shape[1]
+	var globals []float32
+	ones := true
+	for _, n := range s.from {
+		f, ok, err := m.fp4Of(n)
+		if err != nil {
+			return gguf.TensorInfo{}, nil, err
+		}
+		if !ok {
+			return gguf.TensorInfo{}, nil, fmt.Errorf("%s: tensor %s is not NVFP4 but %s is; the experts of one layer must share a format", m.ck.dir, n, s.from[0])
+		}
+		if cols%nvfp4Block != 0 {
+			return gguf.TensorInfo{}, nil, fmt.Errorf("%s: NVFP4 tensor %s has %d input columns, not a multiple of %d (ggml NVFP4 blocks); not supported",
+				f.codes.f.Path, n, cols, nvfp4Block)
+		}
+		if want := []uint64{rows, cols / 2}; !slices.Equal(f.codes.t.Shape, want) {
+			return gguf.TensorInfo{}, nil, fmt.Errorf("%s: NVFP4 tensor %s has shape %v but config.json implies %v codes (%v weights, two per byte)",
+				f.codes.f.Path, n, f.codes.t.Shape, want, s.shape)
+		}
+		if want := []uint64{rows, cols / 16}; !slices.Equal(f.scales.t.Shape, want) {
+			return gguf.TensorInfo{}, nil, fmt.Errorf("%s: NVFP4 block scales %s have shape %v; want %v (one per 16 of the %v weights)",
+				f.scales.f.Path, strings.TrimSuffix(n, ".weight")+".weight_scale", f.scales.t.Shape, want, s.shape)
+		}
+		globals = append(globals, f.global)
+		ones = ones && f.global == 1
+	}
+	dims := []uint64{cols, rows}
+	if s.x == stackExp {
+		dims = append(dims, uint64(len(s.from)))
+	}
+	if ones {
+		globals = nil
+	}
+	return gguf.TensorInfo{Name: s.name, Dims: dims, Type: gguf.NVFP4}, globals, nil
+}
+
+var xformNames = map[xform]string{asIs: "as is", toF32: "F32", plusOne: "1 + w", negExp: "-exp", permQK: "rope row permutation",
+	vRows: "value-head row reorder", vCols: "value-head column reorder", vConv: "conv squeeze", vVecF32: "value-head vector",
+	vNegExp: "-exp(A_log)", stackExp: "expert stacking", splitGate: "fused gate_up split", splitUp: "fused gate_up split"}
+
+// buildFP4 returns the ggml NVFP4 blocks of an NVFP4 spec: each source
+// repacked, experts concatenated, rows permuted as the transform asks.
+func (m *mapper) buildFP4(s spec) ([]byte, error) {
+	rows, cols := int(s.shape[0]), int(s.shape[1])
+	rowBytes := cols / nvfp4Block * nvfp4BlockBytes
+	out := make([]byte, 0, len(s.from)*rows*rowBytes)
+	for _, n := range s.from {
+		f, _, err := m.fp4Of(n)
+		if err != nil {
+			return nil, err
+		}
+		codes, err := f.codes.f.Data(f.codes.t)
+		if err != nil {
+			return nil, err
+		}
+		scales, err := f.scales.f.Data(f.scales.t)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = repackNVFP4(out, codes, scales, rows, cols); err != nil {
+			return nil, fmt.Errorf("%s.weight_scale: %w", strings.TrimSuffix(n, ".weight"), err)
+		}
+	}
+	switch s.x {
+	case permQK:
+		return permute(out, rowBytes, qkPerm(rows, s.heads)), nil
+	case vRows:
+		return permute(out, rowBytes, m.vRowPerm(rows)), nil
+	}
+	return out, nil
+}
+
+// repackNVFP4 appends to dst the ggml NVFP4 blocks of a row-major
+// [rows, cols] NVFP4 weight: codes two per byte (element 2k in the low
+// nibble of byte k), one E4M3 scale per 16 elements. A ggml block holds 64
+// elements as four scale bytes, then per 16-element sub-block s the bytes
+// qs[8s+j] = code(16s+j) | code(16s+j+8)<<4. The scales keep their E4M3
+// bits without the sign (ggml reads them as UE4M3); the NaN code is refused.
+func repackNVFP4(dst, codes, scales []byte, rows, cols int) ([]byte, error) {
+	for r := 0; r < rows; r++ {
+		crow := codes[r*cols/2 : (r+1)*cols/2]
+		srow := scales[r*cols/16 : (r+1)*cols/16]
+		for b := 0; b < cols/nvfp4Block; b++ {
+			var blk [nvfp4BlockBytes]byte
+			for sb := 0; sb < 4; sb++ {
+				d := srow[4*b+sb] & 0x7F
+				if d == 0x7F {
+					return nil, fmt.Errorf("block scale of row %d, columns %d..%d is NaN", r, 64*b+16*sb, 64*b+16*sb+15)
+				}
+				blk[sb] = d
+				c := crow[32*b+8*sb : 32*b+8*sb+8] // 16 codes
+				for j := 0; j < 8; j++ {
+					lo := c[j/2] >> (4 * (j & 1)) & 0xF
+					hi := c[4+j/2] >> (4 * (j & 1)) & 0xF
+					blk[4+8*sb+j] = lo | hi<<4
+				}
+			}
+			dst = append(dst, blk[:]...)
+		}
+	}
+	return dst, nil
+}
+
+// readHFQuantConfig takes the quantization of hf_quant_config.json (older
+// ModelOpt exports: {"producer": {"name": "modelopt"}, "quantization":
+// {"quant_algo": …}}) when config.json has no quantization_config.
+func (c *hfConfig) readHFQuantConfig(dir string) error {
+	if raw := bytes.TrimSpace(c.QuantizationConfig); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	p := filepath.Join(dir, "hf_quant_config.json")
+	b, err := safefile.ReadFile(p, MaxJSON, "hf_quant_config.json")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var hq struct {
+		Producer struct {
+			Name string `json:"name"`
+		} `json:"producer"`
+		Quantization map[string]json.RawMessage `json:"quantization"`
+	}
+	if err := json.Unmarshal(b, &hq); err != nil {
+		return fmt.Errorf("%s: not valid JSON: %w", p, err)
+	}
+	if len(hq.Quantization) == 0 {
+		return fmt.Errorf("%s: no \"quantization\" object", p)
+	}
+	q := hq.Quantization
+	if _, ok := q["quant_method"]; !ok {
+		name, _ := json.Marshal(strings.ToLower(hq.Producer.Name))
+		q["quant_method"] = name
+	}
+	if c.QuantizationConfig, err = json.Marshal(q); err != nil {
+		return err
+	}
+	return c.readQuant(p)
+}

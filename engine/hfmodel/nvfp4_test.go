@@ -1,0 +1,86 @@
+package hfmodel_test
+
+import (
+	"bytes"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/hfmodel"
+	"github.com/ftchat/ftchat/internal/testmodel"
+)
+
+var nvfp4Fixtures = []string{"llama_nvfp4", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct"}
+
+// TestNVFP4TensorsMatchConverter: every NVFP4 weight of the checkpoint is
+// served as ggml NVFP4 blocks (not dequantized) whose bytes, and whose
+// <name>.scale second-level scales, equal those llama.cpp's converter wrote
+// into the GGUF made from the same directory (its .input_scale tensors,
+// W4A4 activation scales, are not read). A wrong nibble order, scale byte
+// or row permutation changes bytes.
+func TestNVFP4TensorsMatchConverter(t *testing.T) {
+	for _, name := range nvfp4Fixtures {
+		t.Run(name, func(t *testing.T) {
+			hf, err := hfmodel.Open(filepath.Join("testdata", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hf.Close()
+			gf, err := gguf.OpenBytes(name+".gguf", testmodel.Gunzip(t, filepath.Join("testdata", name+".gguf.gz")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gf.Close()
+			var fp4, scales, fp4Bytes, weights uint64
+			for _, gt := range gf.Tensors {
+				if strings.HasSuffix(gt.Name, ".input_scale") {
+					continue
+				}
+				if gt.Type != gguf.NVFP4 && !strings.HasSuffix(gt.Name, ".scale") {
+					continue
+				}
+				ht, ok := hf.Tensor(gt.Name)
+				if !ok {
+					t.Errorf("%s: the converter wrote %s (%s), the checkpoint source has no such tensor", name, gt.Name, gt.Type)
+					continue
+				}
+				if ht.Type != gt.Type || !slices.Equal(ht.Dims, gt.Dims) {
+					t.Errorf("%s: %s is %s %v, the converter's %s %v", name, gt.Name, ht.Type, ht.Dims, gt.Type, gt.Dims)
+					continue
+				}
+				a, err := hf.TensorData(ht)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := gf.TensorData(gt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s: %s bytes differ from the converter's", name, gt.Name)
+				}
+				if gt.Type == gguf.NVFP4 {
+					fp4++
+					fp4Bytes += uint64(len(a))
+					weights += gt.Elements()
+				} else {
+					scales++
+				}
+			}
+			for _, ht := range hf.Tensors {
+				if strings.HasSuffix(ht.Name, ".scale") {
+					if _, ok := gf.Tensor(ht.Name); !ok {
+						t.Errorf("%s: the checkpoint gives %s, which the converter did not write", name, ht.Name)
+					}
+				}
+			}
+			t.Logf("%s: %d NVFP4 tensors (%d weights in %d bytes, %.4f B/weight) and %d second-level scales equal the converter's",
+				name, fp4, weights, fp4Bytes, float64(fp4Bytes)/float64(weights), scales)
+			if fp4 == 0 || scales == 0 {
+				t.Fatalf("%s: no NVFP4 tensors (%d) or scales (%d) compared", name, fp4, scales)
+			}
+		})
+	}
+}
