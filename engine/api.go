@@ -122,6 +122,29 @@ type Stats struct {
 	StateRestores    int64 // turns that resumed from a snapshot (the prompt diverged from the live state)
 	StateRestarts    int64 // turns that had history but recomputed the state from token 0
 
+	// Expert placement (issue 12): set only when some MoE layers' routed
+	// experts live in host RAM (--gpu-memory too small for all, or
+	// --cpu-moe / --n-cpu-moe); all zero otherwise. Placement is by whole
+	// layers: a layer's ExpertsPerLayer experts are all on the GPU or all
+	// in RAM.
+	ExpertLayers      int   // layers with routed experts
+	ExpertLayersHost  int   // of them, those whose experts are in host RAM
+	ExpertsPerLayer   int   // routed experts of one layer
+	ExpertBytesDevice int64 // routed-expert bytes on the GPU
+	ExpertBytesHost   int64 // routed-expert bytes in host RAM
+	DenseBytes        int64 // weights other than routed experts (on the GPU)
+	WorkspaceBytes    int64 // activations of the largest batch (GPU)
+	StagingBytes      int64 // GPU buffers host experts are streamed through
+	ExpertRun         string
+	ExpertHostPinned  bool // host experts are page-locked for DMA
+	// Counters since load (gpu.OffloadStats): MoE calls computed on the
+	// host CPU or streamed to the GPU, with their tokens; streamed bytes;
+	// expert-cache lookups (0 without a cache).
+	ExpertCPUCalls, ExpertCPUTokens       int64
+	ExpertStreamCalls, ExpertStreamTokens int64
+	ExpertStreamedBytes                   int64
+	ExpertCacheHits, ExpertCacheMisses    int64
+
 	// Remote engines (ftchat --engine URL): the server that answers, and
 	// what it reports. The KV numbers above are then the server's, from its
 	// /metrics, when it exposes them (RemoteKV says which ones), else zero.

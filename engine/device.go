@@ -54,11 +54,13 @@ func GPUHeadroom(budget int64) int64 { return max(gpuReserve, budget/64) }
 
 // gpuKVBudget is what the budget leaves for the KV pool once the weights
 // are loaded: budget - weights - workspace for the largest prefill chunk -
-// reserve (DESIGN §3) - the recurrent state of a hybrid model. The budget
+// reserve (DESIGN §3) - the recurrent state of a hybrid model - staging,
+// the device buffers for streaming host-resident experts that the backend
+// allocates after the plan (0 when every expert is on the device). The budget
 // is first cut to what the driver has free now (plus what the allocator
 // holds): memory taken outside the allocator since the device was opened
 // cannot go to the pool.
-func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st kvcache.RecurrentState) (int64, error) {
+func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st kvcache.RecurrentState, staging int64) (int64, error) {
 	g, ok := be.(*gpu.Backend)
 	if !ok {
 		return 0, fmt.Errorf("internal: GPU budget without a GPU backend")
@@ -68,14 +70,21 @@ func gpuKVBudget(be model.Backend, budget int64, c model.Config, chunk int, st k
 	if err != nil {
 		return 0, err
 	}
-	return planKV(budget, used, free, c, chunk, st)
+	return planKVStaging(budget, used, free, c, chunk, st, staging)
 }
 
-// planKV is gpuKVBudget's arithmetic: budget and used as the allocator
-// counts them, free as the driver reports it.
+// planKV is gpuKVBudget's arithmetic for a model whose experts are all on
+// the device: budget and used as the allocator counts them, free as the
+// driver reports it.
 func planKV(budget, used, free int64, c model.Config, chunk int, st kvcache.RecurrentState) (int64, error) {
+	return planKVStaging(budget, used, free, c, chunk, st, 0)
+}
+
+// planKVStaging is planKV with staging bytes kept free for streamed
+// experts (they are allocated later, so used does not count them yet).
+func planKVStaging(budget, used, free int64, c model.Config, chunk int, st kvcache.RecurrentState, staging int64) (int64, error) {
 	budget = min(budget, used+free)
-	workspace := WorkspaceBytes(c, chunk)
+	workspace := WorkspaceBytes(c, chunk) + staging
 	if err := checkStateBudget(budget, used, workspace, st); err != nil {
 		return 0, err
 	}
