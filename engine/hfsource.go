@@ -23,7 +23,8 @@ func openModelFile(path string) (*gguf.File, error) {
 }
 
 // loadTokenizer reads the GGUF's tokenizer metadata, or a checkpoint
-// directory's tokenizer.json (with tokenizer_config.json beside it).
+// directory's tokenizer.json (with tokenizer_config.json beside it), whose
+// stop set then also holds generation_config.json's eos_token_id.
 func loadTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	dir, ok := hfmodel.Dir(f)
 	if !ok {
@@ -33,7 +34,14 @@ func loadTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer.json is missing from the checkpoint directory (only fast tokenizers are read: save the tokenizer with transformers to get one)")
 	}
-	return tokenizer.FromJSONFile(p)
+	tok, err := tokenizer.FromJSONFile(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := tok.AddEOG(hfmodel.EOSIDs(f)...); err != nil {
+		return nil, fmt.Errorf("%s: eos_token_id: %w", filepath.Join(dir, "generation_config.json"), err)
+	}
+	return tok, nil
 }
 
 // applyCheckpointScales is --kv-scales checkpoint: the k_scale/v_scale
@@ -44,13 +52,11 @@ func (e *Engine) applyCheckpointScales(l *kvcache.Layout) error {
 		return fmt.Errorf("--kv-scales checkpoint: %s has no k_scale/v_scale tensors; use a calibration file from `ftchat calibrate`", e.file.Path)
 	}
 	err := sf.Match(l.Layers, l.KVHeads)
-	var k, v []float32
 	if err == nil {
-		k, v, err = sf.Expand(l.DType)
+		err = expandScales(sf, l) // each fp8 half in its format (kvtypes.go)
 	}
 	if err != nil {
 		return fmt.Errorf("--kv-scales checkpoint: %w", err)
 	}
-	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
 	return nil
 }

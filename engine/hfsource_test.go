@@ -176,3 +176,58 @@ func TestCheckpointKVScales(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestGenerationConfigEOS: generation_config.json's eos_token_id, an int
+// or a list, joins the tokenizer's stop set when a directory loads; an id
+// outside the vocabulary is refused naming the file.
+func TestGenerationConfigEOS(t *testing.T) {
+	const plain = 42 // a byte token, not an end marker by itself
+	for _, c := range []struct {
+		name, eos string
+		stops     []int32
+		notStops  []int32
+		err       string
+	}{
+		{"int", `313`, []int32{313}, []int32{plain}, ""},
+		{"list", `[313, 42]`, []int32{313, plain}, nil, ""},
+		{"absent", ``, []int32{313}, []int32{plain}, ""},
+		{"outside vocabulary", `[313, 5000]`, nil, nil, "generation_config.json: eos_token_id: end-of-generation id 5000 is outside the vocabulary of 320"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := hfDir(t, t.TempDir(), "llama", true)
+			gc := `{"pad_token_id": 311}`
+			if c.eos != "" {
+				gc = `{"eos_token_id": ` + c.eos + `, "pad_token_id": 311}`
+			}
+			if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 64}, nil)
+			if c.err != "" {
+				if err == nil {
+					e.Close()
+					t.Fatal("loaded")
+				}
+				if !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %q does not say %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			tok := e.Tokenizer()
+			for _, id := range c.stops {
+				if !tok.IsEOG(id) {
+					t.Errorf("id %d does not stop generation (EOGs %v)", id, tok.EOGs())
+				}
+			}
+			for _, id := range c.notStops {
+				if tok.IsEOG(id) {
+					t.Errorf("id %d stops generation (EOGs %v)", id, tok.EOGs())
+				}
+			}
+		})
+	}
+}

@@ -34,6 +34,20 @@ func IsCheckpoint(path string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
+// eosKey holds generation_config.json's eos_token_id (one or a list).
+const eosKey = "ftchat.hf.eos_ids"
+
+// EOSIDs returns the eos_token_id of the checkpoint's generation_config.json
+// (nil when absent): the ids that end generation besides the tokenizer's.
+func EOSIDs(f *gguf.File) []int32 {
+	v, _ := f.Ints(eosKey)
+	out := make([]int32, 0, len(v))
+	for _, x := range v {
+		out = append(out, int32(x))
+	}
+	return out
+}
+
 // Dir returns the checkpoint directory of a file made by Open.
 func Dir(f *gguf.File) (string, bool) {
 	return f.String(DirKey)
@@ -228,7 +242,7 @@ func sideFiles(dir string) ([]gguf.KV, error) {
 			return nil, fmt.Errorf("%s/generation_config.json: not valid JSON: %w", dir, err)
 		}
 		if ids := idsOf(gc.EOS); len(ids) > 0 {
-			kv = append(kv, gguf.KV{Key: "ftchat.hf.eos_ids", Value: ids})
+			kv = append(kv, gguf.KV{Key: eosKey, Value: ids})
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
