@@ -82,6 +82,9 @@ func bar(frac float64, width int) string {
 // statusSegments are the status pane's items, grouped in lines that wrap
 // as a whole when the terminal is narrow.
 func statusSegments(s engine.Stats) [][]string {
+	if s.Remote != "" {
+		return remoteSegments(s) // ftchat --engine: the server's numbers
+	}
 	// The bar and its percentage count tokens, like the numbers beside
 	// them (pages would disagree: a page is used by its first token).
 	frac := 0.0
@@ -138,7 +141,54 @@ func statusSegments(s engine.Stats) [][]string {
 		budget,
 		model,
 	}
+	if s.ExpertLayersHost > 0 {
+		return [][]string{pool, kv, placementSegments(s), run}
+	}
 	return [][]string{pool, kv, run}
+}
+
+// placementSegments are the status pane's expert-placement items, shown
+// only when some layers' routed experts live in host RAM: the plan (the
+// KV as the pool allocated it) and how the host experts ran.
+func placementSegments(s engine.Stats) []string {
+	gpu := fmt.Sprintf("GPU: dense %s, experts %d/%d layers (%s), KV %s", formatBytes(s.DenseBytes),
+		s.ExpertLayers-s.ExpertLayersHost, s.ExpertLayers, formatBytes(s.ExpertBytesDevice), formatBytes(s.PoolBytes))
+	if s.StateBytes > 0 {
+		gpu += ", state " + formatBytes(s.StateBytes)
+	}
+	gpu += ", workspace " + formatBytes(s.WorkspaceBytes)
+	if s.StagingBytes > 0 {
+		gpu += ", staging " + formatBytes(s.StagingBytes)
+	}
+	segs := []string{
+		gpu,
+		fmt.Sprintf("RAM: experts %d %s (%s)", s.ExpertLayersHost, plural(s.ExpertLayersHost, "layer", "layers"), formatBytes(s.ExpertBytesHost)),
+		fmt.Sprintf("host experts %s cpu / %s streamed calls", formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls)),
+		"PCIe " + streamedPerToken(s),
+	}
+	if hit, ok := expertHitRate(s); ok {
+		segs = append(segs, "expert cache "+hit+" hit")
+	}
+	return segs
+}
+
+// streamedPerToken is the expert bytes streamed to the GPU per token the
+// engine processed (prefilled or decoded): "12.3 MiB/tok", "-" before any.
+func streamedPerToken(s engine.Stats) string {
+	tokens := s.PrefillTokens + s.DecodeTokens
+	if tokens <= 0 {
+		return "-"
+	}
+	return formatBytes(s.ExpertStreamedBytes/tokens) + "/tok"
+}
+
+// expertHitRate is the expert cache's hit rate, when it was looked up.
+func expertHitRate(s engine.Stats) (string, bool) {
+	n := s.ExpertCacheHits + s.ExpertCacheMisses
+	if n <= 0 {
+		return "", false
+	}
+	return strconv.FormatFloat(100*float64(s.ExpertCacheHits)/float64(n), 'f', 1, 64) + "%", true
 }
 
 // stateSegment is the status pane's recurrent-state item of a hybrid
@@ -216,6 +266,9 @@ func layoutSegments(groups [][]string, width int, st styles) []string {
 
 // statsTable is the full /stats output.
 func statsTable(s engine.Stats) string {
+	if s.Remote != "" {
+		return remoteStatsTable(s)
+	}
 	rows := [][2]string{
 		{"model", s.Model},
 		{"device", s.Device},
@@ -239,6 +292,9 @@ func statsTable(s engine.Stats) string {
 			{"state resumed (total)", fmt.Sprintf("%s from a snapshot, %s from token 0", formatInt(s.StateRestores), formatInt(s.StateRestarts))},
 		}...)
 	}
+	if s.ExpertLayersHost > 0 {
+		rows = append(rows, placementRows(s)...)
+	}
 	rows = append(rows, [][2]string{
 		{"prefill tok/s (last turn)", formatRate(s.PrefillTokensPerS)},
 		{"decode tok/s (last turn)", formatRate(s.DecodeTokensPerS)},
@@ -260,6 +316,28 @@ func statsTable(s engine.Stats) string {
 		fmt.Fprintf(&b, "%-*s  %s", w, r[0], r[1])
 	}
 	return b.String()
+}
+
+// placementRows are /stats' lines on the expert placement, present only
+// when some layers' routed experts live in host RAM.
+func placementRows(s engine.Stats) [][2]string {
+	pinned := "pageable"
+	if s.ExpertHostPinned {
+		pinned = "pinned"
+	}
+	rows := [][2]string{
+		{"expert placement", strings.Join(placementSegments(s)[:2], "; ")},
+		{"experts on GPU", fmt.Sprintf("%d of %d layers × %d experts (%s)", s.ExpertLayers-s.ExpertLayersHost, s.ExpertLayers, s.ExpertsPerLayer, formatBytes(s.ExpertBytesDevice))},
+		{"experts in RAM", fmt.Sprintf("%d layers (%s, %s), run: %s", s.ExpertLayersHost, formatBytes(s.ExpertBytesHost), pinned, s.ExpertRun)},
+		{"staging (GPU)", formatBytes(s.StagingBytes)},
+		{"host expert calls", fmt.Sprintf("%s on the CPU (%s tokens), %s streamed (%s tokens)",
+			formatInt(s.ExpertCPUCalls), formatInt(s.ExpertCPUTokens), formatInt(s.ExpertStreamCalls), formatInt(s.ExpertStreamTokens))},
+		{"streamed to GPU", fmt.Sprintf("%s (%s)", formatBytes(s.ExpertStreamedBytes), streamedPerToken(s))},
+	}
+	if hit, ok := expertHitRate(s); ok {
+		rows = append(rows, [2]string{"expert cache", fmt.Sprintf("%s hit (%s hits, %s misses)", hit, formatInt(s.ExpertCacheHits), formatInt(s.ExpertCacheMisses))})
+	}
+	return rows
 }
 
 // kvLayersNote says, for a hybrid model, that the KV numbers count the

@@ -1,0 +1,64 @@
+package ui
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ftchat/ftchat/engine"
+)
+
+// offloadStats are Qwen3.6-35B-A3B (Q4_K) under --gpu-memory 8GiB with fp8
+// KV for 131,072 tokens: 9 of 40 layers' experts on the GPU, 31 in RAM,
+// after a short turn (the placement as the planner gives it; the KV and
+// state numbers are hybridStats').
+func offloadStats() engine.Stats {
+	s := hybridStats()
+	const layer = 453378048 // one layer's 256 Q4_K experts
+	s.ExpertLayers, s.ExpertLayersHost, s.ExpertsPerLayer = 40, 31, 256
+	s.ExpertBytesDevice, s.ExpertBytesHost = 9*layer, 31*layer
+	s.DenseBytes, s.WorkspaceBytes, s.StagingBytes = 1449551872, 186878976, 2*layer
+	s.ExpertRun = "auto"
+	s.ExpertCPUCalls, s.ExpertCPUTokens, s.ExpertStreamCalls, s.ExpertStreamTokens = 10850, 10850, 62, 1300
+	s.ExpertStreamedBytes = 62 * layer
+	return s
+}
+
+// The status pane and /stats show the plan and the host experts'
+// counters only when some experts are in host RAM.
+func TestStatusPaneShowsPlacement(t *testing.T) {
+	got := ansi.Strip(strings.Join(statusLines(offloadStats(), 200, newStyles()), "\n"))
+	for _, w := range []string{
+		"GPU: dense 1.35 GiB, experts 9/40 layers (3.80 GiB), KV 6.09 GiB, state 251 MiB, workspace 178 MiB, staging 865 MiB",
+		"RAM: experts 31 layers (13.1 GiB)", "host experts 10,850 cpu / 62 streamed calls", "PCIe 16.2 MiB/tok",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("status lacks %q:\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "expert cache") {
+		t.Errorf("no cache lookups, yet a hit rate:\n%s", got)
+	}
+	s := offloadStats()
+	s.ExpertCacheHits, s.ExpertCacheMisses = 700, 300
+	if got := ansi.Strip(strings.Join(statusLines(s, 200, newStyles()), "\n")); !strings.Contains(got, "expert cache 70.0% hit") {
+		t.Errorf("status lacks the hit rate:\n%s", got)
+	}
+	for _, s := range []engine.Stats{hybridStats(), {KVDType: "bf16", TokensCapacity: 8192}} {
+		if got := ansi.Strip(strings.Join(statusLines(s, 200, newStyles()), "\n")); strings.Contains(got, "RAM:") || strings.Contains(got, "experts") {
+			t.Errorf("nothing offloaded, yet a plan:\n%s", got)
+		}
+	}
+	// Narrow: the items wrap whole.
+	narrow := ansi.Strip(strings.Join(statusLines(offloadStats(), 80, newStyles()), "\n"))
+	if !strings.Contains(narrow, "RAM: experts 31 layers (13.1 GiB)") {
+		t.Errorf("at 80 columns the RAM item is split:\n%s", narrow)
+	}
+}
+
+func TestStatsTablePlacementGolden(t *testing.T) {
+	s := offloadStats()
+	s.ExpertCacheHits, s.ExpertCacheMisses = 700, 300
+	checkGolden(t, "stats_offload", statsTable(s)+"\n")
+}
