@@ -18,7 +18,6 @@ import (
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/tokenizer"
-	"github.com/ftchat/ftchat/gpu"
 )
 
 // LoadProgress reports what Load is doing.
@@ -62,10 +61,6 @@ type Engine struct {
 	// state holds the recurrent-state slots of a hybrid model (state.go);
 	// nil for models whose every layer keeps K/V. Guarded by mu.
 	state *statePool
-
-	// plan is where the routed experts live on the GPU (placement.go);
-	// nil on the CPU and for models without routed experts.
-	plan *gpu.PlacementPlan
 
 	statsMu sync.Mutex
 	counters
@@ -131,9 +126,6 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 		return err
 	}
 	e.be, e.budget = be, budget
-	if err := e.placeExperts(cfg); err != nil {
-		return err
-	}
 	progress(LoadProgress{Stage: "loading weights", Total: cfg.WeightBytes})
 	e.mdl, err = model.Load(f, be)
 	if err != nil {
@@ -169,11 +161,11 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	}
 
 	progress(LoadProgress{Stage: "planning kv pool"})
-	dt, err := e.resolveDType(e.opts.KVDType)
+	kt, err := e.loadKVTypes() // --kv-cache-dtype, --cache-type-k/-v (kvtypes.go)
 	if err != nil {
 		return err
 	}
-	layout, err := e.planLayout(dt)
+	layout, err := e.planLayout(kt)
 	if err != nil {
 		return err
 	}
@@ -226,23 +218,24 @@ func (e *Engine) resolveDType(s string) (kvcache.DType, error) {
 	return dt.Resolve(kvcache.BF16), nil
 }
 
-// planLayout sizes the pool for dt. The byte budget is fixed at the first
-// plan, so switching to fp8 roughly doubles the tokens that fit.
-func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
+// planLayout sizes the pool for K and V stored as t. The byte budget is
+// fixed at the first plan, so switching to fp8 roughly doubles the tokens
+// that fit.
+func (e *Engine) planLayout(t kvTypes) (kvcache.Layout, error) {
 	c := e.mdl.Config
 	ps := e.opts.PageSize
 	if ps == 0 {
 		ps = DefaultPageSize
 	}
-	l := c.KVLayout(ps, 1, dt)
-	if dt.IsFP8() && e.opts.KVScales != "" {
+	l := c.KVLayout(ps, 1, t.k).WithDTypes(t.k, t.v)
+	if t.anyFP8() && e.opts.KVScales != "" {
 		if err := e.applyStaticScales(&l); err != nil {
 			return l, err
 		}
 	}
 	if e.kvBudget == 0 {
 		if e.budget > 0 {
-			wb, err := gpuKVBudget(e.be, e.budget, c, e.plannedRows(), e.state.recurrentState(), e.stagingReserve())
+			wb, err := gpuKVBudget(e.be, e.budget, c, e.plannedRows(), e.state.recurrentState())
 			if err != nil {
 				return l, err
 			}
@@ -258,7 +251,7 @@ func (e *Engine) planLayout(dt kvcache.DType) (kvcache.Layout, error) {
 			bf16 := kvcache.BytesPerToken(c.AttnLayers, c.KVHeads, c.HeadDim, kvcache.BF16, kvcache.DynamicScales)
 			// Plan against the machine before allocating: a pool beyond it
 			// would panic in makeslice or abort out of memory.
-			if err := kvcache.CheckHostBudget(tokens, bf16, dt); err != nil {
+			if err := kvcache.CheckHostBudget(tokens, bf16, t.adviceDType()); err != nil {
 				return l, err
 			}
 			e.kvBudget = int64(tokens) * int64(bf16)
@@ -312,11 +305,9 @@ func (e *Engine) applyStaticScales(l *kvcache.Layout) error {
 	if err := sf.Match(l.Layers, l.KVHeads); err != nil {
 		return named(err)
 	}
-	k, v, err := sf.Expand(l.DType)
-	if err != nil {
+	if err := expandScales(sf, l); err != nil {
 		return named(err)
 	}
-	l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
 	return nil
 }
 
@@ -404,15 +395,14 @@ func (e *Engine) Stats() Stats {
 		LastTurnDuration: c.lastTurn,
 	}
 	e.stateStats(&s)
-	e.placementStats(&s)
 	return s
 }
 
 func kvName(l kvcache.Layout) string {
-	if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
-		return l.DType.String() + " (static scales)"
+	if l.AnyFP8() && l.Scales == kvcache.StaticScales {
+		return l.DTypeName() + " (static scales)"
 	}
-	return l.DType.String()
+	return l.DTypeName()
 }
 
 // FitCheck reports whether req's prompt fits now: in the pool (tokens free
@@ -426,11 +416,11 @@ func (e *Engine) FitCheck(req Request) error {
 	}
 	e.poolMu.RLock()
 	ps := e.pool.Stats()
-	dt := e.layout.DType
+	dt, vdt := e.layout.DType, e.layout.VDType
 	e.poolMu.RUnlock()
 	need := len(ids) + 1
 	full := &kvcache.PoolFullError{Asked: need, Fit: ps.TokensFree + ps.SeqTokens, Held: ps.SeqTokens, Prompt: true, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
-		DType: dt, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
+		DType: dt, VDType: vdt, BytesPerToken: ps.BytesPerToken, E4M3Capacity: e.fp8Capacity()}
 	if need > e.info.ContextLen {
 		full.Fit = min(full.Fit, e.info.ContextLen)
 		return &ContextFullError{Need: need, ContextLen: e.info.ContextLen, pool: full}
@@ -491,13 +481,14 @@ func (e *rewordedError) Unwrap() error { return e.err }
 // Unwrap exposes the numbers as a PoolFullError (Fit is the context length).
 func (e *ContextFullError) Unwrap() error { return e.pool }
 
-// fp8Capacity is the pool capacity in tokens the same budget gives in fp8_e4m3.
+// fp8Capacity is the pool capacity in tokens the same budget gives with
+// K and V in fp8_e4m3; 0 when both already are.
 func (e *Engine) fp8Capacity() int {
 	l := e.layout
-	if l.DType == kvcache.FP8E4M3 {
+	if l.KType() == kvcache.FP8E4M3 && l.VType() == kvcache.FP8E4M3 {
 		return 0
 	}
-	l.DType, l.Scales = kvcache.FP8E4M3, kvcache.DynamicScales
+	l, l.Scales = l.WithDTypes(kvcache.FP8E4M3, kvcache.FP8E4M3), kvcache.DynamicScales
 	return int(e.kvBudget/l.BytesPerPage()) * l.PageSize
 }
 
@@ -507,15 +498,15 @@ func (e *Engine) fp8Capacity() int {
 func (e *Engine) Reconfigure(ctx context.Context, kvDType string, progress func(done, total int)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	dt, err := e.resolveDType(kvDType)
+	dt, err := e.resolveKVSpec(kvDType)
 	if err != nil {
 		return err
 	}
-	if dt == e.layout.DType && (!dt.IsFP8() || e.layout.Scales == kvcache.DynamicScales && e.opts.KVScales == "") {
+	if e.storedAs(dt) {
 		return nil // already stored this way: nothing to move
 	}
 	saved := e.opts.KVScales
-	if !dt.IsFP8() {
+	if !dt.anyFP8() {
 		e.opts.KVScales = "" // static scales only mean something for fp8
 	}
 	nl, err := e.planLayout(dt)
@@ -534,7 +525,7 @@ func (e *Engine) Reconfigure(ctx context.Context, kvDType string, progress func(
 	if pagesNeeded > nl.Pages {
 		e.opts.KVScales = saved
 		return fmt.Errorf("/kvdtype %s: the conversation holds %d tokens (%d pages) but a %s pool in the same %s holds %d tokens (%d pages); nothing changed — /clear first, or keep %s",
-			dt, total, pagesNeeded, dt, kvcache.FormatBytes(e.kvBudget), nl.Tokens(), nl.Pages, e.layout.DType)
+			dt, total, pagesNeeded, dt, kvcache.FormatBytes(e.kvBudget), nl.Tokens(), nl.Pages, e.layout.DTypeName())
 	}
 	old := e.layout
 	for _, st := range sessions {

@@ -11,7 +11,9 @@ import (
 // KVSpec is a KV storage format to evaluate a model under: the dtype and,
 // for fp8, optional static scales (nil: dynamic per-token scales).
 type KVSpec struct {
-	DType  kvcache.DType
+	DType kvcache.DType // K's, and V's unless VDType is set
+	// VDType is V's dtype when it differs from K's; Auto: the same.
+	VDType kvcache.DType
 	Scales *kvcache.ScalesFile
 	// ScalesSource names where Scales came from (a file path), for reports.
 	ScalesSource string
@@ -19,16 +21,27 @@ type KVSpec struct {
 
 // String names the spec as `bench` prints it: "fp8_e4m3", "fp8_e4m3 (static scales)".
 func (s KVSpec) String() string {
-	if s.DType.IsFP8() && s.Scales != nil {
-		return s.DType.String() + " (static scales)"
+	name := kvcache.PairName(s.DType, s.VDType)
+	if s.anyFP8() && s.Scales != nil {
+		return name + " (static scales)"
 	}
-	return s.DType.String()
+	return name
 }
+
+func (s KVSpec) layout(l kvcache.Layout) kvcache.Layout {
+	v := s.VDType
+	if v == kvcache.Auto {
+		v = s.DType
+	}
+	return l.WithDTypes(s.DType, v)
+}
+
+func (s KVSpec) anyFP8() bool { return s.layout(kvcache.Layout{}).AnyFP8() }
 
 // ScaleMode is "dynamic", "static" or "none" (16-bit).
 func (s KVSpec) ScaleMode() string {
 	switch {
-	case !s.DType.IsFP8():
+	case !s.anyFP8():
 		return "none"
 	case s.Scales != nil:
 		return "static"
@@ -36,19 +49,24 @@ func (s KVSpec) ScaleMode() string {
 	return "dynamic"
 }
 
-// KVSpecFor resolves a --kv-cache-dtype value (auto = bf16) and an optional
+// KVSpecFor resolves a --kv-cache-dtype value (auto = bf16; K and V apart
+// as "k=bf16/v=fp8_e4m3", a half left out being bf16) and an optional
 // --kv-scales file into a spec for this model; the file must match the
 // model's attention shape.
 func (e *Engine) KVSpecFor(dtype, scalesPath string) (KVSpec, error) {
-	dt, err := e.resolveDType(dtype)
+	k, v, err := kvcache.ParseDTypePair(dtype, kvcache.BF16, kvcache.BF16)
 	if err != nil {
 		return KVSpec{}, err
 	}
-	s := KVSpec{DType: dt}
+	s := KVSpec{DType: k.Resolve(kvcache.BF16)}
+	if v = v.Resolve(kvcache.BF16); v != s.DType {
+		s.VDType = v
+	}
+	dt := s
 	if scalesPath == "" {
 		return s, nil
 	}
-	if !dt.IsFP8() {
+	if !dt.anyFP8() {
 		return KVSpec{}, fmt.Errorf("--kv-scales %s needs an fp8 --kv-cache-dtype (fp8_e4m3 or fp8_e5m2), not %s", scalesPath, dt)
 	}
 	sf, err := kvcache.LoadScales(scalesPath)
@@ -99,16 +117,14 @@ func (e *Engine) withEvalPool(spec KVSpec, capacity int, fn func(r *evalRun) err
 	}
 	c := e.mdl.Config
 	ps := e.layout.PageSize
-	l := c.KVLayout(ps, kvcache.PagesForTokens(capacity, ps), spec.DType)
-	if spec.DType.IsFP8() && spec.Scales != nil {
+	l := spec.layout(c.KVLayout(ps, kvcache.PagesForTokens(capacity, ps), spec.DType))
+	if l.AnyFP8() && spec.Scales != nil {
 		if err := spec.Scales.Match(l.Layers, l.KVHeads); err != nil {
 			return err
 		}
-		k, v, err := spec.Scales.Expand(spec.DType)
-		if err != nil {
+		if err := expandScales(spec.Scales, &l); err != nil {
 			return err
 		}
-		l.Scales, l.KScale, l.VScale = kvcache.StaticScales, k, v
 	}
 	if err := l.Validate(); err != nil {
 		return err

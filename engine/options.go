@@ -127,11 +127,8 @@ func (o Options) Validate(hw Hardware) error {
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)
 	}
-	if err := o.validateExperts(); err != nil {
+	if err := o.validateKVTypes(dev); err != nil { // --cache-type-k/-v, --kv-scales (kvtypes.go)
 		return err
-	}
-	if o.KVScales != "" && !dt.IsFP8() {
-		return fmt.Errorf("--kv-scales %q needs an fp8 --kv-cache-dtype (fp8_e4m3 or fp8_e5m2), not %s", o.KVScales, dt)
 	}
 	if dev.Kind == "cuda" {
 		if !hw.CUDA {

@@ -27,7 +27,8 @@ type hostKVSwap interface {
 //     keeps K/V in it, the stored rows are converted directly: decoded
 //     (code times scale, as attention reads them) and re-encoded in the
 //     new dtype (bf16 → fp8 requantizes with fresh per-row scales, fp8 →
-//     bf16 widens the codes), into a new pool built beside the old one.
+//     bf16 widens the codes), each half (K, V) into its own dtype, into a
+//     new pool built beside the old one.
 //     The old pool is dropped only once every row is converted, so a
 //     cancelled switch leaves it untouched.
 //   - Otherwise it re-prefills (Reconfigure). A switch cancelled during the
@@ -51,7 +52,7 @@ func (e *Engine) SwitchKV(ctx context.Context, kvDType string, progress func(don
 // switchByPrefill is Reconfigure with the restore on cancellation.
 func (e *Engine) switchByPrefill(ctx context.Context, kvDType string, progress func(done, total int)) error {
 	e.mu.Lock()
-	oldName, oldScales := e.layout.DType.String(), e.opts.KVScales
+	oldName, oldScales := e.layout.DTypeName(), e.opts.KVScales
 	saved := e.sessionTokens()
 	total := 0
 	for _, st := range saved {
@@ -66,7 +67,7 @@ func (e *Engine) switchByPrefill(ctx context.Context, kvDType string, progress f
 	// Cancelled: the new pool may hold part of the conversation. Go back to
 	// the old dtype and rebuild what the sessions held.
 	e.mu.Lock()
-	unchanged := e.layout.DType.String() == oldName && e.opts.KVScales == oldScales
+	unchanged := e.layout.DTypeName() == oldName && e.opts.KVScales == oldScales
 	e.opts.KVScales = oldScales
 	e.mu.Unlock()
 	if unchanged {
@@ -112,15 +113,15 @@ func (e *Engine) convertKV(ctx context.Context, kvDType string, progress func(do
 	if !ok || hk.KVStore() == nil || e.mdl.Config.AttnLayers != e.mdl.Config.Layers {
 		return false, nil
 	}
-	dt, err := e.resolveDType(kvDType)
+	dt, err := e.resolveKVSpec(kvDType)
 	if err != nil {
 		return true, err
 	}
-	if dt == e.layout.DType && (!dt.IsFP8() || e.layout.Scales == kvcache.DynamicScales && e.opts.KVScales == "") {
+	if e.storedAs(dt) {
 		return true, nil // already stored this way
 	}
 	saved := e.opts.KVScales
-	if !dt.IsFP8() {
+	if !dt.anyFP8() {
 		e.opts.KVScales = ""
 	}
 	restore := func() { e.opts.KVScales = saved }
@@ -138,7 +139,7 @@ func (e *Engine) convertKV(ctx context.Context, kvDType string, progress func(do
 	if pagesNeeded > nl.Pages {
 		restore()
 		return true, fmt.Errorf("/kvdtype %s: the conversation holds %d tokens (%d pages) but a %s pool in the same %s holds %d tokens (%d pages); nothing changed — /clear first, or keep %s",
-			dt, total, pagesNeeded, dt, kvcache.FormatBytes(e.kvBudget), nl.Tokens(), nl.Pages, e.layout.DType)
+			dt, total, pagesNeeded, dt, kvcache.FormatBytes(e.kvBudget), nl.Tokens(), nl.Pages, e.layout.DTypeName())
 	}
 	progress(0, total)
 	seqs, store, pool, err := convertPool(ctx, hk.KVStore(), e.layout, nl, sessions, e.be, func(done int) { progress(done, total) })
@@ -148,7 +149,7 @@ func (e *Engine) convertKV(ctx context.Context, kvDType string, progress func(do
 			return false, nil
 		}
 		if ctx.Err() != nil {
-			return true, fmt.Errorf("/kvdtype %s cancelled; the cache is %s as before: %w", dt, e.layout.DType, ctx.Err())
+			return true, fmt.Errorf("/kvdtype %s cancelled; the cache is %s as before: %w", dt, e.layout.DTypeName(), ctx.Err())
 		}
 		return true, fmt.Errorf("/kvdtype %s: %w; nothing changed", dt, err)
 	}

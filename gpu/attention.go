@@ -62,6 +62,11 @@ func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
+	if l.Mixed() {
+		// The attention and write kernels are instantiated per dtype for K
+		// and V together (attn_<dtype>_d<dim>, kv_write's one dtype code).
+		return nil, fmt.Errorf("gpu: %w", kvcache.MixedOnGPUError(l.KType(), l.VType()))
+	}
 	if !slices.Contains(attnHeadDims, l.HeadDim) {
 		return nil, fmt.Errorf("gpu: head_dim %d has no CUDA attention kernel; supported: %v", l.HeadDim, attnHeadDims)
 	}

@@ -58,3 +58,23 @@ func ValidateForDevice(d DType, computeCap int) error {
 	return fmt.Errorf("--kv-cache-dtype %s: this GPU (sm_%d) cannot run %s, which need compute capability 8.0 (sm_80) or newer; use --device cpu",
 		d, computeCap, what)
 }
+
+// MixedOnGPUError is the refusal of a pool whose K and V dtypes differ on
+// a CUDA device: the attention kernels are instantiated per dtype for both
+// halves together, so mixed pairs run on the CPU backend only.
+func MixedOnGPUError(k, v DType) error {
+	return fmt.Errorf("K and V in different dtypes (%s) run on the CPU backend only: the CUDA attention kernels read K and V in one dtype. On a GPU use one dtype for both (--kv-cache-dtype %s, without --cache-type-k/--cache-type-v, or /kvdtype %s), or run with --device cpu",
+		PairName(k, v), wider(k, v), wider(k, v))
+}
+
+// wider is the one of k and v that keeps more precision (the safer
+// common choice).
+func wider(k, v DType) DType {
+	if k.IsFP8() && !v.IsFP8() {
+		return v
+	}
+	if v == FP8E4M3 && k == FP8E5M2 {
+		return v
+	}
+	return k
+}
