@@ -18,6 +18,7 @@ import (
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/tokenizer"
+	"github.com/ftchat/ftchat/gpu"
 )
 
 // LoadProgress reports what Load is doing.
@@ -61,6 +62,10 @@ type Engine struct {
 	// state holds the recurrent-state slots of a hybrid model (state.go);
 	// nil for models whose every layer keeps K/V. Guarded by mu.
 	state *statePool
+
+	// plan is where the routed experts live on the GPU (placement.go);
+	// nil on the CPU and for models without routed experts.
+	plan *gpu.PlacementPlan
 
 	statsMu sync.Mutex
 	counters
@@ -126,6 +131,9 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 		return err
 	}
 	e.be, e.budget = be, budget
+	if err := e.placeExperts(cfg); err != nil {
+		return err
+	}
 	progress(LoadProgress{Stage: "loading weights", Total: cfg.WeightBytes})
 	e.mdl, err = model.Load(f, be)
 	if err != nil {
@@ -235,7 +243,7 @@ func (e *Engine) planLayout(t kvTypes) (kvcache.Layout, error) {
 	}
 	if e.kvBudget == 0 {
 		if e.budget > 0 {
-			wb, err := gpuKVBudget(e.be, e.budget, c, e.plannedRows(), e.state.recurrentState())
+			wb, err := gpuKVBudget(e.be, e.budget, c, e.plannedRows(), e.state.recurrentState(), e.stagingReserve())
 			if err != nil {
 				return l, err
 			}
@@ -395,6 +403,7 @@ func (e *Engine) Stats() Stats {
 		LastTurnDuration: c.lastTurn,
 	}
 	e.stateStats(&s)
+	e.placementStats(&s)
 	return s
 }
 

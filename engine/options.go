@@ -127,6 +127,9 @@ func (o Options) Validate(hw Hardware) error {
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)
 	}
+	if err := o.validateExperts(); err != nil {
+		return err
+	}
 	if err := o.validateKVTypes(dev); err != nil { // --cache-type-k/-v, --kv-scales (kvtypes.go)
 		return err
 	}
