@@ -241,12 +241,23 @@ func BenchmarkFP4MatMul(b *testing.B) {
 }
 
 // TestNVFP4ModelGPUvsCPU runs whole synthetic NVFP4 models (synth presets
-// qwen3-tiny and qwen35-tiny with --type NVFP4: every matrix NVFP4 with a
-// per-tensor <name>.scale) through model.Forward on the GPU and the CPU: a
-// 40-token prefill (grouped MoE GEMMs), then 5 decode steps (MoE GEMVs).
-// Logits within 3e-2 (relative Frobenius, bf16 GEMM operands in the
-// prefill). The MoE presets (qwen3moe-tiny, qwen35moe-tiny) carry
-// per-expert .scale vectors on their stacked experts.
+// with --type NVFP4: every matrix NVFP4 with its <name>.scale, per expert
+// for stacked experts) through model.Forward on the GPU and the CPU: a
+// 40-token prefill (bf16 GEMMs, grouped MoE GEMMs), then 5 decode steps
+// (float32 GEMVs, MoE GEMVs). Logits within 3e-2 (relative Frobenius).
+//
+// The dense presets (qwen3-tiny, qwen35-tiny) are compared with the plain
+// CPU. The MoE presets (qwen3moe-tiny, qwen35moe-tiny) are compared with
+// the CPU carrying the GPU's bf16 roundings (bf16Emu, hybrid_emu_test.go,
+// which applies the per-expert scales as the kernels do): in these tiny
+// random models the prefill's bf16 rounding flips top-k sets (2 of 80
+// prefill routings of qwen3moe-tiny, 1 of 2 at its second decode step), so
+// against the plain CPU the logits differ by up to 0.24 (qwen3moe-tiny) and
+// 0.09 (qwen35moe-tiny), which is only logged. The emulation reproduces
+// those numbers on the CPU (0.24, 0.011, 0.18, 0.022, 0.025, 0.011 and
+// 0.090, 0.009 ... 0.006, the 2026-12-02 H200 GPU-vs-CPU run to two
+// digits), so they are rounding, not a scale bug; a missing or misplaced
+// scale moves the logits far more than 3e-2.
 func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 	d := openTestDevice(t)
 	g, err := NewBackend(d, BackendOptions{})
@@ -254,14 +265,21 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	load := func(t *testing.T, preset string) *gguf.File { return synthModel(t, preset, gguf.NVFP4, 9) }
 	for _, preset := range []string{"qwen3-tiny", "qwen35-tiny", "qwen3moe-tiny", "qwen35moe-tiny"} {
 		t.Run(preset, func(t *testing.T) {
-			f := load(t, preset)
-			cb := cpu.New(cpu.Options{Threads: 4})
-			t.Cleanup(cb.Close)
-			var ms [2]*model.Model
-			for i, be := range []model.Backend{g, cb} {
+			f := synthModel(t, preset, gguf.NVFP4, 9)
+			plain := cpu.New(cpu.Options{Threads: 4})
+			t.Cleanup(plain.Close)
+			bes := []model.Backend{g, plain}
+			refName := "CPU"
+			if strings.Contains(preset, "moe") {
+				emu := newBF16Emu(true)
+				t.Cleanup(emu.Close)
+				bes = []model.Backend{g, emu, plain}
+				refName = "CPU with the GPU's bf16 roundings"
+			}
+			ms := make([]*model.Model, len(bes))
+			for i, be := range bes {
 				m, err := model.Load(f, be)
 				if err != nil {
 					t.Fatal(err)
@@ -295,7 +313,7 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 					b.Tokens = append(b.Tokens, r.Int32N(int32(vocab)))
 					b.Pos = append(b.Pos, int32(cached+j))
 				}
-				var lg [2][]float32
+				lg := make([][]float32, len(ms))
 				for i, m := range ms {
 					if lg[i], err = m.Forward(b, rows); err != nil {
 						t.Fatalf("step %d on %s: %v", step, m.Backend().Name(), err)
@@ -304,18 +322,23 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 				if err := g.Err(); err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
-				worst := 0.0
+				worst := make([]float64, len(ms)) // GPU vs each CPU run
 				for j := range rows {
-					e, err := relErr(lg[0][j*vocab:(j+1)*vocab], lg[1][j*vocab:(j+1)*vocab])
-					if err != nil {
-						t.Fatalf("step %d row %d: %v", step, j, err)
+					for i := 1; i < len(ms); i++ {
+						e, err := relErr(lg[0][j*vocab:(j+1)*vocab], lg[i][j*vocab:(j+1)*vocab])
+						if err != nil {
+							t.Fatalf("step %d row %d: %v", step, j, err)
+						}
+						worst[i] = max(worst[i], e)
 					}
-					worst = max(worst, e)
 				}
-				if worst > 3e-2 {
-					t.Errorf("step %d (%d rows): logits relative error up to %.3g > 3e-2", step, n, worst)
+				if worst[1] > 3e-2 {
+					t.Errorf("step %d (%d rows): logits relative error against the %s up to %.3g > 3e-2", step, n, refName, worst[1])
 				} else {
-					t.Logf("step %d (%d rows): logits relative error up to %.2g", step, n, worst)
+					t.Logf("step %d (%d rows): logits relative error against the %s up to %.2g", step, n, refName, worst[1])
+				}
+				if len(ms) > 2 {
+					t.Logf("step %d: against the plain CPU up to %.2g (bf16 rounding, routing flips)", step, worst[2])
 				}
 				cached += n
 			}

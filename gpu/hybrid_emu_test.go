@@ -29,6 +29,7 @@ type emuW struct {
 	cols    int
 	rounded model.Weight
 	keep    []byte
+	scale   []float32 // second-level scale per equal group of rows (per expert), nil: none
 }
 
 // bf16Emu is the CPU backend with the GPU's bf16 rounding where the GPU
@@ -52,12 +53,29 @@ func newBF16Emu(emu bool) *bf16Emu {
 }
 
 func (b *bf16Emu) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, error) {
-	w, err := b.Backend.LoadWeight(info, raw)
+	return b.load(info, raw, nil)
+}
+
+// LoadScaledWeight keeps the second-level scale (NVFP4 .scale tensors) on
+// both CPU copies, so MatMul applies it after the (rounded) product as the
+// GPU does, and for MoE's per-expert products.
+func (b *bf16Emu) LoadScaledWeight(info gguf.TensorInfo, raw []byte, scale []float32) (model.Weight, error) {
+	return b.load(info, raw, scale)
+}
+
+func (b *bf16Emu) load(info gguf.TensorInfo, raw []byte, scale []float32) (model.Weight, error) {
+	cpuLoad := func(info gguf.TensorInfo, raw []byte) (model.Weight, error) {
+		if scale != nil {
+			return b.Backend.LoadScaledWeight(info, raw, scale)
+		}
+		return b.Backend.LoadWeight(info, raw)
+	}
+	w, err := cpuLoad(info, raw)
 	if err != nil || len(info.Dims) < 2 {
 		return w, err
 	}
 	n := int(info.Elements())
-	e := &emuW{host: make([]float32, n), cols: int(info.Dims[0])}
+	e := &emuW{host: make([]float32, n), cols: int(info.Dims[0]), scale: scale}
 	e.rows = n / e.cols
 	if err := gguf.Dequantize(info.Type, raw, e.host); err != nil {
 		return nil, err
@@ -68,11 +86,19 @@ func (b *bf16Emu) LoadWeight(info gguf.TensorInfo, raw []byte) (model.Weight, er
 	}
 	ri := info
 	ri.Type = gguf.F32
-	if e.rounded, err = b.Backend.LoadWeight(ri, e.keep); err != nil {
+	if e.rounded, err = cpuLoad(ri, e.keep); err != nil {
 		return nil, err
 	}
 	b.ws[w] = e
 	return w, nil
+}
+
+// expertScale is expert e's second-level scale (of E experts), 1 for none.
+func (w *emuW) expertScale(e, E int) float32 {
+	if w.scale == nil {
+		return 1
+	}
+	return w.scale[e*len(w.scale)/E]
 }
 
 func (b *bf16Emu) host(t model.Tensor) []float32 {
@@ -163,8 +189,8 @@ func (b *bf16Emu) MoE(dst, x model.Tensor, m *model.MoE) {
 		}
 		for _, e := range ids {
 			for f := range ff {
-				g := dot(pick(gate, e*ff+f), xr)
-				u := dot(pick(up, e*ff+f), xr)
+				g := dot(pick(gate, e*ff+f), xr) * gate.expertScale(e, E)
+				u := dot(pick(up, e*ff+f), xr) * up.expertScale(e, E)
 				h[f] = rnd(g / (1 + float32(math.Exp(float64(-g)))) * u)
 			}
 			wt := lg[e] / sum
@@ -172,7 +198,7 @@ func (b *bf16Emu) MoE(dst, x model.Tensor, m *model.MoE) {
 				wt /= wsum
 			}
 			for d := range dim {
-				out[t*dim+d] += float32(wt) * dot(pick(down, e*dim+d), h)
+				out[t*dim+d] += float32(wt) * (dot(pick(down, e*dim+d), h) * down.expertScale(e, E))
 			}
 		}
 	}
