@@ -10,6 +10,8 @@ import (
 	"time"
 
 	tea "charm.land/bubbletea/v2"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 type command struct {
@@ -200,8 +202,16 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 		return nil
 	}
 	if !contains(kvDTypes, dtype) {
-		m.addError(fmt.Sprintf("/kvdtype: unknown dtype %q; use one of %s", dtype, strings.Join(kvDTypes, ", ")))
-		return nil
+		if !strings.Contains(dtype, "=") {
+			m.addError(fmt.Sprintf("/kvdtype: unknown dtype %q; use one of %s, or k=<dtype> v=<dtype> to store K and V apart", dtype, strings.Join(kvDTypes, ", ")))
+			return nil
+		}
+		// K and V apart ("k=bf16 v=fp8_e4m3"; a half left out keeps its
+		// dtype): checked here so a typo never starts a switch.
+		if _, _, err := kvcache.ParseDTypePair(dtype, kvcache.BF16, kvcache.BF16); err != nil {
+			m.addError("/kvdtype: " + err.Error())
+			return nil
+		}
 	}
 	if m.reconf != nil {
 		m.addError("/kvdtype: a switch to " + m.reconf.dtype + " is already running")
