@@ -14,8 +14,8 @@ func (b *Backend) AllocKV(layout kvcache.Layout) error {
 		if err := layout.Validate(); err != nil {
 			return fmt.Errorf("cpu: KV pool: %w", err)
 		}
-		f32 := layout // float32 rows: what fp16 needs, twice
-		f32.DType, f32.Pages = kvcache.F16, layout.Pages*2
+		f32 := layout.WithDTypes(kvcache.F16, kvcache.F16) // float32 rows, K and V: what fp16 needs, twice
+		f32.Pages = layout.Pages * 2
 		if err := kvcache.CheckHostMemory(f32); err != nil {
 			return fmt.Errorf("cpu: KV pool: %w", err)
 		}
