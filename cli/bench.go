@@ -511,10 +511,28 @@ type CapacityReport struct {
 	StateBytesPerSeq int64 `json:"state_bytes_per_seq,omitempty"`
 	StateSlots       int   `json:"state_slots,omitempty"`
 	StateBytes       int64 `json:"state_bytes,omitempty"`
-	// ExpertsOnHost: the weights count without the routed experts, which
-	// --experts-on-host assumes are in host RAM (ExpertBytes of them).
-	ExpertsOnHost bool  `json:"experts_on_host,omitempty"`
-	ExpertBytes   int64 `json:"expert_bytes,omitempty"`
+	// Placement: an MoE model file whose weights do not all fit the
+	// --gpu-memory budget (or --cpu-moe / --n-cpu-moe): the engine's
+	// expert plan. Weights then count the dense weights and the experts
+	// on the GPU; the staging for streamed experts comes off the budget
+	// too.
+	Placement *PlacementReport `json:"placement,omitempty"`
+}
+
+// PlacementReport is the expert placement `bench capacity` planned.
+type PlacementReport struct {
+	Summary         string `json:"summary"`
+	Layers          int    `json:"moe_layers"`
+	DeviceLayers    int    `json:"device_layers"`
+	HostLayers      int    `json:"host_layers"`
+	NCPUMoE         int    `json:"n_cpu_moe"` // the --n-cpu-moe that gives this plan
+	ExpertsPerLayer int    `json:"experts_per_layer"`
+	DenseBytes      int64  `json:"dense_bytes"`
+	DeviceExperts   int64  `json:"device_expert_bytes"`
+	HostExperts     int64  `json:"host_expert_bytes"`
+	StagingBytes    int64  `json:"staging_bytes"`
+	ContextTokens   int    `json:"context_tokens"` // the plan reserved KV for these, in PlanDType
+	PlanDType       string `json:"plan_kv_dtype"`
 }
 
 // capacityRows sizes a pool of each dtype in the same budget: budget -
@@ -582,22 +600,32 @@ func workspaceBytes(c model.Config, chunk int, budget int64) int64 {
 	return engine.WorkspaceBytes(c, chunk) + engine.GPUHeadroom(budget)
 }
 
-// routedExpertBytes is the size of f's routed-expert tensors
-// (blk.N.ffn_{gate,up,down,gate_up}_exps), what --experts-on-host keeps
-// off the device.
-func routedExpertBytes(f *gguf.File) int64 {
-	var n int64
-	for _, t := range f.Tensors {
-		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, "_exps.weight") {
-			n += int64(t.Bytes())
+// capacityPlacement plans, as the engine does before a GPU load, where
+// the routed experts of an MoE model live in the budget: nil when every
+// expert stays on the device (nothing changes from a plain capacity
+// report). The KV reserved for the context is in --kv-cache-dtype (auto:
+// bf16) for --ctx-size (else the model's context) tokens.
+func capacityPlacement(c model.Config, w engine.ExpertWeights, o engine.Options, budget int64, ps int) (*PlacementReport, error) {
+	dt := kvcache.Auto
+	if o.KVDType != "" {
+		var err error
+		if dt, err = kvcache.ParseDType(o.KVDType); err != nil {
+			return nil, err
 		}
 	}
-	return n
+	dt = dt.Resolve(kvcache.BF16)
+	p, err := engine.PlanExperts(c, w, o, engine.PlacementRequest{Budget: budget, KV: c.KVLayout(ps, 1, dt)})
+	if err != nil || p == nil || p.HostBlocks == 0 {
+		return nil, err
+	}
+	return &PlacementReport{Summary: p.Summary(), Layers: p.MoEBlocks(), DeviceLayers: p.DeviceBlocks, HostLayers: p.HostBlocks,
+		NCPUMoE: p.NCPUMoE(), ExpertsPerLayer: p.Input.ExpertsPerBlock, DenseBytes: p.Input.Dense, DeviceExperts: p.DeviceExperts,
+		HostExperts: p.HostExperts, StagingBytes: p.Staging, ContextTokens: p.Input.ContextTokens, PlanDType: dt.String()}, nil
 }
 
 func benchCapacityCmd(v *viper.Viper) *cobra.Command {
 	var shape, kvMem, weightsText, name string
-	var asJSON, expertsOnHost bool
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "capacity [--model M | --shape L,H,D] [--gpu-memory 8GiB | --kv-memory 2GiB] [--json]",
 		Short: "Tokens and pages of KV cache that fit per dtype in a memory budget",
@@ -614,9 +642,13 @@ Qwen3.6-35B-A3B hybrid (attention in 10 of 40 layers, 2 KV heads, head_dim 256):
 A hybrid model file (qwen35, qwen35moe, qwen3next) also has a recurrent state
 per sequence (float32, fixed whatever the length): it is printed apart from
 the KV bytes per token, and --state-slots of it (live conversations plus
-snapshots) come off a --gpu-memory budget before the pool. --experts-on-host
-counts the weights without the routed experts, for a budget that keeps them
-in host RAM (an estimate: the engine keeps every weight on the device today).`,
+snapshots) come off a --gpu-memory budget before the pool.
+An MoE model file whose weights do not all fit --gpu-memory gets the engine's
+expert placement (as a GPU load would plan it; no GPU needed here): dense
+weights, the KV pool for --ctx-size tokens (default: the model's context) in
+--kv-cache-dtype, the state and the workspace first, then as many layers'
+routed experts as fit, the rest in host RAM (--cpu-moe and --n-cpu-moe N
+force it). The pool of every dtype then gets what that plan leaves.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := ConfigFrom(v)
@@ -664,17 +696,22 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 					return err
 				}
 				c, err = model.ReadConfig(f)
-				experts := routedExpertBytes(f)
+				var ew engine.ExpertWeights
+				if err == nil {
+					ew = engine.ReadExpertWeights(f, c)
+				}
 				f.Close()
 				if err != nil {
 					return err
 				}
 				rep.Model, rep.Weights, rep.ContextLen = c.Name, c.WeightBytes, c.ContextLen
-				if expertsOnHost {
-					if experts == 0 {
-						return fmt.Errorf("--experts-on-host: %s has no routed-expert tensors (ffn_*_exps)", path)
+				if cfg.GPUMemoryText != "" && kvMem == "" {
+					if rep.Placement, err = capacityPlacement(c, ew, cfg.Engine, cfg.Engine.GPUMemory, ps); err != nil {
+						return err
 					}
-					rep.ExpertsOnHost, rep.ExpertBytes, rep.Weights = true, experts, c.WeightBytes-experts
+					if p := rep.Placement; p != nil {
+						rep.Weights = p.DenseBytes + p.DeviceExperts
+					}
 				}
 				if c.Hybrid() {
 					slots := cfg.Engine.StateSlots
@@ -704,7 +741,7 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 					return fmt.Errorf("--kv-memory %q: %w", kvMem, err)
 				}
 				budget, rep.Weights, rep.Workspace = b, 0, 0
-				rep.ExpertsOnHost, rep.ExpertBytes = false, 0
+				rep.Placement = nil
 			} else {
 				budget = cfg.Engine.GPUMemory
 				rep.Budget = budget
@@ -715,13 +752,14 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 				// shown beside it.
 				st = kvcache.RecurrentState{Slots: rep.StateSlots, PerSlot: rep.StateBytesPerSeq}
 			}
-			rep.KVMemory = budget - rep.Weights - rep.Workspace - st.Bytes()
+			var staging int64
+			if rep.Placement != nil {
+				staging = rep.Placement.StagingBytes
+			}
+			rep.KVMemory = budget - rep.Weights - rep.Workspace - staging - st.Bytes()
 			l := kvcache.Layout{Layers: c.AttnLayers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: ps}
-			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace, st)
+			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace+staging, st)
 			if err != nil {
-				if rep.Budget > 0 && c.Experts > 0 && !rep.ExpertsOnHost && rep.Weights >= budget {
-					return fmt.Errorf("%w\n(the weights alone exceed the budget; --experts-on-host estimates the budget with the routed experts in host RAM)", err)
-				}
 				return err
 			}
 			rep.Rows = rows
@@ -737,7 +775,6 @@ in host RAM (an estimate: the engine keeps every weight on the device today).`,
 	f.StringVar(&kvMem, "kv-memory", "", "budget for the KV pool alone, e.g. 2GiB")
 	f.StringVar(&weightsText, "weights", "", "with --shape and --gpu-memory: the model's weight bytes, e.g. 19GiB")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.BoolVar(&expertsOnHost, "experts-on-host", false, "MoE model file with --gpu-memory: count the weights without the routed experts (kept in host RAM)")
 	return cmd
 }
 
@@ -752,8 +789,10 @@ func writeCapacityTable(w io.Writer, r CapacityReport) error {
 			r.StateLayers, groupInt(r.StateBytesPerSeq), kvcache.FormatBytes(r.StateBytesPerSeq), r.StateSlots, kvcache.FormatBytes(r.StateBytes))
 	}
 	weights := "weights " + kvcache.FormatBytes(r.Weights)
-	if r.ExpertsOnHost {
-		weights += fmt.Sprintf(" (routed experts, %s, in host RAM)", kvcache.FormatBytes(r.ExpertBytes))
+	if p := r.Placement; p != nil {
+		fmt.Fprintf(w, "expert plan (KV reserved for %d %s tokens; --n-cpu-moe %d): %s\n", p.ContextTokens, p.PlanDType, p.NCPUMoE, p.Summary)
+		weights = fmt.Sprintf("weights %s (dense %s + experts of %d/%d layers %s) - staging %s", kvcache.FormatBytes(r.Weights),
+			kvcache.FormatBytes(p.DenseBytes), p.DeviceLayers, p.Layers, kvcache.FormatBytes(p.DeviceExperts), kvcache.FormatBytes(p.StagingBytes))
 	}
 	switch {
 	case r.Budget > 0 && r.StateLayers > 0:

@@ -78,17 +78,21 @@ func TestCapacityHybridGolden(t *testing.T) {
 		return strings.ReplaceAll(out.String(), path, "MODEL"), err
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	_, err := run("--gpu-memory", "8GiB")
-	if err == nil || !strings.Contains(err.Error(), "--experts-on-host") {
-		t.Fatalf("all weights in 8 GiB: error %v, want one pointing at --experts-on-host", err)
-	}
-	t.Logf("all weights in 8 GiB: %v", err)
-	out, err := run("--gpu-memory", "8GiB", "--experts-on-host")
+	// The weights (18.2 GiB) do not fit 8 GiB: the engine's expert plan
+	// keeps the KV of the model's 262,144 bf16 tokens, the state and the
+	// workspace, and the experts in RAM.
+	out, err := run("--gpu-memory", "8GiB")
 	if err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "capacity_qwen36_35b_8gib.txt", []byte(out))
-	js, err := run("--gpu-memory", "8GiB", "--experts-on-host", "--json")
+	// Issue 12's headline: fp8 KV for 131,072 tokens, the rest experts.
+	out, err = run("--gpu-memory", "8GiB", "--kv-cache-dtype", "fp8_e4m3", "--ctx-size", "131072")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "capacity_qwen36_35b_8gib_fp8_131k.txt", []byte(out))
+	js, err := run("--gpu-memory", "8GiB", "--kv-cache-dtype", "fp8_e4m3", "--ctx-size", "131072", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +105,37 @@ func TestCapacityHybridGolden(t *testing.T) {
 		r.StateSlots != 4 || r.StateBytes != 4*perSeq || r.Layers != 10 || r.Blocks != 40 {
 		t.Errorf("report: %+v", r)
 	}
+	p := r.Placement
+	if p == nil || p.DeviceLayers+p.HostLayers != 40 || p.HostLayers == 0 || p.NCPUMoE != p.HostLayers || p.StagingBytes < 2*p.HostExperts/int64(p.HostLayers) {
+		t.Fatalf("placement: %+v", p)
+	}
+	if r.Weights != p.DenseBytes+p.DeviceExperts {
+		t.Errorf("weights %d, want dense + device experts %d", r.Weights, p.DenseBytes+p.DeviceExperts)
+	}
 	for _, row := range r.Rows {
-		left := r.Budget - r.Weights - r.Workspace - r.StateBytes
+		left := r.Budget - r.Weights - r.Workspace - p.StagingBytes - r.StateBytes
 		if want := int(left/int64(row.BytesPerToken*64)) * 64; row.DType != "fp8_e4m3" || row.ScaleMode != "static" {
 			if row.Tokens != want {
 				t.Errorf("%s %s: %d tokens, want %d", row.DType, row.ScaleMode, row.Tokens, want)
 			}
 		}
+		if row.DType == "fp8_e4m3" && row.Tokens < 131072 {
+			t.Errorf("%s %s: %d tokens, fewer than the 131,072 the plan reserved", row.DType, row.ScaleMode, row.Tokens)
+		}
+	}
+	// Forced: --cpu-moe keeps every expert in RAM; an --n-cpu-moe that
+	// leaves too many on the GPU is refused with the count that fits.
+	out, err = run("--gpu-memory", "8GiB", "--kv-cache-dtype", "fp8_e4m3", "--ctx-size", "131072", "--cpu-moe")
+	if err != nil || !strings.Contains(out, "experts 0/40 layers") || !strings.Contains(out, "RAM: experts 40 layers") {
+		t.Errorf("--cpu-moe: %v\n%s", err, out)
+	}
+	_, err = run("--gpu-memory", "8GiB", "--kv-cache-dtype", "fp8_e4m3", "--ctx-size", "131072", "--n-cpu-moe", "10")
+	if err == nil || !strings.Contains(err.Error(), "--n-cpu-moe 31 fits") {
+		t.Errorf("--n-cpu-moe 10: %v", err)
+	}
+	// Not even the dense part fits: one message with the numbers.
+	_, err = run("--gpu-memory", "6GiB")
+	if err == nil || !strings.Contains(err.Error(), "lower --ctx-size, use --kv-cache-dtype fp8_e4m3, or raise --gpu-memory") {
+		t.Errorf("6 GiB with 262,144 bf16 tokens: %v", err)
 	}
 }
