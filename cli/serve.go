@@ -17,6 +17,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/engine/hub"
+	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/server"
 )
 
@@ -94,14 +95,17 @@ func Serve(ctx context.Context, cfg Config, sc ServeConfig, stderr io.Writer) er
 		return fmt.Errorf("--host %s --port %d: %w", sc.Host, sc.Port, err)
 	}
 	defer ln.Close()
+	if cfg.Engine.StateSlots == 0 {
+		// Hybrid models: a live state slot per parallel sequence and as many
+		// for the snapshots that prefix sharing resumes from (ignored by
+		// attention-only models).
+		cfg.Engine.StateSlots = min(2*sc.Parallel, engine.MaxStateSlots)
+	}
 	eng, err := loadEngine(ctx, cfg, true)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	if err := eng.CanBatch(); err != nil {
-		return fmt.Errorf("ftchat serve: %w", err)
-	}
 	queue := sc.Queue
 	if queue == 0 {
 		queue = -1
@@ -127,8 +131,12 @@ func Serve(ctx context.Context, cfg Config, sc ServeConfig, stderr io.Writer) er
 	srv := server.New(server.Config{Engine: eng, Batcher: b, ModelID: id, Aliases: aliases, APIKey: sc.APIKey, Version: version, Log: stderr})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	st := eng.Stats()
-	fmt.Fprintf(stderr, "ftchat: serving %s (%s, KV %s, %d tokens, %d in parallel) on http://%s\n",
-		id, st.Device, st.KVDType, st.TokensCapacity, sc.Parallel, ln.Addr())
+	state := ""
+	if st.StateSlots > 0 {
+		state = fmt.Sprintf(", recurrent state %d slots of %s", st.StateSlots, kvcache.FormatBytes(st.StateBytesPerSeq))
+	}
+	fmt.Fprintf(stderr, "ftchat: serving %s (%s, KV %s, %d tokens, %d in parallel%s) on http://%s\n",
+		id, st.Device, st.KVDType, st.TokensCapacity, b.Options().MaxRunning, state, ln.Addr())
 	if !isLoopback(sc.Host) && sc.APIKey == "" {
 		fmt.Fprintf(stderr, "ftchat: warning: --host %s without --api-key: anyone who can reach this address can use the model\n", sc.Host)
 	}

@@ -2,14 +2,17 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ftchat/ftchat/engine/chat"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/sample"
@@ -97,10 +100,27 @@ type BatchRequest struct {
 // MaxTopLogprobs bounds BatchRequest.TopLogprobs.
 const MaxTopLogprobs = 20
 
+// EventToolCallDelta is a BatchEvent kind (Submit streams only): part of
+// a tool call while the model writes it, in BatchEvent.CallDelta. The
+// call's EventToolCall follows when it is complete.
+const EventToolCallDelta EventKind = 100
+
+// ToolCallDelta is part of a tool call being generated. The first delta
+// of a call has its Name; the Args of all its deltas, concatenated, are
+// the arguments as the model wrote them (a JSON object), which the
+// complete call (EventToolCall, same Index) was parsed from. A call in a
+// format that is not streamed (Qwen's XML) has no deltas.
+type ToolCallDelta struct {
+	Index int // the call's place among the answer's EventToolCalls
+	Name  string
+	Args  string
+}
+
 // BatchEvent is one item of a Submit stream: an Event plus what a server
 // reports beside it.
 type BatchEvent struct {
 	Event
+	CallDelta *ToolCallDelta // EventToolCallDelta
 	// Logprobs of the tokens sampled since the previous event.
 	Logprobs []TokenLogprob
 	// StopSequence: on EventDone with Stop StopString, the stop string hit.
@@ -182,6 +202,7 @@ type batchSeq struct {
 	stopper  *sample.Stopper
 	dec      *tokenizer.StreamDecoder
 	parser   *outputParser
+	calls    *callStreamer // nil when the call format is not streamed
 	text     string
 	shown    int
 	sampled  int
@@ -300,6 +321,10 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 		prompt: prompt, promptText: text, hist: slices.Clone(prompt), snapAt: snapAt,
 		sampler: sp, stopper: sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop),
 		dec: e.tok.NewStreamDecoder(), parser: newOutputParser(e.tmpl, text, len(req.Tools) > 0, req.Tools...),
+	}
+	if ct, ok := e.tmpl.(*chatTemplate); ok && len(req.Tools) > 0 &&
+		(ct.format == chat.ToolHermes || ct.format == chat.ToolNone) { // ToolNone: Hermes, inlined
+		s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text)}
 	}
 	b.mu.Lock()
 	switch {
@@ -969,7 +994,14 @@ func (b *Batcher) sampleNext(s *batchSeq, lg []float32) bool {
 }
 
 func (b *Batcher) emit(s *batchSeq, upto int) {
-	evs := s.parser.feed(s.text[s.shown:upto])
+	chunk := s.text[s.shown:upto]
+	if s.calls != nil {
+		// Before the parser's events: a call's deltas precede the call.
+		if d := s.calls.feed(chunk, s.parser.calls); d != nil {
+			s.out.push(BatchEvent{Event: Event{Kind: EventToolCallDelta}, CallDelta: d})
+		}
+	}
+	evs := s.parser.feed(chunk)
 	s.shown = upto
 	for _, ev := range evs {
 		be := BatchEvent{Event: ev}
@@ -1146,4 +1178,180 @@ func (o *outbox) stream(ctx context.Context) <-chan BatchEvent {
 		}
 	}()
 	return ch
+}
+
+// --- streamed tool-call arguments ---
+
+// callStreamer follows the raw answer text beside the output parser and
+// passes on the arguments of Hermes calls (<tool_call>{"name": N,
+// "arguments": {...}}</tool_call>) as the model writes them. It streams
+// only a call whose name comes first and whose arguments are an object,
+// and only bytes that extend a JSON value (jsonScan): the parser, which
+// decides what the call is, reads the same bytes. Other calls are left
+// to the parser's complete EventToolCall.
+type callStreamer struct {
+	thinking bool   // inside <think>...</think>: calls there are not streamed
+	mode     int    // csText, csHeader, csArgs, csSkip
+	buf      string // unconsumed text (tag search, call header)
+	scan     jsonDepth
+}
+
+const (
+	csText = iota
+	csHeader
+	csArgs
+	csSkip // a call that is not streamed: wait for its end
+)
+
+const (
+	callOpen     = "<tool_call>"
+	callClose    = "</tool_call>"
+	thinkClose   = "</think>"
+	maxCallHead  = 512 // header bytes read before giving up on streaming a call
+	callNameHead = `"name"`
+)
+
+var callHeader = regexp.MustCompile(`^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*`)
+
+// feed takes the next raw text; index is the number of calls the parser
+// has completed (the index of the call being written). It returns the
+// delta to send, or nil.
+func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
+	var d *ToolCallDelta
+	c.buf += text
+	for c.buf != "" {
+		switch {
+		case c.thinking:
+			i := strings.Index(c.buf, thinkClose)
+			if i < 0 {
+				c.buf = keepTail(c.buf, len(thinkClose)-1)
+				return d
+			}
+			c.thinking, c.buf = false, c.buf[i+len(thinkClose):]
+		case c.mode == csText || c.mode == csSkip:
+			tag := callOpen
+			if c.mode == csSkip {
+				tag = callClose
+			}
+			i := strings.Index(c.buf, tag)
+			if i < 0 {
+				c.buf = keepTail(c.buf, len(tag)-1)
+				return d
+			}
+			c.buf = c.buf[i+len(tag):]
+			if c.mode == csText {
+				c.mode = csHeader
+			} else {
+				c.mode = csText
+			}
+		case c.mode == csHeader:
+			m := callHeader.FindStringSubmatchIndex(c.buf)
+			if m == nil {
+				if len(c.buf) > maxCallHead || strings.Contains(c.buf, callClose) || !headerPrefix(c.buf) {
+					c.mode = csSkip
+					continue
+				}
+				return d
+			}
+			var name string
+			if json.Unmarshal([]byte(c.buf[m[2]:m[3]]), &name) != nil || name == "" {
+				c.mode = csSkip
+				continue
+			}
+			d = &ToolCallDelta{Index: index, Name: name}
+			c.buf = c.buf[m[1]:]
+			c.mode, c.scan = csArgs, jsonDepth{}
+		case c.mode == csArgs:
+			if !c.scan.started {
+				if c.buf = strings.TrimLeft(c.buf, " \t\r\n"); c.buf == "" {
+					return d
+				}
+			}
+			n, ok := c.scan.feed(c.buf)
+			if !ok { // not an object (or broken): the parser decides
+				c.mode = csSkip
+				continue
+			}
+			if n > 0 {
+				if d == nil {
+					d = &ToolCallDelta{Index: index}
+				}
+				d.Args += c.buf[:n]
+			}
+			c.buf = c.buf[n:]
+			if !c.scan.done {
+				return d
+			}
+			c.mode = csSkip // the arguments are complete: wait for the call's end
+		}
+	}
+	return d
+}
+
+// headerPrefix reports whether s may still grow into a call header: it
+// starts (after space) with '{' and, once past it, the "name" key.
+func headerPrefix(s string) bool {
+	t := strings.TrimLeft(s, " \t\r\n")
+	if t == "" {
+		return true
+	}
+	if t[0] != '{' {
+		return false
+	}
+	t = strings.TrimLeft(t[1:], " \t\r\n")
+	k := min(len(t), len(callNameHead))
+	return t[:k] == callNameHead[:k]
+}
+
+// keepTail keeps the last n bytes of s (a tag may be split across chunks).
+func keepTail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// jsonDepth tracks one JSON object's extent in streamed text: nesting
+// depth and strings. It does not validate the JSON (the parser does);
+// it finds where the object ends so that nothing after it is streamed.
+type jsonDepth struct {
+	started, done bool
+	depth         int
+	inStr, esc    bool
+}
+
+// feed consumes s up to the end of the object; it returns the bytes that
+// belong to it and false when s does not start an object.
+func (j *jsonDepth) feed(s string) (int, bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !j.started {
+			if c != '{' {
+				return 0, false
+			}
+			j.started, j.depth = true, 1
+			continue
+		}
+		switch {
+		case j.esc:
+			j.esc = false
+		case j.inStr:
+			switch c {
+			case '\\':
+				j.esc = true
+			case '"':
+				j.inStr = false
+			}
+		case c == '"':
+			j.inStr = true
+		case c == '{' || c == '[':
+			j.depth++
+		case c == '}' || c == ']':
+			if j.depth--; j.depth == 0 {
+				j.done = true
+				return i + 1, true
+			}
+		}
+	}
+	return len(s), true
 }

@@ -59,9 +59,11 @@ func TestBatcherHybridOutputsMatchAlone(t *testing.T) {
 			}
 			before := b.Stats()
 			chans := make([]<-chan BatchEvent, len(prompts))
+			e.mu.Lock() // the loop waits until all are queued: they start together
 			for i, p := range prompts {
 				chans[i] = submit(t, b, context.Background(), userReq(max, p))
 			}
+			e.mu.Unlock()
 			together := make([]string, len(prompts))
 			var wg sync.WaitGroup
 			for i := range chans {

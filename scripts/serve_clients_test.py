@@ -125,13 +125,21 @@ def openai_tools():
 @check
 def openai_tools_stream():
     stream = oa.chat.completions.create(model=MODEL, messages=OA_SHOTS, tools=OA_TOOLS, temperature=0, max_tokens=60, stream=True)
-    calls, finish = [], None
+    deltas, finish = [], None
     for chunk in stream:
         for c in chunk.choices:
-            calls += c.delta.tool_calls or []
+            deltas += c.delta.tool_calls or []
             finish = c.finish_reason or finish
-    assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
-    assert calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments)["city"] == "Paris", calls
+    # The arguments arrive as the model writes them: several deltas of one call.
+    arg_deltas = [d for d in deltas if d.function and d.function.arguments]
+    assert finish == "tool_calls" and len(arg_deltas) > 1 and {d.index for d in deltas} == {0}, (finish, deltas)
+    assert deltas[0].id and deltas[0].function.name == "get_weather", deltas[0]
+    # The client's own accumulation of the deltas gives the whole call.
+    with oa.chat.completions.stream(model=MODEL, messages=OA_SHOTS, tools=OA_TOOLS, temperature=0, max_tokens=60) as s:
+        final = s.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}, call
+    assert final.choices[0].finish_reason == "tool_calls", final
 
 
 @check
@@ -189,8 +197,11 @@ def anthropic_tools():
     use = [b for b in r.content if b.type == "tool_use"][0]
     assert use.name == "get_weather" and use.input == {"city": "Paris"}, use
     with an.messages.stream(model=MODEL, max_tokens=60, **GREEDY, tools=AN_TOOLS, messages=AN_SHOTS) as s:
+        events = list(s)
         final = s.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}, final
+    parts = [ev.delta.partial_json for ev in events if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta"]
+    assert len(parts) > 1 and json.loads("".join(parts)) == {"city": "Paris"}, parts
     # The result goes back as a tool_result block.
     msgs = AN_SHOTS + [{"role": "assistant", "content": [use.model_dump()]},
                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24 degrees"}]}]

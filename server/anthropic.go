@@ -426,6 +426,7 @@ func (m *anMessageOut) stream(w http.ResponseWriter) {
 	delta := func(d map[string]any) error {
 		return out.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": d})
 	}
+	calls, streamed, streamedArgs := 0, -1, 0 // as in the OpenAI stream
 	for ev := range m.st.events {
 		var err error
 		switch ev.Kind {
@@ -443,15 +444,31 @@ func (m *anMessageOut) stream(w http.ResponseWriter) {
 			if err == nil {
 				err = delta(map[string]any{"type": "thinking_delta", "thinking": ev.Text})
 			}
+		case engine.EventToolCallDelta:
+			d := ev.CallDelta
+			if d.Name != "" {
+				streamed, streamedArgs = d.Index, 0
+				err = openBlock(map[string]any{"type": "tool_use", "id": newID("toolu_"), "name": d.Name, "input": map[string]any{}})
+			}
+			if err == nil && d.Index == streamed && open == "tool_use" && d.Args != "" {
+				streamedArgs += len(d.Args)
+				err = delta(map[string]any{"type": "input_json_delta", "partial_json": d.Args})
+			}
 		case engine.EventToolCall:
 			tu := toolUse(ev.ToolCall)
 			args, _ := json.Marshal(tu["input"])
 			tu["input"] = map[string]any{}
-			if err = openBlock(tu); err == nil {
-				if err = delta(map[string]any{"type": "input_json_delta", "partial_json": string(args)}); err == nil {
-					err = closeBlock()
-				}
+			if streamed != calls || open != "tool_use" {
+				err = openBlock(tu)
+				streamedArgs = 0
 			}
+			if err == nil && streamedArgs == 0 {
+				err = delta(map[string]any{"type": "input_json_delta", "partial_json": string(args)})
+			}
+			if err == nil {
+				err = closeBlock()
+			}
+			calls++
 		case engine.EventError:
 			out.send("error", (runtimeError(ev.Err)).body(anthropicStyle))
 			return

@@ -405,18 +405,39 @@ func (c *oaCompletion) stream(w http.ResponseWriter) {
 		return
 	}
 	calls := 0
+	streamed := -1    // index of the call whose arguments were streamed, -1 none
+	streamedArgs := 0 // argument bytes sent for it
 	for ev := range c.st.events {
 		var delta map[string]any
 		switch ev.Kind {
+		case engine.EventToolCallDelta:
+			d := ev.CallDelta
+			if d.Name != "" {
+				streamed, streamedArgs = d.Index, 0
+				delta = map[string]any{"tool_calls": []any{map[string]any{"index": d.Index, "id": newID("call_"), "type": "function",
+					"function": map[string]any{"name": d.Name, "arguments": d.Args}}}}
+			} else if d.Index == streamed {
+				delta = map[string]any{"tool_calls": []any{map[string]any{"index": d.Index, "function": map[string]any{"arguments": d.Args}}}}
+			}
+			if streamed == d.Index {
+				streamedArgs += len(d.Args)
+			}
 		case engine.EventText, engine.EventToolError:
 			delta = map[string]any{"content": ev.Text}
 		case engine.EventThinking:
 			delta = map[string]any{"reasoning_content": ev.Text}
 		case engine.EventToolCall:
 			tc := c.toolCall(ev.ToolCall)
-			tc["index"] = calls
+			switch {
+			case streamed != calls:
+				tc["index"] = calls
+				delta = map[string]any{"tool_calls": []any{tc}}
+			case streamedArgs == 0:
+				// Named early, but its arguments were not streamed (not
+				// an object as written): all of them now.
+				delta = map[string]any{"tool_calls": []any{map[string]any{"index": calls, "function": map[string]any{"arguments": tc["function"].(map[string]any)["arguments"]}}}}
+			}
 			calls++
-			delta = map[string]any{"tool_calls": []any{tc}}
 		case engine.EventError:
 			out.send("", (runtimeError(ev.Err)).body(openAIStyle))
 			return

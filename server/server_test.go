@@ -373,9 +373,20 @@ func TestToolCalls(t *testing.T) {
 		t.Errorf("answer from the tool result: %d %s", resp.StatusCode, body)
 	}
 	_, body = post(t, ts.URL+"/v1/chat/completions", fmt.Sprintf(toolBody, oaTools, oaShots, `,"stream":true`))
-	for _, want := range []string{`"tool_calls":[{"function":{"arguments":"{\"city\":\"Paris\"}","name":"get_weather"},"id":"call_`, `"index":0`, `"finish_reason":"tool_calls"`, "data: [DONE]"} {
+	for _, want := range []string{`"finish_reason":"tool_calls"`, "data: [DONE]"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("stream lacks %s:\n%s", want, body)
+		}
+	}
+	// The arguments are streamed: several deltas that accumulate (as the
+	// openai client does) into the call.
+	calls, argDeltas := accumulateToolCalls(t, body)
+	if len(calls) != 1 || calls[0].name != "get_weather" || !strings.HasPrefix(calls[0].id, "call_") || argDeltas < 2 {
+		t.Errorf("streamed calls %+v in %d argument deltas:\n%s", calls, argDeltas, body)
+	} else {
+		var args map[string]any
+		if json.Unmarshal([]byte(calls[0].args), &args) != nil || args["city"] != "Paris" || len(args) != 1 {
+			t.Errorf("streamed arguments %q", calls[0].args)
 		}
 	}
 	// tool_choice none: no tools offered, so no call.
@@ -591,4 +602,55 @@ func TestPrefixReuseAcrossTurns(t *testing.T) {
 	if u2.Usage.Details.Cached < u1.Usage.PromptTokens-1 {
 		t.Errorf("second turn reused %d tokens; the first turn's prompt had %d: %s", u2.Usage.Details.Cached, u1.Usage.PromptTokens, body)
 	}
+}
+
+type streamedCall struct{ id, name, args string }
+
+// accumulateToolCalls reads an OpenAI stream's tool_calls deltas as the
+// openai client does: by index, the id and name from the first delta,
+// the arguments concatenated. It also counts the deltas with arguments.
+func accumulateToolCalls(t *testing.T, body []byte) ([]streamedCall, int) {
+	t.Helper()
+	var calls []streamedCall
+	argDeltas := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						Index    int    `json:"index"`
+						ID       string `json:"id"`
+						Function struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			t.Fatalf("chunk %s: %v", data, err)
+		}
+		for _, c := range ch.Choices {
+			for _, d := range c.Delta.ToolCalls {
+				for len(calls) <= d.Index {
+					calls = append(calls, streamedCall{})
+				}
+				cl := &calls[d.Index]
+				if d.ID != "" {
+					cl.id = d.ID
+				}
+				cl.name += d.Function.Name
+				cl.args += d.Function.Arguments
+				if d.Function.Arguments != "" {
+					argDeltas++
+				}
+			}
+		}
+	}
+	return calls, argDeltas
 }

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestCallStreamer feeds answers in random chunks: the streamed deltas
+// name each Hermes call first and their arguments, concatenated, are the
+// model's argument text; calls that cannot be streamed get no deltas.
+func TestCallStreamer(t *testing.T) {
+	type call struct{ name, args string }
+	cases := []struct {
+		name     string
+		thinking bool
+		text     string
+		want     []call
+	}{
+		{"one call", false, `Let me look.<tool_call>
+{"name": "read_file", "arguments": {"path": "a.go", "lines": [1, 2], "q": "x}\"{"}}
+</tool_call>`, []call{{"read_file", `{"path": "a.go", "lines": [1, 2], "q": "x}\"{"}`}}},
+		{"two calls", false, `<tool_call>{"name":"a","arguments":{}}</tool_call> and <tool_call>{"name": "b\u0021", "parameters": {"n": {"m": 1}}}</tool_call>`,
+			[]call{{"a", `{}`}, {"b!", `{"n": {"m": 1}}`}}},
+		{"arguments first", false, `<tool_call>{"arguments": {"x": 1}, "name": "a"}</tool_call>`, nil},
+		{"arguments a string", false, `<tool_call>{"name": "a", "arguments": "{\"x\": 1}"}</tool_call>`, []call{{"a", ``}}},
+		{"in thinking", true, `<tool_call>{"name": "a", "arguments": {}}</tool_call></think>ok<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>`,
+			[]call{{"b", `{"y": 2}`}}},
+		{"no call", false, `{"name": "a", "arguments": {}} is JSON`, nil},
+	}
+	for _, tc := range cases {
+		for seed := range uint64(50) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			cs := &callStreamer{thinking: tc.thinking}
+			var got []call
+			for rest := tc.text; rest != ""; {
+				n := min(len(rest), 1+r.IntN(6))
+				if d := cs.feed(rest[:n], len(got)); d != nil {
+					if d.Name != "" {
+						if d.Index != len(got) {
+							t.Fatalf("%s: call %q has index %d, want %d", tc.name, d.Name, d.Index, len(got))
+						}
+						got = append(got, call{name: d.Name})
+					}
+					if len(got) == 0 {
+						t.Fatalf("%s: arguments %q before a name", tc.name, d.Args)
+					}
+					got[len(got)-1].args += d.Args
+				}
+				rest = rest[n:]
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%s seed %d: calls %+v, want %+v", tc.name, seed, got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("%s seed %d: call %d %+v, want %+v", tc.name, seed, i, got[i], tc.want[i])
+				}
+			}
+		}
+	}
+}
