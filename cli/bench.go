@@ -222,7 +222,7 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 			for i, r := range res {
 				reps[i] = QualityReport{
 					Model: e.Info().Name, Text: text, TextTokens: len(toks), Reference: ref.String(),
-					DType: kvcache.PairName(tests[i].DType, tests[i].VDType), ScaleMode: tests[i].ScaleMode(), ScalesFile: tests[i].ScalesSource,
+					DType: tests[i].DType.String(), ScaleMode: tests[i].ScaleMode(), ScalesFile: tests[i].ScalesSource,
 					Window: window, Stride: stride, SkipWindow: skip, Device: e.Stats().Device, Result: r, Seconds: secs,
 				}
 			}
@@ -605,22 +605,18 @@ func workspaceBytes(c model.Config, chunk int, budget int64) int64 {
 // expert stays on the device (nothing changes from a plain capacity
 // report). The KV reserved for the context is in --kv-cache-dtype (auto:
 // bf16) for --ctx-size (else the model's context) tokens.
-func capacityPlacement(c model.Config, w engine.ExpertWeights, o engine.Options, budget int64, ps int) (*PlacementReport, error) {
-	dt := kvcache.Auto
-	if o.KVDType != "" {
-		var err error
-		if dt, err = kvcache.ParseDType(o.KVDType); err != nil {
-			return nil, err
-		}
+func capacityPlacement(c model.Config, w engine.ExpertWeights, o engine.Options, budget int64) (*PlacementReport, error) {
+	kv, err := engine.PlacementKV(c, o)
+	if err != nil {
+		return nil, err
 	}
-	dt = dt.Resolve(kvcache.BF16)
-	p, err := engine.PlanExperts(c, w, o, engine.PlacementRequest{Budget: budget, KV: c.KVLayout(ps, 1, dt)})
+	p, err := engine.PlanExperts(c, w, o, engine.PlacementRequest{Budget: budget, KV: kv})
 	if err != nil || p == nil || p.HostBlocks == 0 {
 		return nil, err
 	}
 	return &PlacementReport{Summary: p.Summary(), Layers: p.MoEBlocks(), DeviceLayers: p.DeviceBlocks, HostLayers: p.HostBlocks,
 		NCPUMoE: p.NCPUMoE(), ExpertsPerLayer: p.Input.ExpertsPerBlock, DenseBytes: p.Input.Dense, DeviceExperts: p.DeviceExperts,
-		HostExperts: p.HostExperts, StagingBytes: p.Staging, ContextTokens: p.Input.ContextTokens, PlanDType: dt.String()}, nil
+		HostExperts: p.HostExperts, StagingBytes: p.Staging, ContextTokens: p.Input.ContextTokens, PlanDType: p.Input.KVDType}, nil
 }
 
 func benchCapacityCmd(v *viper.Viper) *cobra.Command {
@@ -706,7 +702,7 @@ force it). The pool of every dtype then gets what that plan leaves.`,
 				}
 				rep.Model, rep.Weights, rep.ContextLen = c.Name, c.WeightBytes, c.ContextLen
 				if cfg.GPUMemoryText != "" && kvMem == "" {
-					if rep.Placement, err = capacityPlacement(c, ew, cfg.Engine, cfg.Engine.GPUMemory, ps); err != nil {
+					if rep.Placement, err = capacityPlacement(c, ew, cfg.Engine, cfg.Engine.GPUMemory); err != nil {
 						return err
 					}
 					if p := rep.Placement; p != nil {
@@ -761,11 +757,6 @@ force it). The pool of every dtype then gets what that plan leaves.`,
 			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace+staging, st)
 			if err != nil {
 				return err
-			}
-			if pr, ok, err := capacityPairRow(cfg.Engine, l, budget, rep.Weights, rep.Workspace+staging, st, rows[0].Tokens); err != nil {
-				return err
-			} else if ok {
-				rows = append(rows, pr) // --cache-type-k/-v: K and V apart
 			}
 			rep.Rows = rows
 			if asJSON {

@@ -212,11 +212,28 @@ func PlanExperts(c model.Config, w ExpertWeights, o Options, req PlacementReques
 	return &p, nil
 }
 
+// PlacementKV is the one-page KV layout the plan sizes the requested
+// context with: --page-size and the K and V dtypes of --kv-cache-dtype,
+// --cache-type-k and --cache-type-v (auto: bf16). The pool is planned
+// later in the same dtypes; static scales (--kv-scales) would make a page
+// smaller, so the reservation errs large.
+func PlacementKV(c model.Config, o Options) (kvcache.Layout, error) {
+	t, err := resolveKVOptions(o)
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	ps := o.PageSize
+	if ps == 0 {
+		ps = DefaultPageSize
+	}
+	return c.KVLayout(ps, 1, t.k).WithDTypes(t.k, t.v), nil
+}
+
 // planExperts is the engine's plan before model.Load on the GPU: it reads
 // the expert tensors of the open file, plans them in what the device has,
 // and hands the placement to the backend. nil: no routed experts.
 func (e *Engine) planExperts(g *gpu.Backend, c model.Config) (*gpu.PlacementPlan, error) {
-	dt, err := e.resolveDType(e.opts.KVDType)
+	kv, err := PlacementKV(c, e.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -225,12 +242,8 @@ func (e *Engine) planExperts(g *gpu.Backend, c model.Config) (*gpu.PlacementPlan
 	if err != nil {
 		return nil, err
 	}
-	ps := e.opts.PageSize
-	if ps == 0 {
-		ps = DefaultPageSize
-	}
 	budget := min(e.budget, used+free)
-	p, err := PlanExperts(c, ReadExpertWeights(e.file, c), e.opts, PlacementRequest{Budget: budget, Used: used, KV: c.KVLayout(ps, 1, dt)})
+	p, err := PlanExperts(c, ReadExpertWeights(e.file, c), e.opts, PlacementRequest{Budget: budget, Used: used, KV: kv})
 	if err != nil || p == nil {
 		return p, err
 	}
