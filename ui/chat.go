@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"strings"
 
 	"charm.land/glamour/v2"
@@ -30,6 +31,7 @@ type entry struct {
 	note     string // e.g. "stopped", shown dimmed after the answer
 	attached string // user: one-line description of attached context
 	failed   bool   // tool: the call returned an error
+	label    string // assistant: the model that wrote it, when not the renderer's (after /model)
 
 	// cache
 	lines     []string
@@ -140,8 +142,8 @@ func (r *renderer) render(e *entry, showThink bool) []string {
 			out = append(out, r.st.userBar.Render("▌ ")+r.st.dim.Render(e.attached))
 		}
 	case entryAssistant:
-		if r.label != "" {
-			out = append(out, r.st.asst.Render("◆ "+r.label))
+		if label := cmp.Or(e.label, r.label); label != "" {
+			out = append(out, r.st.asst.Render("◆ "+label))
 		}
 		out = append(out, r.thinkLines(e, showThink)...)
 		if e.streaming {

@@ -26,7 +26,7 @@ var commands = []command{
 	{"/compact", "[n]", "replace the oldest n turns by the model's summary of them (default: what a refused message needs, else half)"},
 	{"/system", "[text]", "set the system prompt (no text: show it)"},
 	{"/set", "[name value]", "change temperature, top_p, max_tokens, seed, system… for the next answers (no args: list them)"},
-	{"/model", "", "show the model and engine"},
+	{"/model", "[name|n]", "show the model and the cached ones, or switch to one (keeps the conversation)"},
 	{"/save", "[name]", "save the conversation (under a name)"},
 	{"/load", "<name>", "resume a saved conversation"},
 	{"/stats", "", "show all engine statistics"},
@@ -56,6 +56,11 @@ func (m *model) command(line string) tea.Cmd {
 	}
 	if m.reconf != nil && !contains([]string{"/quit", "/exit", "/help", "/stats", "/model", "/copy", "/kvdtype"}, name) {
 		m.setNotice("the KV cache is switching to "+m.reconf.dtype+": wait, or press Esc to cancel it, before "+name, true)
+		m.setInput(line)
+		return nil
+	}
+	if m.swap != nil && !contains([]string{"/quit", "/exit", "/help", "/stats", "/copy", "/model"}, name) {
+		m.setNotice("switching to "+m.swap.name+": wait, or press Esc, before "+name, true)
 		m.setInput(line)
 		return nil
 	}
@@ -113,11 +118,7 @@ func (m *model) command(line string) tea.Cmd {
 		m.unsaved = true
 		m.addInfo("system prompt set; it applies from the next message")
 	case "/model":
-		if arg != "" {
-			m.addError(fmt.Sprintf("/model: switching models needs a restart: ftchat --model %s", arg))
-			return nil
-		}
-		m.addInfo(m.modelInfo())
+		return m.modelCommand(arg)
 	case "/stats":
 		if !noArgs() {
 			return nil
@@ -190,7 +191,11 @@ func (m *model) modelInfo() string {
 	if m.cfg.ModelInfo != "" {
 		b.WriteString("\n" + strings.TrimRight(m.cfg.ModelInfo, "\n"))
 	}
-	b.WriteString("\nother models: restart with ftchat --model <name or path>")
+	if m.cfg.Models == nil || m.ag != nil {
+		b.WriteString("\nother models: restart with ftchat --model <name or path>")
+	} else {
+		b.WriteString("\n" + m.modelListText())
+	}
 	return b.String()
 }
 
@@ -457,6 +462,8 @@ func (m *model) complete() {
 			pool, _ = m.store.List()
 		case "/set":
 			pool = settingNames()
+		case "/model":
+			pool = m.modelNames()
 		}
 		for _, p := range pool {
 			if strings.HasPrefix(p, prefix) {

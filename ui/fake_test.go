@@ -225,7 +225,8 @@ func (d *driver) handle(msg tea.Msg) {
 		}
 	case tea.QuitMsg:
 		d.quit = true
-	case eventsMsg, tickMsg, reconfProgMsg, reconfDoneMsg, savedMsg, copiedMsg, startMsg, agentDoneMsg, tui.DecidedMsg:
+	case eventsMsg, tickMsg, reconfProgMsg, reconfDoneMsg, savedMsg, copiedMsg, startMsg, agentDoneMsg, tui.DecidedMsg,
+		swapProgMsg, swapLoadedMsg, swapPrefilledMsg:
 		d.send(msg)
 	default:
 		d.other = append(d.other, msg)

@@ -20,6 +20,9 @@ const menuMaxRows = 8
 // being typed; nil when the menu is closed.
 func (m *model) menuItems() []command {
 	v := m.input.Value()
+	if items := m.modelMenuItems(v); items != nil && m.gen == nil {
+		return items
+	}
 	if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \n") || v == m.menuClosedOn || m.gen != nil || (m.ag != nil && m.ag.dialog != nil) {
 		return nil
 	}

@@ -104,7 +104,13 @@ type model struct {
 	reconf       *reconfState
 	reconfCh     chan tea.Msg
 	reconfCancel context.CancelFunc
-	queued       string // a message typed during the switch, sent after it
+	queued       string     // a message typed during the switch, sent after it
+	swap         *modelSwap // a /model switch in progress
+	models       struct {   // the cache listing /model shows (modelList)
+		list []ModelChoice
+		at   time.Time
+		err  error
+	}
 	drop         *dropOffer
 	copying      string // what /copy copies, for its notice
 	menuSel      int    // the chosen row of the command menu…
@@ -331,6 +337,9 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.listenReconf()
 	case reconfDoneMsg:
 		return m, m.onReconfDone(msg)
+	case swapProgMsg, swapLoadedMsg, swapPrefilledMsg:
+		cmd, _ := m.swapUpdate(msg)
+		return m, cmd
 	case savedMsg:
 		if msg.err != nil {
 			m.setNotice(msg.err.Error()+" · the session is unsaved; saving is retried after the next turn and at exit", true)
@@ -388,6 +397,8 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 			m.cancelGen()
 		} else if m.reconf != nil {
 			m.cancelReconf()
+		} else if m.swap != nil {
+			m.cancelSwap()
 		} else {
 			m.setNotice("", false)
 		}
@@ -401,7 +412,7 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 			m.setNotice("still answering: wait, or press Esc to stop it", true)
 			return nil
 		}
-		if m.reconf != nil && !strings.HasPrefix(strings.TrimSpace(v), "/") {
+		if (m.reconf != nil || m.swap != nil) && !strings.HasPrefix(strings.TrimSpace(v), "/") {
 			m.queueDuringReconf(v)
 			return nil
 		}
@@ -522,6 +533,9 @@ func (m *model) abandon() {
 	if m.reconfCancel != nil {
 		m.reconfCancel()
 	}
+	if m.swap != nil {
+		m.swap.cancel()
+	}
 	g := m.gen
 	if g == nil {
 		return
@@ -586,6 +600,10 @@ func (m *model) request() engine.Request {
 func (m *model) send(text string) tea.Cmd {
 	if m.reconf != nil {
 		m.setNotice("the KV cache is being reconfigured; wait for it to finish", true)
+		return nil
+	}
+	if m.swap != nil {
+		m.setNotice("switching to "+m.swap.name+": wait, or press Esc, before sending", true)
 		return nil
 	}
 	content := text

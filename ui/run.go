@@ -25,6 +25,9 @@ type Config struct {
 
 	// ModelInfo is extra text for /model (e.g. architecture, context length).
 	ModelInfo string
+	// Models lists and loads the models /model switches to (CacheModels);
+	// nil: /model only describes the model.
+	Models ModelSource
 	// Piped is text read from a non-terminal stdin (see ReadPiped); it is
 	// attached to the first user message as a delimited context block.
 	Piped string

@@ -189,6 +189,8 @@ func (m *model) noticeLine() string {
 	var left string
 	style := m.st.dim
 	switch {
+	case m.swap != nil:
+		left, style = m.swapNotice(), m.st.note
 	case m.reconf != nil:
 		frac := 0.0
 		if m.reconf.total > 0 {
@@ -312,6 +314,10 @@ func (m *model) View() tea.View {
 	// The terminal's own progress indicator (where supported) mirrors the
 	// re-prefill of /kvdtype and long prefills.
 	switch {
+	case m.swap != nil && m.swap.total > 0:
+		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarDefault, int(m.swap.done*100/m.swap.total))
+	case m.swap != nil:
+		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarIndeterminate, 0)
 	case m.reconf != nil && m.reconf.total > 0:
 		v.ProgressBar = tea.NewProgressBar(tea.ProgressBarDefault, m.reconf.done*100/m.reconf.total)
 	case m.reconf != nil:
