@@ -64,7 +64,8 @@ type Backend struct {
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
 	graphs   bool         // decode steps become CUDA graphs (graph.go)
 
-	placement Placement // where routed experts live (placement.go, offload.go)
+	placement Placement    // where routed experts live (placement.go, offload.go)
+	host      *hostExperts // host-resident experts (offload.go); nil without host blocks
 }
 
 var (
@@ -173,6 +174,7 @@ func (b *Backend) post(f func(c *Ctx) error) { b.dev.Post(f) }
 // Close frees the backend's device memory (tensors still held by the caller included).
 func (b *Backend) Close() error {
 	return b.dev.Do(func(c *Ctx) error {
+		b.closeHost(c)
 		if b.kv != nil {
 			b.kv.Free(c)
 			b.kv = nil

@@ -26,6 +26,7 @@ type driver struct {
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                                      uintptr
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate                     uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                                uintptr
+	cuMemHostRegister, cuMemHostUnregister, cuStreamWaitEvent                        uintptr // host-resident experts (offload.go)
 }
 
 var (
@@ -82,6 +83,8 @@ func loadDriver() (*driver, error) {
 			{&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"},
 			{&d.cuGraphLaunch, "cuGraphLaunch"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},
 			{&d.cuGraphDestroy, "cuGraphDestroy"},
+			{&d.cuMemHostRegister, "cuMemHostRegister_v2"}, {&d.cuMemHostUnregister, "cuMemHostUnregister"},
+			{&d.cuStreamWaitEvent, "cuStreamWaitEvent"},
 		}
 		for _, s := range syms {
 			p, err := libSym(h, s.name)
