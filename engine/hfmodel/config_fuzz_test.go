@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ import (
 // accepts them, maps the tensors of the llama fixture under that config:
 // neither may panic, and an accepted config's sizes stay in range.
 func FuzzConfig(f *testing.F) {
-	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block"} {
+	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", a, "config.json")); err == nil {
 			f.Add(b)
 		}
@@ -49,7 +50,18 @@ func FuzzConfig(f *testing.F) {
 // directory: no panic, and every tensor of an accepted checkpoint builds
 // with the size its info says.
 func FuzzCheckpointHeader(f *testing.F) {
-	src := filepath.Join("testdata", "qwen3moe_fp8_block")
+	fuzzHeader(f, "qwen3moe_fp8_block", nil)
+}
+
+// FuzzNVFP4Header is FuzzCheckpointHeader over the compressed-tensors
+// NVFP4 fixture; a tensor may fail to build only because a block scale it
+// now points at is the E4M3 NaN code.
+func FuzzNVFP4Header(f *testing.F) {
+	fuzzHeader(f, "qwen3moe_nvfp4_ct", func(err error) bool { return strings.Contains(err.Error(), "is NaN") })
+}
+
+func fuzzHeader(f *testing.F, fixture string, dataErrOK func(error) bool) {
+	src := filepath.Join("testdata", fixture)
 	st, err := os.ReadFile(filepath.Join(src, "model.safetensors"))
 	if err != nil {
 		f.Fatal(err)
@@ -69,6 +81,39 @@ func FuzzCheckpointHeader(f *testing.F) {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(dir)
+		if err != nil {
+			return
+		}
+		defer g.Close()
+		for _, ti := range g.Tensors {
+			if _, err := g.TensorData(ti); err != nil && (dataErrOK == nil || !dataErrOK(err)) {
+				t.Fatalf("%s: %v", ti.Name, err)
+			}
+		}
+	})
+}
+
+// FuzzHFQuantConfig feeds arbitrary hf_quant_config.json bytes beside the
+// ModelOpt NVFP4 llama fixture (whose config.json has no
+// quantization_config): no panic, and an accepted directory's tensors build.
+func FuzzHFQuantConfig(f *testing.F) {
+	src := filepath.Join("testdata", "llama_nvfp4")
+	hq, err := os.ReadFile(filepath.Join(src, "hf_quant_config.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(hq)
+	f.Add([]byte(`{"producer":{"name":"modelopt"},"quantization":{"quant_algo":"MIXED_PRECISION","quantized_layers":{}}}`))
+	f.Add([]byte(`{"quantization":{"quant_method":"compressed-tensors","format":"nvfp4-pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"type":"float"}}}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := filepath.Join(t.TempDir(), "m")
+		if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "hf_quant_config.json"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		g, err := Open(dir)

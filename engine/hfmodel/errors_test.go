@@ -70,6 +70,7 @@ func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 // file or tensor and the problem.
 func TestOpenRefusals(t *testing.T) {
 	const q = "model.layers.0.self_attn.q_proj.weight"
+	const qs = "model.layers.0.self_attn.q_proj.weight_scale"
 	for _, c := range []struct {
 		name   string
 		arch   string
@@ -117,6 +118,36 @@ func TestOpenRefusals(t *testing.T) {
 				delete(h, "model.layers.1.mlp.experts.3.up_proj.weight")
 			})
 		}, []string{"tensor model.layers.1.mlp.experts.3.up_proj.weight is missing"}},
+		{"nvfp4 without block scales", "llama_nvfp4", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { delete(h, qs) })
+		}, []string{"NVFP4 tensor " + q + " has no block scales " + qs}},
+		{"nvfp4 block scale shape", "llama_nvfp4", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { h[qs]["shape"] = []int{32, 8} })
+		}, []string{qs + " have shape [32 8]; want [64 4]"}},
+		{"nvfp4 block scale dtype", "llama_nvfp4", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { h[qs]["dtype"] = "U8" })
+		}, []string{qs + " have dtype U8; want F8_E4M3"}},
+		{"nvfp4 code shape", "llama_nvfp4", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { h[q]["shape"] = []int{32, 64} })
+		}, []string{"NVFP4 tensor " + q + " has shape [32 64] but config.json implies [64 32] codes"}},
+		{"nvfp4 without second-level scale", "qwen3moe_nvfp4_ct", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) {
+				delete(h, "model.layers.1.mlp.experts.2.down_proj.weight_global_scale")
+			})
+		}, []string{"model.layers.1.mlp.experts.2.down_proj.weight_packed has neither", "weight_scale_2 (ModelOpt) nor", "weight_global_scale (compressed-tensors)"}},
+		{"nvfp4 second-level scale dtype", "llama_nvfp4", func(t *testing.T, d string) {
+			editHeader(t, filepath.Join(d, "model.safetensors"), func(h map[string]map[string]any) { h[q+"_scale_2"]["dtype"] = "I32" })
+		}, []string{q + "_scale_2 is I32 []; want one F32, F16 or BF16 value"}},
+		{"nvfp4 without config", "qwen3moe_nvfp4", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { delete(c, "quantization_config") })
+			os.Remove(filepath.Join(d, "hf_quant_config.json"))
+		}, []string{"is U8 (packed NVFP4?) but neither config.json's quantization_config nor hf_quant_config.json declares NVFP4"}},
+		{"nvfp4 group size", "qwen3moe_nvfp4", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["quantization_config"].(map[string]any)["group_size"] = 32 })
+		}, []string{"group_size 32 (NVFP4 is 16)"}},
+		{"bad hf_quant_config.json", "llama_nvfp4", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, "hf_quant_config.json"), []byte(`{"producer": {"name": "modelopt"}}`), 0o644)
+		}, []string{"hf_quant_config.json: no \"quantization\" object"}},
 		{"unknown model type", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["model_type"] = "gpt_neox" })
 		}, []string{`model_type "gpt_neox" is not supported`}},
@@ -141,6 +172,7 @@ func TestOpenRefusals(t *testing.T) {
 				f.Close()
 				t.Fatal("opened")
 			}
+			t.Log(err)
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)

@@ -92,7 +92,7 @@ func (m *mapper) fp4Of(n string) (fp4Tensor, bool, error) {
 		}
 	}
 	if _, ok := ggufType[g.t.DType]; !ok || g.t.Elements() != 1 {
-		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 second-level scale %s is %s %v; want one F32 value", g.f.Path, gn, g.t.DType, g.t.Shape)
+		return fp4Tensor{}, true, fmt.Errorf("%s: NVFP4 second-level scale %s is %s %v; want one F32, F16 or BF16 value", g.f.Path, gn, g.t.DType, g.t.Shape)
 	}
 	b, err := g.f.Data(g.t)
 	if err != nil {

@@ -2,6 +2,9 @@ package hfmodel_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,5 +85,40 @@ func TestNVFP4TensorsMatchConverter(t *testing.T) {
 				t.Fatalf("%s: no NVFP4 tensors (%d) or scales (%d) compared", name, fp4, scales)
 			}
 		})
+	}
+}
+
+// TestNVFP4NaNBlockScale: a block scale holding the E4M3 NaN code is
+// refused when the tensor is built, naming the scale tensor and the
+// block, instead of decoding as zero.
+func TestNVFP4NaNBlockScale(t *testing.T) {
+	d := copyDir(t, "llama_nvfp4")
+	p := filepath.Join(d, "model.safetensors")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var h map[string]struct {
+		Offsets []uint64 `json:"data_offsets"`
+	}
+	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
+		t.Fatal(err)
+	}
+	const qs = "model.layers.1.self_attn.k_proj.weight_scale"
+	b[8+n+h[qs].Offsets[0]+4*3+2] = 0xFF // row 3, columns 32..47
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := hfmodel.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ti, _ := f.Tensor("blk.1.attn_k.weight")
+	_, err = f.TensorData(ti)
+	want := qs + ": block scale of row 3, columns 32..47 is NaN"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }
