@@ -69,6 +69,9 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		}
 		return engine.ForPrintMode(ui.PrintMode(ctx, uc))
 	}
+	models, closeModels := chatModels(cfg, uc.Engine, uc.Session) // /model switches; frees the model in use
+	defer closeModels()
+	uc.Models = models
 	return ui.Run(ctx, uc)
 }
 

@@ -9,9 +9,35 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/engine/hub"
 	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/ui"
 )
+
+// chatModels is what the chat's /model lists and switches to: the cached
+// models, loaded with this run's options. It takes over the session of an
+// in-process engine (a remote one keeps its model: nil) and frees the
+// model in use when closed; closing eng again after it is harmless.
+func chatModels(cfg Config, eng ui.Engine, sess ui.Session) (ui.ModelSource, func()) {
+	e, ok1 := eng.(*engine.Engine)
+	s, ok2 := sess.(*engine.Session)
+	if !ok1 || !ok2 {
+		return nil, func() {}
+	}
+	c := ui.NewCacheModels(cfg.Engine, e, s, func(info engine.Info) string { return modelLine(cfg, info) })
+	return c, c.Close
+}
+
+// modelLine is /model's description of a model, with the seed when the
+// answers depend on it.
+func modelLine(cfg Config, info engine.Info) string {
+	s := ui.DescribeModel(info)
+	if cfg.Sampling.Temperature > 0 { // greedy answers do not depend on it
+		s += " · " + seedNote(cfg)
+	}
+	return s
+}
 
 func pullCmd() *cobra.Command {
 	var revision, sha string
