@@ -244,8 +244,8 @@ func (e *Engine) planExperts(g *gpu.Backend, c model.Config) (*gpu.PlacementPlan
 	}
 	budget := min(e.budget, used+free)
 	p, err := PlanExperts(c, ReadExpertWeights(e.file, c), e.opts, PlacementRequest{Budget: budget, Used: used, KV: kv})
-	if err != nil || p == nil {
-		return p, err
+	if err != nil || p == nil || p.HostBlocks == 0 {
+		return p, err // every expert on the device: the load is as before
 	}
 	if err := g.SetPlacement(p.Placement); err != nil {
 		return nil, err

@@ -128,7 +128,7 @@ func TestPlanExpertsRealShapes(t *testing.T) {
 			if c.Hybrid() {
 				state = c.StateLayout(DefaultStateSlots).Bytes()
 			}
-			left := tc.budget - 64<<20 - w.Dense - kvcache.PoolBytes(kv) - state - ws - GPUHeadroom(tc.budget) - 2*layer
+			left := tc.budget - 64<<20 - w.Dense - kvcache.PoolBytes(kv) - state - ws - GPUHeadroom(tc.budget) - gpu.StreamStagingBytes(layer)
 			if want := int(left / layer); p.DeviceBlocks != want {
 				t.Errorf("%d layers on the GPU, the budget arithmetic gives %d", p.DeviceBlocks, want)
 			}
