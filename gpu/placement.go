@@ -241,7 +241,7 @@ func (in PlacementInput) planFirst(h int, flag string) (PlacementPlan, error) {
 	if auto := in.plan(0); auto.Spare >= 0 && h > 0 {
 		advice = "without the flag every layer's experts fit on the GPU"
 	}
-	return p, fmt.Errorf("%w: %s keeps %d of %d MoE layers' experts (%s) on the GPU; with dense weights %s, KV %s, state %s, workspace %s, reserve %s and staging %s the device needs %s of the %s budget; %s",
+	return p, fmt.Errorf("%w: %s keeps %d of %d MoE layers' experts (%s) on the GPU; with dense weights %s, KV %s, state %s, workspace %s, reserve %s and staging %s the device needs %s, more than the %s available; %s",
 		ErrPlacement, flag, p.DeviceBlocks, p.MoEBlocks(), kvcache.FormatBytes(p.DeviceExperts), kvcache.FormatBytes(in.Dense), in.kvText(),
 		kvcache.FormatBytes(in.State), kvcache.FormatBytes(in.Workspace), kvcache.FormatBytes(in.Reserve), kvcache.FormatBytes(p.Staging),
 		kvcache.FormatBytes(p.DeviceBytes()), kvcache.FormatBytes(in.Budget), advice)
@@ -282,7 +282,7 @@ func (in PlacementInput) fixedError() error {
 	if p.Staging > 0 {
 		staging = " + staging for streamed experts " + kvcache.FormatBytes(p.Staging)
 	}
-	return fmt.Errorf("%w: dense weights %s + KV for the context %s + state %s + workspace %s + reserve %s%s = %s exceed the %s budget even with every layer's experts in host RAM; lower --ctx-size, use --kv-cache-dtype fp8_e4m3, or raise --gpu-memory",
+	return fmt.Errorf("%w: dense weights %s + KV for the context %s + state %s + workspace %s + reserve %s%s = %s exceed the %s available even with every layer's experts in host RAM; lower --ctx-size, use --kv-cache-dtype fp8_e4m3, or raise --gpu-memory",
 		ErrPlacement, kvcache.FormatBytes(in.Dense), in.kvText(), kvcache.FormatBytes(in.State), kvcache.FormatBytes(in.Workspace),
 		kvcache.FormatBytes(in.Reserve), staging, kvcache.FormatBytes(p.DeviceBytes()), kvcache.FormatBytes(in.Budget))
 }

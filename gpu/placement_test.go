@@ -172,7 +172,7 @@ func TestPlacementEdgeCases(t *testing.T) {
 		host, devB int
 	}{
 		{"no MoE blocks, fits", with(func(in *PlacementInput) { in.Budget = 3 * gib }), "", 0, 0},
-		{"no MoE blocks, does not fit", with(func(in *PlacementInput) { in.Budget = 2 * gib }), "exceed the 2.00 GiB budget", 0, 0},
+		{"no MoE blocks, does not fit", with(func(in *PlacementInput) { in.Budget = 2 * gib }), "exceed the 2.00 GiB available", 0, 0},
 		{"exactly the budget, all on device", with(func(in *PlacementInput) {
 			in.Experts = []int64{gib, gib}
 			in.Budget = base.fixed() + 2*gib
@@ -219,7 +219,7 @@ func TestPlacementEdgeCases(t *testing.T) {
 			in.Mode, in.HostBlocks = PlaceFirstN, 1
 		}), "no count of host layers fits", 0, 0},
 		{"negative", with(func(in *PlacementInput) { in.Experts = []int64{-1}; in.Budget = gib }), "invalid placement input", 0, 0},
-		{"zero budget", with(func(in *PlacementInput) { in.Experts = []int64{gib} }), "exceed the 0 B budget", 0, 0},
+		{"zero budget", with(func(in *PlacementInput) { in.Experts = []int64{gib} }), "exceed the 0 B available", 0, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
