@@ -115,7 +115,7 @@ func devCmd() *cobra.Command {
 		},
 	}
 	gen.Flags().StringVar(&preset, "preset", "", "model shape: "+strings.Join(synth.Presets(), ", "))
-	gen.Flags().StringVar(&typ, "type", "", "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; default Q4_K)")
+	gen.Flags().StringVar(&typ, "type", "", "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4 with per-tensor/per-expert .scale tensors; default Q4_K)")
 	gen.Flags().Uint64Var(&seed, "seed", 1, "random seed")
 	gen.Flags().StringVarP(&out, "output", "o", "", "output GGUF file")
 
