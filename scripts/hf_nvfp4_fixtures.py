@@ -26,6 +26,11 @@ scripts/hf_fixtures.py writes them (its tokenizer, text, converter and JSON sche
   qwen3moe_nvfp4       Qwen3MoeForCausalLM, ModelOpt, quantization_config in config.json and
                        hf_quant_config.json; per-expert tensors, each with its own weight_scale_2
   qwen3moe_nvfp4_ct    Qwen3MoeForCausalLM, compressed-tensors
+  qwen35moe_nvfp4      Qwen3_5MoeForCausalLM, ModelOpt, every projection NVFP4 (GDN in_proj_* rows and
+                       out_proj 16-column groups get the converter's value-head reorder)
+  qwen35moe_nvfp4_mixed  Qwen3_5MoeForCausalLM, ModelOpt MIXED_PRECISION with quantized_layers:
+                       attention and GDN projections FP8 per tensor (weight_scale scalar), routed and
+                       shared experts NVFP4, as nvidia/Qwen3.6-35B-A3B-NVFP4 splits them
 Dimensions are multiples of 64 so each row is whole ggml NVFP4 blocks (64 elements).
 
 <name>.gguf.gz is llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist; it repacks
@@ -49,7 +54,9 @@ import hf_fixtures as hf  # noqa: E402  (converter, gzip, output directory)
 import qwen35_fixtures as q  # noqa: E402  (tokenizer, reference text)
 
 NAMES = {"llama_nvfp4": ("llama", "modelopt"), "qwen3moe_nvfp4": ("qwen3moe", "modelopt"),
-         "qwen3moe_nvfp4_ct": ("qwen3moe", "compressed-tensors")}
+         "qwen3moe_nvfp4_ct": ("qwen3moe", "compressed-tensors"), "qwen35moe_nvfp4": ("qwen35moe", "modelopt"),
+         "qwen35moe_nvfp4_mixed": ("qwen35moe", "mixed")}
+LINEAR = ("_proj.weight", ".in_proj_qkv.weight", ".in_proj_z.weight", ".in_proj_a.weight", ".in_proj_b.weight")
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 MAX_TOKENS = 96
 
@@ -60,6 +67,17 @@ def make_config(arch, tok):
     common = dict(vocab_size=q.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
                   eos_token_id=eos, pad_token_id=pad, bos_token_id=None, attn_implementation="eager")
+    if arch == "qwen35moe":
+        rope = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                "mrope_section": [1, 1, 0], "mrope_interleaved": True}
+        cfg = T.Qwen3_5MoeTextConfig(
+            vocab_size=q.VOCAB, hidden_size=64, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+            num_attention_heads=4, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+            rope_parameters=rope, max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True,
+            eos_token_id=eos, pad_token_id=pad, bos_token_id=None, attn_implementation="eager")
+        return cfg, T.Qwen3_5MoeForCausalLM, "Qwen3_5MoeForCausalLM"
     if arch == "llama":
         cfg = T.LlamaConfig(intermediate_size=128, tie_word_embeddings=False,
                             rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, **common)
@@ -94,12 +112,20 @@ def nvfp4(w):
 def quantize_state(sd, arch, layout):
     """Returns the checkpoint tensors and the dequantized state dict for transformers."""
     import torch
-    out, deq = {}, {}
+    out, deq, quantized = {}, {}, {}
 
     def put(name, w):
-        packed, bs, s2, d = nvfp4(w)
         base = name.removesuffix(".weight")
-        if layout == "modelopt":
+        if layout == "mixed" and (".self_attn." in name or ".linear_attn." in name):
+            # nvidia/Qwen3.6-35B-A3B-NVFP4 style: attention and GDN projections FP8 per tensor
+            qw, scale, d = hf.quantize(w, "tensor")
+            out[name], out[base + ".weight_scale"] = qw.contiguous(), scale.float().contiguous()
+            out[base + ".input_scale"] = torch.tensor(0.05)
+            quantized[base] = {"quant_algo": "FP8"}
+            return d
+        packed, bs, s2, d = nvfp4(w)
+        quantized[base] = {"quant_algo": "NVFP4", "group_size": 16}
+        if layout in ("modelopt", "mixed"):
             out[name] = packed
             out[base + ".weight_scale"] = bs
             out[base + ".weight_scale_2"] = s2.reshape(())
@@ -131,16 +157,23 @@ def quantize_state(sd, arch, layout):
         elif k.endswith("experts.down_proj"):
             p = k.removesuffix("down_proj")
             deq[k] = torch.stack([put(f"{p}{j}.down_proj.weight", v[j]) for j in range(v.shape[0])])
-        elif k.endswith("_proj.weight") and v.ndim == 2:
+        elif k.endswith(LINEAR) and v.ndim == 2 and not k.endswith("shared_expert_gate.weight"):
             deq[k] = put(k, v)
         else:
             out[k] = v.to(torch.bfloat16).contiguous()
             deq[k] = out[k].float()
-    return out, deq
+    return out, deq, quantized
 
 
-def quant_configs(layout, arch, n_layers):
-    ignore = ["lm_head"] + ([f"model.layers.{i}.mlp.gate" for i in range(n_layers)] if arch == "qwen3moe" else [])
+def quant_configs(layout, arch, n_layers, quantized):
+    ignore = ["lm_head"] + ([f"model.layers.{i}.mlp.gate" for i in range(n_layers)] if "moe" in arch else [])
+    if layout == "mixed":
+        hq = {"producer": {"name": "modelopt", "version": "0.44.0"},
+              "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": None,
+                               "exclude_modules": ignore, "quantized_layers": quantized}}
+        cfg = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "ignore": ignore,
+               "quantized_layers": quantized, "producer": hq["producer"]}
+        return cfg, hq
     if layout == "modelopt":
         hq = {"producer": {"name": "modelopt", "version": "0.29.0"},
               "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
@@ -180,7 +213,7 @@ def build(name):
         sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
         if cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
-        out, deq = quantize_state(sd, arch, layout)
+        out, deq, quantized = quantize_state(sd, arch, layout)
         with torch.no_grad():
             model.load_state_dict(deq, strict=False)
             if cfg.tie_word_embeddings:
@@ -191,7 +224,7 @@ def build(name):
         model.config.architectures = [hf_arch]
         model.config.save_pretrained(mdir)
         model.generation_config.save_pretrained(mdir)
-        qc, hq = quant_configs(layout, arch, cfg.num_hidden_layers)
+        qc, hq = quant_configs(layout, arch, cfg.num_hidden_layers, quantized)
         with open(os.path.join(mdir, "config.json")) as f:
             c = json.load(f)
         if name != "llama_nvfp4":  # llama_nvfp4: hf_quant_config.json only, like older ModelOpt exports
@@ -205,7 +238,7 @@ def build(name):
         for f in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(work, f), mdir)
         gguf_path = os.path.join(hf.OUT, name + ".gguf")
-        hf.run_converter(mdir, gguf_path)
+        hf.run_converter(mdir, gguf_path, ["--no-mtp"] if arch == "qwen35moe" else [])
         for f in ("tokenizer.json", "tokenizer_config.json"):
             os.remove(os.path.join(mdir, f))
         hf.gzip_file(gguf_path)

@@ -117,6 +117,11 @@ func (m *mapper) fp4Of(n string) (fp4Tensor, bool, error) {
 func (m *mapper) checkFP4(s spec) (gguf.TensorInfo, []float32, error) {
 	switch s.x {
 	case asIs, permQK, vRows, stackExp:
+	case vCols: // whole 16-column groups move: d_v must be a multiple of 16
+		if m.c.LinearValueHeadDim%16 != 0 {
+			return gguf.TensorInfo{}, nil, fmt.Errorf("%s: NVFP4 tensor %s needs its value-head columns reordered, which NVFP4 allows only in whole 16-column blocks; linear_value_head_dim %d is not a multiple of 16",
+				m.ck.dir, s.from[0], m.c.LinearValueHeadDim)
+		}
 	default:
 		return gguf.TensorInfo{}, nil, fmt.Errorf("%s: tensor %s is NVFP4, but the transform its GGUF form needs (%s) is implemented only for float and FP8 weights",
 			m.ck.dir, s.from[0], xformNames[s.x])
@@ -183,6 +188,9 @@ func (m *mapper) buildFP4(s spec) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.x == vCols {
+			codes, scales = m.fp4ColPerm(codes, scales, rows, cols)
+		}
 		if out, err = repackNVFP4(out, codes, scales, rows, cols); err != nil {
 			return nil, fmt.Errorf("%s.weight_scale: %w", strings.TrimSuffix(n, ".weight"), err)
 		}
@@ -194,6 +202,23 @@ func (m *mapper) buildFP4(s spec) ([]byte, error) {
 		return permute(out, rowBytes, m.vRowPerm(rows)), nil
 	}
 	return out, nil
+}
+
+// fp4ColPerm returns copies of NVFP4 codes and block scales with the
+// value-head columns reordered grouped -> tiled (ssm_out). Heads span whole
+// 16-column groups (checkFP4), so each group moves with its scale: 8 code
+// bytes and 1 scale byte per row.
+func (m *mapper) fp4ColPerm(codes, scales []byte, rows, cols int) ([]byte, []byte) {
+	perm := m.rowPerm(cols/16, 0, m.c.LinearValueHeadDim/16)
+	c, sc := make([]byte, len(codes)), make([]byte, len(scales))
+	g := cols / 16
+	for r := 0; r < rows; r++ {
+		for i, src := range perm {
+			copy(c[(r*g+i)*8:(r*g+i+1)*8], codes[(r*g+src)*8:(r*g+src+1)*8])
+			sc[r*g+i] = scales[r*g+src]
+		}
+	}
+	return c, sc
 }
 
 // repackNVFP4 appends to dst the ggml NVFP4 blocks of a row-major

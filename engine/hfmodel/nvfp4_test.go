@@ -15,7 +15,7 @@ import (
 	"github.com/ftchat/ftchat/internal/testmodel"
 )
 
-var nvfp4Fixtures = []string{"llama_nvfp4", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct"}
+var nvfp4Fixtures = []string{"llama_nvfp4", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct", "qwen35moe_nvfp4", "qwen35moe_nvfp4_mixed"}
 
 // TestNVFP4TensorsMatchConverter: every NVFP4 weight of the checkpoint is
 // served as ggml NVFP4 blocks (not dequantized) whose bytes, and whose
