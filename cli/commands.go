@@ -203,6 +203,9 @@ func writeSettings(w io.Writer, v *viper.Viper, root *cobra.Command) {
 // (`ftchat moddels`), which would otherwise load a model to answer it.
 // Words after `--` are always a prompt.
 func PromptArgs(cmd *cobra.Command, args []string) error {
+	if err := llamaCppMixup(cmd, args); err != nil {
+		return err
+	}
 	if len(args) != 1 || cmd.ArgsLenAtDash() == 0 {
 		return nil
 	}
