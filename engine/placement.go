@@ -308,5 +308,10 @@ func (e *Engine) placeExperts(c model.Config) error {
 		return err
 	}
 	e.plan = p
+	if p != nil && p.HostBlocks > 0 {
+		// What does not fit, in one line (issue 12); the status pane and
+		// /stats show it with the pool as allocated.
+		fmt.Fprintf(os.Stderr, "ftchat: expert placement (--n-cpu-moe %d): %s\n", p.NCPUMoE(), p.Summary())
+	}
 	return nil
 }
