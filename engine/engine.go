@@ -213,19 +213,6 @@ func (e *Engine) openBackend(hw Hardware) (model.Backend, int64, error) {
 	return be, 0, nil
 }
 
-// resolveDType maps a --kv-cache-dtype value to a storage dtype; auto is the
-// model's 16-bit compute dtype (bf16).
-func (e *Engine) resolveDType(s string) (kvcache.DType, error) {
-	dt := kvcache.Auto
-	if s != "" {
-		var err error
-		if dt, err = kvcache.ParseDType(s); err != nil {
-			return 0, err
-		}
-	}
-	return dt.Resolve(kvcache.BF16), nil
-}
-
 // planLayout sizes the pool for K and V stored as t. The byte budget is
 // fixed at the first plan, so switching to fp8 roughly doubles the tokens
 // that fit.
