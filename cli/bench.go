@@ -412,11 +412,15 @@ func runNeedle(cmd *cobra.Command, v *viper.Viper, text string, nf needleFlags, 
 	}
 	specs = dedupSpecs(specs)
 	stderr := cmd.ErrOrStderr()
+	prog := newNeedleProgress(stderr, lengths, len(depths), len(specs))
+	prog.begin()
 	res, err := e.EvalNeedle(cmd.Context(), engine.NeedleConfig{
 		Filler: filler, Lengths: lengths, Depths: depths, Seed: nf.seed, MaxTokens: nf.maxTokens,
 	}, specs, func(r engine.NeedleResult) {
-		fmt.Fprintf(stderr, "length %d depth %.2f (at %.3f, prompt %d tokens) %s: found=%v answer=%q\n", r.Length, r.Depth, r.ActualDepth, r.PromptTokens, r.KV, r.Found, r.Answer)
+		fmt.Fprintf(stderr, "%slength %d depth %.2f (at %.3f, prompt %d tokens) %s: found=%v answer=%q\n", prog.end(), r.Length, r.Depth, r.ActualDepth, r.PromptTokens, r.KV, r.Found, r.Answer)
+		prog.begin()
 	})
+	prog.stop()
 	if err != nil {
 		return err
 	}

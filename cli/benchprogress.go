@@ -126,3 +126,77 @@ func (p *windowProgress) stop() {
 		p.st = nil
 	}
 }
+
+// needleProgress tells what `bench needle` is doing: each probe prefills
+// a haystack of up to the model's context and decodes an answer, minutes
+// per probe at long lengths on a CPU (issue 15 item 12). It counts the
+// probes in the per-result lines, and on a terminal redraws a line for
+// the probe running, with the time left estimated from the tokens done.
+type needleProgress struct {
+	w      io.Writer
+	tty    bool
+	probes []int // haystack length of each probe, in EvalNeedle's order
+	n      int   // probes started
+	left   float64
+	doneW  float64
+	doneT  time.Duration
+	start  time.Time
+	st     *statusLine
+}
+
+// newNeedleProgress plans lengths × depths × kinds probes (EvalNeedle's
+// loop order) and says so on w.
+func newNeedleProgress(w io.Writer, lengths []int, depths, kinds int) *needleProgress {
+	p := &needleProgress{w: w, tty: isTerminalWriter(w)}
+	for _, n := range lengths {
+		for range depths * kinds {
+			p.probes = append(p.probes, n)
+			p.left += float64(n)
+		}
+	}
+	fmt.Fprintf(w, "bench needle: %d probes (%d lengths × %d depths × %d KV dtypes)\n", len(p.probes), len(lengths), depths, kinds)
+	return p
+}
+
+// begin starts the next probe's status line.
+func (p *needleProgress) begin() {
+	if p.n >= len(p.probes) {
+		return
+	}
+	length := p.probes[p.n]
+	p.n++
+	p.left -= float64(length)
+	p.start = time.Now()
+	if !p.tty {
+		return
+	}
+	what := fmt.Sprintf("bench needle: probe %d/%d, %d-token haystack", p.n, len(p.probes), length)
+	p.st = startStatus(p.w, func(d time.Duration) string {
+		line := what + " · " + shortDuration(d)
+		if p.doneW > 0 {
+			rate := p.doneT.Seconds() / p.doneW
+			eta := time.Duration((p.left+float64(length))*rate*float64(time.Second)) - d
+			line += " · about " + shortDuration(max(eta, 0)) + " left"
+		}
+		return line
+	})
+}
+
+// end finishes the running probe (before its result line is printed) and
+// returns "[i/n] " for that line.
+func (p *needleProgress) end() string {
+	p.stop()
+	if p.n == 0 {
+		return ""
+	}
+	p.doneW += float64(p.probes[p.n-1])
+	p.doneT += time.Since(p.start)
+	return fmt.Sprintf("[%d/%d] ", p.n, len(p.probes))
+}
+
+func (p *needleProgress) stop() {
+	if p.st != nil {
+		p.st.Stop()
+		p.st = nil
+	}
+}

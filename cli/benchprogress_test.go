@@ -66,3 +66,47 @@ func TestWindowProgress(t *testing.T) {
 		t.Errorf("after the first window: %q", second)
 	}
 }
+
+// Issue 15 item 12: bench needle says how many probes it runs, numbers
+// them in its result lines and, on a terminal, shows the running probe
+// with the time left once one is done (weighted by haystack length).
+func TestNeedleProgress(t *testing.T) {
+	saved := isTerminalWriter
+	t.Cleanup(func() { isTerminalWriter = saved })
+	for _, tty := range []bool{false, true} {
+		isTerminalWriter = func(io.Writer) bool { return tty }
+		var buf bytes.Buffer
+		p := newNeedleProgress(&buf, []int{1024, 4096}, 1, 2)
+		var prefixes []string
+		for range 4 {
+			p.begin()
+			if tty {
+				time.Sleep(5 * time.Millisecond)
+			}
+			prefixes = append(prefixes, p.end())
+			buf.WriteString("result\n")
+		}
+		p.begin() // after the last probe: nothing
+		p.stop()
+		if want := []string{"[1/4] ", "[2/4] ", "[3/4] ", "[4/4] "}; strings.Join(prefixes, ",") != strings.Join(want, ",") {
+			t.Errorf("tty %v: prefixes %q, want %q", tty, prefixes, want)
+		}
+		out := buf.String()
+		if !strings.HasPrefix(out, "bench needle: 4 probes (2 lengths × 1 depths × 2 KV dtypes)\n") {
+			t.Errorf("tty %v: no plan line: %q", tty, out)
+		}
+		if !tty {
+			if strings.Contains(out, "\r") {
+				t.Errorf("status drawn on a non-terminal: %q", out)
+			}
+			continue
+		}
+		first, rest, _ := strings.Cut(out, "result\n")
+		if !strings.Contains(first, "bench needle: probe 1/4, 1024-token haystack · 0s") || strings.Contains(first, "left") {
+			t.Errorf("first status %q", first)
+		}
+		if !strings.Contains(rest, "probe 3/4, 4096-token haystack") || !strings.Contains(rest, "left") {
+			t.Errorf("later status has no probe or estimate: %q", rest)
+		}
+	}
+}
