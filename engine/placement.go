@@ -162,6 +162,9 @@ type PlacementRequest struct {
 // takes what is left, as before placement existed: a model that loaded
 // then loads the same now.
 func PlanExperts(c model.Config, w ExpertWeights, o Options, req PlacementRequest) (*gpu.PlacementPlan, error) {
+	if err := o.validateExperts(); err != nil {
+		return nil, err
+	}
 	if c.Experts == 0 || w.Total() == 0 {
 		return nil, nil
 	}

@@ -171,6 +171,10 @@ func TestPlanExpertsKeepsAModelThatFits(t *testing.T) {
 	if err != nil || p.HostBlocks != 4 || p.NCPUMoE() != 4 {
 		t.Fatalf("--n-cpu-moe 4: %v %+v", err, p)
 	}
+	// The flags are checked here too (bench capacity plans without Validate).
+	if _, err := PlanExperts(c, w, Options{CPUMoE: true, NCPUMoE: 2}, PlacementRequest{Budget: 20 * gib, KV: c.KVLayout(DefaultPageSize, 1, kvcache.BF16)}); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("--cpu-moe with --n-cpu-moe: %v", err)
+	}
 	// A dense model has nothing to place.
 	fd, cd := shapeOnlyModel(t, "qwen3-tiny", gguf.Q8_0)
 	if p, err := PlanExperts(cd, ReadExpertWeights(fd, cd), Options{}, PlacementRequest{Budget: 8 * gib, KV: cd.KVLayout(DefaultPageSize, 1, kvcache.BF16)}); p != nil || err != nil {
