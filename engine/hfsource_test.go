@@ -35,7 +35,7 @@ func hfDir(t *testing.T, parent, arch string, tokenizer bool) string {
 // with its tokenizer.json and chat template, the tokenizer encodes the
 // fixture text to transformers' ids, and a chat turn generates.
 func TestLoadCheckpointDirectory(t *testing.T) {
-	for _, arch := range []string{"llama", "qwen35moe"} {
+	for _, arch := range []string{"llama", "qwen35moe", "qwen3next"} {
 		t.Run(arch, func(t *testing.T) {
 			dir := hfDir(t, t.TempDir(), arch, true)
 			e, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 512}, nil)

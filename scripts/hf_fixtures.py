@@ -2,7 +2,7 @@
 """Tiny Hugging Face checkpoint directories for the HF model source (issue 16).
 
 Run on a dev machine (CI never runs this); deterministic from fixed seeds. For each arch
-(llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe) it writes engine/hfmodel/testdata/<arch>/:
+(llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next) it writes engine/hfmodel/testdata/<arch>/:
 
   config.json, generation_config.json, model.safetensors   transformers save_pretrained of a
         tiny random model (every parameter randomised, norms included). Stored dtype per arch
@@ -44,9 +44,10 @@ sys.path.insert(0, HERE)
 import qwen35_fixtures as q  # noqa: E402  (tokenizer, template, converter location)
 
 OUT = os.path.normpath(os.path.join(HERE, "..", "engine", "hfmodel", "testdata"))
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"]
 DTYPES = {"llama": "bfloat16", "qwen2": "float16", "qwen3": "float32", "qwen3moe": "bfloat16",
-          "qwen35": "bfloat16", "qwen35moe": "float32"}
+          "qwen35": "bfloat16", "qwen35moe": "float32", "qwen3next": "bfloat16"}
+HYBRID = ("qwen35", "qwen35moe", "qwen3next")
 SHARDED = {"qwen3"}
 FP8 = {"llama_fp8_tensor": ("llama", "tensor"), "qwen3moe_fp8_block": ("qwen3moe", "block")}
 FP8_BLOCK = 8
@@ -87,6 +88,16 @@ def gzip_file(path):
 def make_config(arch, tok):
     import transformers as T
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    if arch == "qwen3next":
+        cfg = T.Qwen3NextConfig(
+            vocab_size=q.VOCAB, hidden_size=16, num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"],
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=8, shared_expert_intermediate_size=8, norm_topk_prob=True, decoder_sparse_step=1,
+            mlp_only_layers=[], full_attention_interval=4, max_position_embeddings=4096, rms_norm_eps=1e-6,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+            eos_token_id=eos, pad_token_id=pad, bos_token_id=None, attn_implementation="eager")
+        return cfg, T.Qwen3NextForCausalLM, "Qwen3NextForCausalLM"
     if arch in ("qwen35", "qwen35moe"):
         hy = dict(vocab_size=q.VOCAB, hidden_size=16, num_hidden_layers=4,
                   layer_types=["linear_attention"] * 3 + ["full_attention"],
@@ -127,7 +138,7 @@ def make_config(arch, tok):
 
 def randomise(arch, model, g, dtype):
     import torch
-    zero_centred = arch in ("qwen35", "qwen35moe")  # (1 + w) norms
+    zero_centred = arch in HYBRID  # (1 + w) norms
     with torch.no_grad():
         for name, p in model.named_parameters():
             s = p.shape
@@ -177,7 +188,7 @@ def build(arch):
             shutil.copy(os.path.join(work, f), tdir)
         ref = cls.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").eval()
         gguf_path = os.path.join(OUT, arch + ".gguf")
-        run_converter(mdir, gguf_path, ["--no-mtp"] if arch in ("qwen35", "qwen35moe") else [])
+        run_converter(mdir, gguf_path, ["--no-mtp"] if arch in HYBRID else [])
         with torch.no_grad():
             logits = ref(input_ids=torch.tensor([ids]), use_cache=False).logits[0].double()
         lp = torch.log_softmax(logits, -1)

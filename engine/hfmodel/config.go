@@ -101,6 +101,7 @@ var archOf = map[string]string{
 	"qwen3_6_moe_text":  "qwen35moe",
 	"qwen3_5moe":        "qwen35moe",
 	"qwen3_5_moe_model": "qwen35moe",
+	"qwen3_next":        "qwen3next",
 }
 
 func supportedTypes() string {
@@ -207,6 +208,9 @@ func (c *hfConfig) rope() (theta, partial float64, sc *ropeParam) {
 	}
 	if theta == 0 {
 		theta = 10000
+	}
+	if partial == 0 && c.ModelType == "qwen3_next" {
+		partial = 0.25 // Qwen3NextConfig's default, as the converter assumes
 	}
 	if partial == 0 {
 		partial = 1

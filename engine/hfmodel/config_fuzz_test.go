@@ -12,7 +12,7 @@ import (
 // accepts them, maps the tensors of the llama fixture under that config:
 // neither may panic, and an accepted config's sizes stay in range.
 func FuzzConfig(f *testing.F) {
-	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct"} {
+	for _, a := range []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct", "qwen3next"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", a, "config.json")); err == nil {
 			f.Add(b)
 		}

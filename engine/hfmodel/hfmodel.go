@@ -304,6 +304,9 @@ const (
 	stackExp               // per-expert matrices stacked
 	splitGate              // fused gate_up [E, 2ff, D]: first half
 	splitUp                // second half
+	splitQKV               // qwen3next in_proj_qkvz, per key head [q k v z]: the q, k, v rows
+	splitZ                 // the z rows
+	convF32                // conv [C,1,K] -> F32 [K] rows per channel, no reorder (qwen3next)
 )
 
 // spec is one GGUF tensor: where its bytes come from and how they change.
@@ -327,8 +330,12 @@ type mapper struct {
 	fp4Scales map[string][]float32
 }
 
-func (m *mapper) hybrid() bool { return m.arch == "qwen35" || m.arch == "qwen35moe" }
-func (m *mapper) moe() bool    { return m.arch == "qwen3moe" || m.arch == "qwen35moe" }
+func (m *mapper) hybrid() bool {
+	return m.arch == "qwen35" || m.arch == "qwen35moe" || m.arch == "qwen3next"
+}
+func (m *mapper) moe() bool {
+	return m.arch == "qwen3moe" || m.arch == "qwen35moe" || m.arch == "qwen3next"
+}
 
 // recurrent reports which blocks are Gated DeltaNet blocks.
 func (m *mapper) recurrent() []bool {
@@ -480,7 +487,7 @@ func (m *mapper) ffnSpecs(add func(spec), p, b string) error {
 		add(spec{name: b + "ffn_down.weight", from: []string{p + "down_proj.weight"}, shape: u(D, ff)})
 		return nil
 	}
-	if m.arch == "qwen3moe" && (len(c.MlpOnlyLayers) > 0 || c.DecoderSparseStep > 1) {
+	if (m.arch == "qwen3moe" || m.arch == "qwen3next") && (len(c.MlpOnlyLayers) > 0 || c.DecoderSparseStep > 1) {
 		return fmt.Errorf("%s: config.json has dense layers among the MoE ones (mlp_only_layers %v, decoder_sparse_step %d); not supported",
 			m.ck.dir, c.MlpOnlyLayers, c.DecoderSparseStep)
 	}
@@ -526,6 +533,20 @@ func (m *mapper) gdnSpecs(add func(spec), p, b string) error {
 			m.ck.dir, hk, hv, dk, dv, K)
 	}
 	qkv := 2*hk*dk + hv*dv
+	if m.arch == "qwen3next" {
+		// HF order, interleaved value-head mapping: no reorder; q, k, v
+		// and z come fused per key head and are split as the converter does.
+		qkvz := u(qkv+hv*dv, D)
+		add(spec{name: b + "attn_qkv.weight", from: []string{p + "in_proj_qkvz.weight"}, shape: qkvz, x: splitQKV})
+		add(spec{name: b + "attn_gate.weight", from: []string{p + "in_proj_qkvz.weight"}, shape: qkvz, x: splitZ})
+		add(spec{name: b + "ssm_ba.weight", from: []string{p + "in_proj_ba.weight"}, shape: u(2*hv, D)})
+		add(spec{name: b + "ssm_conv1d.weight", from: []string{p + "conv1d.weight"}, shape: u(qkv, 1, K), x: convF32, f32: true})
+		add(spec{name: b + "ssm_dt.bias", from: []string{p + "dt_bias"}, shape: u(hv), x: toF32, f32: true})
+		add(spec{name: b + "ssm_a", from: []string{p + "A_log"}, shape: u(hv), x: negExp, f32: true})
+		add(spec{name: b + "ssm_norm.weight", from: []string{p + "norm.weight"}, shape: u(dv), x: toF32, f32: true})
+		add(spec{name: b + "ssm_out.weight", from: []string{p + "out_proj.weight"}, shape: u(D, hv*dv)})
+		return nil
+	}
 	add(spec{name: b + "attn_qkv.weight", from: []string{p + "in_proj_qkv.weight"}, shape: u(qkv, D), x: vRows})
 	add(spec{name: b + "attn_gate.weight", from: []string{p + "in_proj_z.weight"}, shape: u(hv*dv, D), x: vRows})
 	add(spec{name: b + "ssm_beta.weight", from: []string{p + "in_proj_b.weight"}, shape: u(hv, D), x: vRows})
@@ -577,8 +598,10 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 	sh := s.shape
 	var dims []uint64
 	switch s.x {
-	case vConv:
+	case vConv, convF32:
 		dims = u(int(sh[2]), int(sh[0]))
+	case splitQKV, splitZ:
+		dims = []uint64{sh[1], uint64(len(m.qkvzRows(s.x == splitZ)))}
 	case stackExp:
 		dims = []uint64{sh[1], sh[0], uint64(len(s.from))}
 	case splitGate, splitUp:
@@ -702,6 +725,37 @@ func (m *mapper) vRowPerm(rows int) []int {
 	return m.rowPerm(rows, off, per)
 }
 
+// qkvzRows lists the rows of qwen3next's in_proj_qkvz, grouped per key
+// head as [q(d_k) k(d_k) v(r·d_v) z(r·d_v)] with r = H_v/H_k, that make
+// attn_qkv (all q, then all k, then all v) or, with z, attn_gate.
+func (m *mapper) qkvzRows(z bool) []int {
+	c := m.c
+	hk, dk, vz := c.LinearNumKeyHeads, c.LinearKeyHeadDim, c.LinearNumValueHeads/c.LinearNumKeyHeads*c.LinearValueHeadDim
+	per := 2*dk + 2*vz
+	span := func(off, n int) []int {
+		var rows []int
+		for g := 0; g < hk; g++ {
+			for i := 0; i < n; i++ {
+				rows = append(rows, g*per+off+i)
+			}
+		}
+		return rows
+	}
+	if z {
+		return span(2*dk+vz, vz)
+	}
+	return append(append(span(0, dk), span(dk, dk)...), span(2*dk, vz)...)
+}
+
+// gather returns the rows of b (rowBytes each) listed in rows, in order.
+func gather(b []byte, rowBytes int, rows []int) []byte {
+	out := make([]byte, 0, len(rows)*rowBytes)
+	for _, r := range rows {
+		out = append(out, b[r*rowBytes:(r+1)*rowBytes]...)
+	}
+	return out
+}
+
 func permute(b []byte, rowBytes int, perm []int) []byte {
 	out := make([]byte, len(b))
 	for i, src := range perm {
@@ -770,6 +824,10 @@ func (m *mapper) build(s spec, ti gguf.TensorInfo) ([]byte, error) {
 		C, K := int(sh[0]), int(sh[2])
 		per := c.LinearValueHeadDim
 		return permute(v, 4*K, m.rowPerm(C, C-c.LinearNumValueHeads*per, per)), nil
+	case convF32:
+		return asF32(b)
+	case splitQKV, splitZ:
+		return asF32(gather(b, cols*es, m.qkvzRows(s.x == splitZ)))
 	case vCols:
 		per := c.LinearValueHeadDim
 		cp := m.rowPerm(cols, 0, per)

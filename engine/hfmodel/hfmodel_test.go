@@ -26,7 +26,7 @@ type fixture struct {
 	PPL         float64   `json:"ppl"`
 }
 
-var archs = []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block",
+var archs = []string{"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "llama_fp8_tensor", "qwen3moe_fp8_block", "qwen3next",
 	"llama_nvfp4", "qwen3moe_nvfp4", "qwen3moe_nvfp4_ct", "qwen35moe_nvfp4", "qwen35moe_nvfp4_mixed"}
 
 func readFixture(t *testing.T, arch string) *fixture {

@@ -167,7 +167,8 @@ func (m *mapper) checkFP4(s spec) (gguf.TensorInfo, []float32, error) {
 
 var xformNames = map[xform]string{asIs: "as is", toF32: "F32", plusOne: "1 + w", negExp: "-exp", permQK: "rope row permutation",
 	vRows: "value-head row reorder", vCols: "value-head column reorder", vConv: "conv squeeze", vVecF32: "value-head vector",
-	vNegExp: "-exp(A_log)", stackExp: "expert stacking", splitGate: "fused gate_up split", splitUp: "fused gate_up split"}
+	vNegExp: "-exp(A_log)", stackExp: "expert stacking", splitGate: "fused gate_up split", splitUp: "fused gate_up split",
+	splitQKV: "qkvz split", splitZ: "qkvz split", convF32: "conv squeeze"}
 
 // buildFP4 returns the ggml NVFP4 blocks of an NVFP4 spec: each source
 // repacked, experts concatenated, rows permuted as the transform asks.
