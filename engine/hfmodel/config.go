@@ -9,10 +9,13 @@
 // for llama's adjacent-pair RoPE; for Qwen3.5 (qwen35, qwen35moe) +1 on
 // the zero-centred norms (not the Gated DeltaNet norm), ssm_a = -exp(A_log),
 // the value heads reordered from grouped to tiled, the conv kernel
-// squeezed; experts stacked into [n_expert, ff, dim]. Matrices keep their
-// stored dtype (F32, F16, BF16) and alias the mapped shards unless a
-// transform has to rewrite them; 1-D tensors, the conv kernel and the
-// routers are converted to F32, as the converter does.
+// squeezed; for qwen3next the same without the reorder, in_proj_qkvz split
+// into attn_qkv and attn_gate; experts stacked into [n_expert, ff, dim].
+// Matrices keep their stored dtype (F32, F16, BF16) and alias the mapped
+// shards unless a transform has to rewrite them; 1-D tensors, the conv
+// kernel and the routers are converted to F32, as the converter does. FP8
+// weights are dequantized to F32 (fp8.go); NVFP4 weights are repacked into
+// ggml NVFP4 blocks with a <name>.scale tensor (nvfp4.go).
 package hfmodel
 
 import (
