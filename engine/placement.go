@@ -47,7 +47,7 @@ func ReadExpertWeights(f *gguf.File, c model.Config) ExpertWeights {
 		if blk, ok := blockIndex(ti.Name); ok && blk >= c.Layers {
 			continue // an MTP block: not loaded (model.ReadConfig's WeightBytes skips it too)
 		}
-		if blk, ok := gpu.ExpertTensorBlock(ti.Name); ok {
+		if blk, ok := gpu.ExpertTensorBlock(ti.Name); ok && blk < c.Layers {
 			w.PerBlock[blk] += int64(ti.Bytes())
 			continue
 		}

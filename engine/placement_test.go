@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -252,6 +253,21 @@ func TestParseExpertRun(t *testing.T) {
 	for s, want := range map[string]gpu.HostRun{"": gpu.HostAuto, "auto": gpu.HostAuto, "cpu": gpu.HostCPU, " Stream ": gpu.HostStream} {
 		if got, err := ParseExpertRun(s); err != nil || got != want {
 			t.Errorf("%q: %v %v", s, got, err)
+		}
+	}
+}
+
+// Tensor names are untrusted: block numbers past the trunk, overlong or
+// odd ones never index past the per-block table.
+func TestReadExpertWeightsOddNames(t *testing.T) {
+	f, c := shapeOnlyModel(t, "qwen3moe-tiny", gguf.Q8_0)
+	base := ReadExpertWeights(f, c)
+	for _, name := range []string{"blk.99999999999.ffn_up_exps.weight", "blk.2147483648.ffn_gate_exps.weight", "blk.007.ffn_down_exps.weight", "blk..ffn_up_exps.weight"} {
+		g := *f
+		g.Tensors = append(slices.Clone(f.Tensors), gguf.TensorInfo{Name: name, Dims: []uint64{32, 2}, Type: gguf.F32})
+		w := ReadExpertWeights(&g, c)
+		if w.Total() != base.Total() || len(w.PerBlock) != c.Layers {
+			t.Errorf("%s: experts %d (was %d), %d blocks", name, w.Total(), base.Total(), len(w.PerBlock))
 		}
 	}
 }
