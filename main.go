@@ -79,6 +79,7 @@ then the config file, then defaults.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := cli.ConfigFrom(v)
 			cfg.Files, _ = cmd.Flags().GetStringArray("file")
+			cfg.Remote = cli.RemoteFrom(v)
 			return cli.Chat(cmd.Context(), cfg, strings.Join(args, " "))
 		},
 	}
@@ -86,6 +87,7 @@ then the config file, then defaults.`,
 	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (default $XDG_CONFIG_HOME/ftchat/config.yaml)")
 	cli.EngineFlags(root.PersistentFlags())
 	cli.ChatFlags(root.Flags())
+	cli.RemoteFlags(root.Flags())
 	root.AddCommand(cli.Commands(v)...)
 	return root
 }

@@ -76,7 +76,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 		return err
 	}
 	tools.AllowShellEnv(cfg.ShellEnv...)
-	eng, err := loadEngine(ctx, cfg, printMode)
+	eng, err := openEngine(ctx, cfg, printMode) // in-process, or the --engine server
 	if err != nil {
 		return err
 	}
@@ -87,10 +87,7 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 			return err
 		}
 	}
-	sess := eng.NewSession()
-	defer sess.Close()
-
-	info := eng.Info()
+	sess := eng.sess
 	approval := "writes and commands ask first"
 	switch {
 	case cfg.Yolo:
@@ -100,16 +97,16 @@ func agentMain(ctx context.Context, cfg Config, prompt string, pio agentIO) erro
 	}
 	// The engine offers the tools in the template's own format, or inlines
 	// them into the system prompt when the template has none.
-	header := fmt.Sprintf("[agent] %s in %s · %d tools · %s", info.Name, ws.Root(), len(tools.Defs()), approval)
+	header := fmt.Sprintf("[agent] %s in %s · %d tools · %s", eng.name, ws.Root(), len(tools.Defs()), approval)
 	newAgent := func(sink agent.Sink, approver agent.Approver) (*agent.Agent, error) {
 		ac := agentConfig(cfg)
-		ac.Gen, ac.Fit, ac.Tools, ac.Approver, ac.Sink, ac.System = sess, eng, tools, approver, sink, system
+		ac.Gen, ac.Fit, ac.Tools, ac.Approver, ac.Sink, ac.System = sess, eng.eng, tools, approver, sink, system
 		return agent.New(ac)
 	}
 	if !printMode {
 		return pio.runTUI(ctx, ui.Config{
-			Engine: eng, Session: sess,
-			ModelInfo:     fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
+			Engine: eng.eng, Session: sess,
+			ModelInfo:     eng.info,
 			Piped:         piped,
 			PipedFrom:     pipedFrom,
 			InitialPrompt: prompt,

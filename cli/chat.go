@@ -37,15 +37,12 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		return err
 	}
 	printMode := cfg.Print || !isTerminal(os.Stdout)
-	eng, err := loadEngine(ctx, cfg, printMode)
+	eng, err := openEngine(ctx, cfg, printMode) // in-process, or the --engine server
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	sess := eng.NewSession()
-	defer sess.Close()
-	info := eng.Info()
-	modelInfo := fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device)
+	modelInfo := eng.info
 	if printMode && cfg.Verbose {
 		fmt.Fprintf(os.Stderr, "ftchat: %s · temperature %g · %s\n", modelInfo, cfg.Sampling.Temperature, seedNote(cfg))
 	}
@@ -53,7 +50,7 @@ func Chat(ctx context.Context, cfg Config, prompt string) error {
 		modelInfo += " · " + seedNote(cfg)
 	}
 	uc := ui.Config{
-		Engine: eng, Session: sess,
+		Engine: eng.eng, Session: eng.sess,
 		ModelInfo:     modelInfo,
 		Piped:         piped,
 		PipedFrom:     pipedFrom,

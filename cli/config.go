@@ -52,6 +52,9 @@ type Config struct {
 
 	AgentMaxSteps int // model turns per agent request
 
+	// Remote, when its URL is set, runs against a server (--engine).
+	Remote RemoteConfig
+
 	// Files are attached to the first message as context (--file, -f;
 	// command line only). Set by the root command from its flag.
 	Files []string

@@ -417,6 +417,9 @@ func (m *model) dialogNotice() string {
 // full in agent mode; "" otherwise. The pool fills by pages, so the fuller
 // of tokens/capacity and pages/total counts (the bar shows pages).
 func contextWarning(s engine.Stats) string {
+	if s.Remote != "" {
+		return "" // a server's pool is shared by its clients, and nothing is dropped here to fit it
+	}
 	frac := 0.0
 	if s.TokensCapacity > 0 {
 		frac = float64(s.TokensUsed) / float64(s.TokensCapacity)

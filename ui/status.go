@@ -82,6 +82,9 @@ func bar(frac float64, width int) string {
 // statusSegments are the status pane's items, grouped in lines that wrap
 // as a whole when the terminal is narrow.
 func statusSegments(s engine.Stats) [][]string {
+	if s.Remote != "" {
+		return remoteSegments(s) // ftchat --engine: the server's numbers
+	}
 	// The bar and its percentage count tokens, like the numbers beside
 	// them (pages would disagree: a page is used by its first token).
 	frac := 0.0
@@ -263,6 +266,9 @@ func layoutSegments(groups [][]string, width int, st styles) []string {
 
 // statsTable is the full /stats output.
 func statsTable(s engine.Stats) string {
+	if s.Remote != "" {
+		return remoteStatsTable(s)
+	}
 	rows := [][2]string{
 		{"model", s.Model},
 		{"device", s.Device},

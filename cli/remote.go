@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/agent"
+	"github.com/ftchat/ftchat/engine/remote"
+	"github.com/ftchat/ftchat/ui"
+)
+
+// RemoteConfig points the chat, -p and the agent at an OpenAI-compatible
+// server instead of loading a model (--engine).
+type RemoteConfig struct {
+	URL     string // API base; "" runs the model in-process
+	APIKey  string
+	Model   string // "" takes the first model the server lists
+	Timeout time.Duration
+}
+
+// RemoteFlags belong to the chat (root) command. --api-key is also a flag
+// of `ftchat serve`, for the key it requires; here it is the key sent.
+func RemoteFlags(f *pflag.FlagSet) {
+	f.String("engine", "", "run against an OpenAI-compatible server at this API base instead of loading a model, e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, llama-server, ollama, ftchat serve)")
+	f.String("api-key", "", "--engine: the server's API key, sent as 'Authorization: Bearer KEY'")
+	f.String("remote-model", "", "--engine: the model to ask the server for (default: the first one its /v1/models lists)")
+	f.Duration("remote-timeout", 5*time.Minute, "--engine: give up when the server is silent this long (connecting, before the first token, between tokens)")
+}
+
+func init() {
+	settingChecks["remote-timeout"] = func(s string) string {
+		d, err := time.ParseDuration(s)
+		if err == nil && d <= 0 {
+			return "not above 0 (give a duration like 30s or 5m)"
+		}
+		return ""
+	}
+}
+
+// RemoteFrom reads the --engine settings.
+func RemoteFrom(v *viper.Viper) RemoteConfig {
+	return RemoteConfig{
+		URL:     strings.TrimSpace(v.GetString("engine")),
+		APIKey:  v.GetString("api-key"),
+		Model:   v.GetString("remote-model"),
+		Timeout: v.GetDuration("remote-timeout"),
+	}
+}
+
+// chatSession is what the chat and the agent drive: *engine.Session or
+// *remote.Session.
+type chatSession interface {
+	ui.Session
+	agent.Generator
+	Close()
+}
+
+// openedEngine is the engine of one run, in-process or remote.
+type openedEngine struct {
+	eng  ui.Engine // also the agent's Fitter
+	sess chatSession
+	name string // the model's name
+	info string // the /model line
+	done func()
+}
+
+func (o *openedEngine) Close() {
+	o.sess.Close()
+	o.done()
+}
+
+// openEngine loads the model, or with --engine connects to the server
+// (and loads nothing).
+func openEngine(ctx context.Context, cfg Config, quiet bool) (*openedEngine, error) {
+	if cfg.Remote.URL != "" {
+		r, err := remote.Dial(ctx, remote.Options{URL: cfg.Remote.URL, APIKey: cfg.Remote.APIKey, Model: cfg.Remote.Model, Timeout: cfg.Remote.Timeout})
+		if err != nil {
+			return nil, err
+		}
+		info := fmt.Sprintf("%s on the remote engine %s", r.Model(), r.URL())
+		if n := r.ContextLen(); n > 0 {
+			info += fmt.Sprintf(" · context %d tokens", n)
+		}
+		if ms := r.Models(); len(ms) > 1 {
+			info += fmt.Sprintf(" · it also serves %s (--remote-model)", strings.Join(others(ms, r.Model(), 8), ", "))
+		}
+		info += " · the server owns the KV cache; top-k, min-p and the repeat penalty are not sent (not in the OpenAI API)"
+		return &openedEngine{eng: r, sess: r.NewSession(), name: r.Model(), info: info, done: r.Close}, nil
+	}
+	eng, err := loadEngine(ctx, cfg, quiet)
+	if err != nil {
+		return nil, err
+	}
+	info := eng.Info()
+	return &openedEngine{
+		eng: eng, sess: eng.NewSession(), name: info.Name, done: func() { eng.Close() },
+		info: fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
+	}, nil
+}
+
+// others is models without self, at most n.
+func others(models []string, self string, n int) []string {
+	var out []string
+	for _, m := range models {
+		if m != self {
+			out = append(out, m)
+		}
+	}
+	if len(out) > n {
+		out = append(out[:n:n], "…")
+	}
+	return out
+}
