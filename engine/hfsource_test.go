@@ -231,3 +231,26 @@ func TestGenerationConfigEOS(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadNVFP4CheckpointDirectory: NVFP4 checkpoints (compressed-tensors;
+// ModelOpt MIXED_PRECISION with FP8 attention) load through the engine on
+// the CPU and a chat turn generates.
+func TestLoadNVFP4CheckpointDirectory(t *testing.T) {
+	for name, arch := range map[string]string{"qwen3moe_nvfp4_ct": "qwen3moe", "qwen35moe_nvfp4_mixed": "qwen35moe"} {
+		t.Run(name, func(t *testing.T) {
+			dir := hfDir(t, t.TempDir(), name, true)
+			e, err := Load(context.Background(), Options{Model: dir, Device: "cpu", KVTokens: 256}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if e.Info().Arch != arch {
+				t.Errorf("arch %q, want %q", e.Info().Arch, arch)
+			}
+			_, done := collect(t, e.NewSession().Generate(context.Background(), greedy(4, Message{Role: "user", Content: "hi"})))
+			if done.Stop != StopEOS && done.Stop != StopMaxTokens {
+				t.Fatalf("stop = %s", done.Stop)
+			}
+		})
+	}
+}

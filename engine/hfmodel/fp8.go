@@ -38,6 +38,7 @@ func (c *hfConfig) readQuant(path string) error {
 		Format    string `json:"format"`
 		BlockSize []int  `json:"weight_block_size"`
 		Groups    map[string]struct {
+			Format  string `json:"format"`
 			Weights *struct {
 				Type      string `json:"type"`
 				NumBits   int    `json:"num_bits"`
@@ -74,7 +75,13 @@ func (c *hfConfig) readQuant(path string) error {
 			return refuse(", quant_algo " + q.Algo)
 		}
 	case "compressed-tensors":
-		if q.Format == "nvfp4-pack-quantized" {
+		// "mixed-precision" whose every group is nvfp4-pack-quantized is
+		// NVFP4 too, as the converter reads it.
+		allFP4 := len(q.Groups) > 0
+		for _, g := range q.Groups {
+			allFP4 = allFP4 && g.Format == "nvfp4-pack-quantized"
+		}
+		if q.Format == "nvfp4-pack-quantized" || q.Format == "mixed-precision" && allFP4 {
 			for name, g := range q.Groups {
 				if w := g.Weights; w == nil || w.Type != "float" || w.NumBits != 4 || (w.GroupSize != 0 && w.GroupSize != 16) {
 					return refuse(", format nvfp4-pack-quantized, config group " + name + " weights not 4-bit float in groups of 16")

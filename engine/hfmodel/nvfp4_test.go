@@ -122,3 +122,41 @@ func TestNVFP4NaNBlockScale(t *testing.T) {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 }
+
+// TestCompressedTensorsMixedPrecision: a compressed-tensors config of
+// format "mixed-precision" whose groups are all nvfp4-pack-quantized reads
+// as NVFP4 (the tensors equal the plain format's); one with another group
+// format is refused.
+func TestCompressedTensorsMixedPrecision(t *testing.T) {
+	d := copyDir(t, "qwen3moe_nvfp4_ct")
+	editConfig(t, d, func(c map[string]any) { c["quantization_config"].(map[string]any)["format"] = "mixed-precision" })
+	f, err := hfmodel.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := hfmodel.Open(filepath.Join("testdata", "qwen3moe_nvfp4_ct"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if len(f.Tensors) != len(g.Tensors) {
+		t.Fatalf("%d tensors, plain format %d", len(f.Tensors), len(g.Tensors))
+	}
+	for _, ti := range g.Tensors {
+		a, _ := f.TensorData(ti)
+		b, _ := g.TensorData(ti)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("tensor %s differs", ti.Name)
+		}
+	}
+	editConfig(t, d, func(c map[string]any) {
+		c["quantization_config"].(map[string]any)["config_groups"].(map[string]any)["group_0"].(map[string]any)["format"] = "float-quantized"
+	})
+	if f, err := hfmodel.Open(d); err == nil {
+		f.Close()
+		t.Fatal("a mixed-precision config with a float-quantized group opened as NVFP4")
+	} else if !strings.Contains(err.Error(), `format mixed-precision`) {
+		t.Fatalf("error %q does not name the format", err)
+	}
+}
