@@ -176,6 +176,7 @@ type hostExperts struct {
 	layers map[int]*hostLayer
 	order  []int // host layer indices, sorted (built at the first call)
 	cpu    *cpu.Backend
+	pool   *hostPool // the CPU path's workers (offload_cpu.go), started at its first call
 	regs   []uintptr // registered host ranges (cuMemHostUnregister at close)
 	pinAll bool      // every host tensor registered so far
 
@@ -191,6 +192,7 @@ type hostLayer struct {
 	index          int
 	router         model.Weight // the CPU backend's view of ffn_gate_inp
 	gate, up, down *hostWeight
+	cpuState       *hostMoEState // the CPU path's views and scratch (device thread)
 }
 
 // hostWeight is a stacked-experts tensor kept in host RAM.
@@ -401,6 +403,10 @@ func (b *Backend) closeHost(c *Ctx) {
 		}
 	}
 	clear(h.cpuTen)
+	if h.pool != nil {
+		h.pool.close()
+		h.pool = nil
+	}
 	if h.cpu != nil {
 		h.cpu.Close()
 		h.cpu = nil
@@ -459,6 +465,11 @@ func (b *Backend) moeHost(dst, x model.Tensor, m *model.MoE) bool {
 	return true
 }
 
+// hostMoEReference runs the CPU path through the CPU backend's own MoE
+// instead of hostMoE (FTCHAT_HOST_MOE=reference: the same results, one
+// parallel loop per expert matmul; for comparing speed).
+var hostMoEReference = os.Getenv("FTCHAT_HOST_MOE") == "reference"
+
 // moeOnCPU is the CPU path (device thread): x down to pinned memory, the
 // CPU backend's MoE over the host weights, the result queued back.
 func (b *Backend) moeOnCPU(c *Ctx, d, s *Tensor, l *hostLayer, m *model.MoE) error {
@@ -473,8 +484,12 @@ func (b *Backend) moeOnCPU(c *Ctx, d, s *Tensor, l *hostLayer, m *model.MoE) err
 		return err
 	}
 	xt, yt := h.cpuTensors(n, dim)
-	h.cpu.MoE(yt, xt, &model.MoE{Router: l.router, Gate: l.gate.cpu, Up: l.up.cpu, Down: l.down.cpu,
-		Experts: m.Experts, TopK: m.TopK, NormTopK: m.NormTopK})
+	if hostMoEReference {
+		h.cpu.MoE(yt, xt, &model.MoE{Router: l.router, Gate: l.gate.cpu, Up: l.up.cpu, Down: l.down.cpu,
+			Experts: m.Experts, TopK: m.TopK, NormTopK: m.NormTopK})
+	} else if err := h.hostMoE(yt, xt, l, m); err != nil {
+		return err
+	}
 	// Asynchronous: the next use of pinY follows a synchronous download,
 	// which waits for this copy (also when it is part of a recorded step).
 	if err := c.CopyToDeviceAsync(d.buf.Ptr, h.pinY.p, nb); err != nil {

@@ -3,8 +3,10 @@ package gpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
+	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/model"
 )
@@ -81,4 +83,55 @@ func BenchmarkHostExperts(b *testing.B) {
 	}
 	st = g.OffloadStats()
 	b.Logf("stats %+v", st)
+}
+
+// BenchmarkHostMoECPU times the CPU path's MoE (hostMoE) against the CPU
+// backend's MoE over the same Qwen3.6-35B-A3B-shaped Q4_K block (no GPU
+// needed), on all host cores. On one core both take the same time (the
+// same dots); the phases are for many cores (fewer, larger parallel
+// loops).
+func BenchmarkHostMoECPU(b *testing.B) {
+	const E, dim, ff, K = 256, 2048, 512, 8
+	r := rand.New(rand.NewPCG(9, 10))
+	hm := newHostMoE(r, 0, moeCase{gguf.Q4_K, gguf.Q4_K}, E, dim, ff)
+	h := &hostExperts{cpu: cpu.New(cpu.Options{Threads: runtime.NumCPU()}), pool: newHostPool(runtime.NumCPU())}
+	defer h.cpu.Close()
+	l := &hostLayer{}
+	var ws [4]model.Weight
+	for i := range 4 {
+		w, err := h.cpu.LoadWeight(hm.infos[i], hm.raws[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws[i] = w
+		if i == 0 {
+			l.router = w
+			continue
+		}
+		info := hm.infos[i]
+		rows := int(info.Elements() / info.Dims[0])
+		hw := &hostWeight{info: info, raw: hm.raws[i], rows: rows, cols: int(info.Dims[0]), rowBytes: int64(len(hm.raws[i]) / rows), cpu: w, host: h}
+		*[]**hostWeight{&l.gate, &l.up, &l.down}[i-1] = hw
+	}
+	m := &model.MoE{Router: ws[0], Gate: ws[1], Up: ws[2], Down: ws[3], Experts: E, TopK: K, NormTopK: true}
+	for _, n := range []int{1, 8, 64} {
+		x := h.cpu.NewTensor(n, dim).(*cpu.Tensor)
+		copy(x.Data, randVec(r, n*dim, 1))
+		y := h.cpu.NewTensor(n, dim).(*cpu.Tensor)
+		b.Run(fmt.Sprintf("phases/rows=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := h.hostMoE(y, x, l, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("reference/rows=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h.cpu.MoE(y, x, m)
+			}
+		})
+	}
+	if h.pool != nil {
+		h.pool.close()
+	}
 }

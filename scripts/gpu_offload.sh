@@ -21,6 +21,9 @@
 #   cpu        the same placement, every call on the CPU (--expert-run cpu),
 #              depths CPU_DEPTHS (0: filling a deep context on the CPU takes
 #              minutes; its decode is what auto's decode runs)
+#   auto-ref   auto with FTCHAT_HOST_MOE=reference: the CPU path through the
+#              CPU backend's own MoE (same results, one parallel loop per
+#              expert matmul) instead of the phased one, to compare
 #   cpu-moe    every block's experts in host RAM (--cpu-moe), auto run
 # Then llama-bench -ngl 99 -fa 1 -p 512 -n DECODE -d DEPTHS with f16 and q8_0
 # KV (it has no fp8 KV) for each --n-cpu-moe in LLAMA_NCMOE (default: all
@@ -29,7 +32,7 @@
 #
 # Environment: OUT (.gpu/out/offload), GPU_MEMORY (8GiB), PREFILL (512),
 # DECODE (64), REPS (3), T_BENCH (seconds per bench command, 300),
-# RUNS ("auto stream cpu cpu-moe"), LLAMA_BENCH, LLAMA_NCMOE, LLAMA_REPS (3).
+# RUNS ("auto auto-ref stream cpu cpu-moe"), LLAMA_BENCH, LLAMA_NCMOE, LLAMA_REPS (3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FTCHAT=${1:-.gpu/ftchat}
@@ -45,7 +48,7 @@ PREFILL=${PREFILL:-512}
 DECODE=${DECODE:-64}
 REPS=${REPS:-3}
 T_BENCH=${T_BENCH:-300}
-RUNS=${RUNS:-auto stream cpu cpu-moe}
+RUNS=${RUNS:-auto auto-ref stream cpu cpu-moe}
 mkdir -p "$OUT"
 stamp() { echo "[offload $(date -u +%T)] $*"; }
 
@@ -78,11 +81,14 @@ for run in $RUNS; do
   stream) flags=(--expert-run stream) ;;
   cpu) flags=(--expert-run cpu); depths=$CPU_DEPTHS ;;
   cpu-moe) flags=(--cpu-moe --expert-run auto) ;;
-  *) echo "gpu_offload: unknown run $run (auto, stream, cpu, cpu-moe)" >&2; continue ;;
+  auto-ref) ;;
+  *) echo "gpu_offload: unknown run $run (auto, auto-ref, stream, cpu, cpu-moe)" >&2; continue ;;
   esac
+  env=()
+  [ "$run" = auto-ref ] && env=(FTCHAT_HOST_MOE=reference)
   for rep in $(seq 1 "$REPS"); do
     stamp "bench speed $run rep $rep: ${flags[*]} depths $depths" | tee -a "$OUT/speed.log"
-    timeout "$T_BENCH" "$FTCHAT" bench speed --model "$MODEL" --device cuda --gpu-memory "$GPU_MEMORY" --ctx-size "$CTX" \
+    env "${env[@]}" timeout "$T_BENCH" "$FTCHAT" bench speed --model "$MODEL" --device cuda --gpu-memory "$GPU_MEMORY" --ctx-size "$CTX" \
       "${flags[@]}" --depths "$depths" --dtypes "$DTYPES" --prefill "$PREFILL" --decode "$DECODE" \
       >"$OUT/speed-$run-$rep.txt" 2>&1
     rc=$?
