@@ -56,6 +56,9 @@ type Batcher struct {
 
 	wake chan struct{}
 	done chan struct{}
+
+	vocabOnce sync.Once
+	vocab     *sample.Vocab // for JSON constraints, built on first use
 }
 
 // BatcherOptions bound the batcher's work.
@@ -95,6 +98,12 @@ type BatchRequest struct {
 	// TopLogprobs (0..20) for that many most likely alternatives.
 	Logprobs    bool
 	TopLogprobs int
+	// JSON, when set, constrains the answer to a JSON document of this
+	// schema (sample.AnyJSONObject for any object): tokens that would
+	// break it are masked out before sampling, and the answer ends when
+	// the document does. Not with Tools, nor with a prompt that opens the
+	// model's thinking (the constraint would apply to the thinking).
+	JSON *sample.Schema
 }
 
 // MaxTopLogprobs bounds BatchRequest.TopLogprobs.
@@ -199,6 +208,8 @@ type batchSeq struct {
 	admitted   bool
 
 	sampler  *sample.Sampler
+	json     *sample.JSONConstraint // nil without BatchRequest.JSON
+	masked   []float32              // the logits after the JSON mask
 	stopper  *sample.Stopper
 	dec      *tokenizer.StreamDecoder
 	parser   *outputParser
@@ -322,6 +333,15 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 		sampler: sp, stopper: sample.NewStopper(e.tok.EOGs(), req.Sampling.Stop),
 		dec: e.tok.NewStreamDecoder(), parser: newOutputParser(e.tmpl, text, len(req.Tools) > 0, req.Tools...),
 	}
+	if req.JSON != nil {
+		switch {
+		case len(req.Tools) > 0:
+			return nil, errors.New("a JSON response format cannot be combined with tools: the constraint leaves no room for a call")
+		case chat.PromptOpensThinking(text):
+			return nil, errors.New("a JSON response format is not supported with a prompt that opens the model's thinking: the constraint would apply to the thinking")
+		}
+		s.json = sample.NewJSONConstraint(b.jsonVocab(), req.JSON)
+	}
 	if ct, ok := e.tmpl.(*chatTemplate); ok && len(req.Tools) > 0 &&
 		(ct.format == chat.ToolHermes || ct.format == chat.ToolNone) { // ToolNone: Hermes, inlined
 		s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text)}
@@ -362,6 +382,19 @@ func (e *Engine) batchSnapshots(at []int) []int {
 		}
 	}
 	return out
+}
+
+// jsonVocab is the tokenizer's vocabulary prepared for JSON masks: text
+// and byte tokens only (never control tokens), end-of-generation apart.
+func (b *Batcher) jsonVocab() *sample.Vocab {
+	b.vocabOnce.Do(func() {
+		tok := b.e.tok
+		b.vocab = sample.NewVocab(tok.VocabSize(), tok.TokenBytes, func(id int32) bool {
+			t := tok.Type(id)
+			return t == tokenizer.TypeNormal || t == tokenizer.TypeByte
+		}, tok.EOGs())
+	})
+	return b.vocab
 }
 
 // fitsAlone checks that a prompt of n tokens leaves room for one token in
@@ -955,7 +988,18 @@ func (b *Batcher) preempt(s *batchSeq) {
 // does; it reports whether s goes on (its token was added to hist).
 func (b *Batcher) sampleNext(s *batchSeq, lg []float32) bool {
 	e := b.e
-	id := s.sampler.Sample(lg, s.hist)
+	var id int32
+	if s.json != nil {
+		s.masked = append(s.masked[:0], lg...)
+		s.json.Mask(s.masked)
+		id = s.sampler.Sample(s.masked, s.hist)
+		if err := s.json.Accept(id); err != nil {
+			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
+			return false
+		}
+	} else {
+		id = s.sampler.Sample(lg, s.hist)
+	}
 	if s.req.Logprobs {
 		s.logprobs = append(s.logprobs, tokenLogprob(e.tok, lg, id, s.req.TopLogprobs))
 	}

@@ -143,6 +143,20 @@ def openai_tools_stream():
 
 
 @check
+def openai_json_modes():
+    r = oa.chat.completions.create(model=MODEL, temperature=0, max_tokens=120, response_format={"type": "json_object"},
+                                   messages=[{"role": "user", "content": "Give me the name and age of a person as JSON."}])
+    assert isinstance(json.loads(r.choices[0].message.content), dict), r
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"enum": ["France", "Spain"]}},
+              "required": ["city", "country"], "additionalProperties": False}
+    r = oa.chat.completions.create(model=MODEL, temperature=0, max_tokens=80,
+                                   response_format={"type": "json_schema", "json_schema": {"name": "place", "strict": True, "schema": schema}},
+                                   messages=[{"role": "user", "content": "Where is Paris? Answer as JSON with city and country."}])
+    got = json.loads(r.choices[0].message.content)
+    assert set(got) == {"city", "country"} and isinstance(got["city"], str) and got["country"] in ("France", "Spain"), got
+
+
+@check
 def openai_errors():
     try:
         oa.chat.completions.create(model="gpt-nope", messages=QUESTION, max_tokens=5)
@@ -150,10 +164,11 @@ def openai_errors():
     except openai.NotFoundError as e:
         assert "gpt-nope" in str(e), e
     try:
-        oa.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=5, response_format={"type": "json_object"})
-        raise AssertionError("json_object accepted")
+        oa.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "email"}}})
+        raise AssertionError("json_schema with format accepted")
     except openai.BadRequestError as e:
-        assert "constrained decoding" in str(e), e
+        assert "unsupported keyword format" in str(e), e
     bad = openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0)
     try:
         bad.models.list()

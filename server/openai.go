@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/engine/sample"
 )
 
 // OpenAI chat completions: request types.
@@ -37,7 +38,14 @@ type oaStreamOptions struct {
 }
 
 type oaResponseFormat struct {
-	Type string `json:"type"`
+	Type       string        `json:"type"`
+	JSONSchema *oaJSONSchema `json:"json_schema"`
+}
+
+type oaJSONSchema struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict *bool           `json:"strict"`
 }
 
 type oaMessage struct {
@@ -70,6 +78,31 @@ type oaTool struct {
 		Description string          `json:"description"`
 		Parameters  json.RawMessage `json:"parameters"`
 	} `json:"function"`
+}
+
+// responseFormat compiles response_format into the answer's JSON
+// constraint (nil for text).
+func responseFormat(rf *oaResponseFormat) (*sample.Schema, *apiError) {
+	switch rf.Type {
+	case "", "text":
+		return nil, nil
+	case "json_object":
+		return sample.AnyJSONObject(), nil
+	case "json_schema":
+		if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 || string(rf.JSONSchema.Schema) == "null" {
+			return nil, badRequest("response_format.json_schema.schema", "response_format json_schema needs json_schema.schema (a JSON Schema object)")
+		}
+		var m map[string]any
+		if err := json.Unmarshal(rf.JSONSchema.Schema, &m); err != nil {
+			return nil, badRequest("response_format.json_schema.schema", "response_format.json_schema.schema: expected a JSON Schema object")
+		}
+		js, err := sample.CompileJSONSchema(m)
+		if err != nil {
+			return nil, badRequest("response_format.json_schema.schema", "%s", err.Error())
+		}
+		return js, nil
+	}
+	return nil, badRequest("response_format", "response_format type %q: supported are text, json_object and json_schema", truncate(rf.Type, 40))
 }
 
 // chatParams is a parsed, checked chat completions request.
@@ -106,13 +139,11 @@ func parseChatRequest(body []byte, lim Limits) (*chatParams, *apiError) {
 		}
 	}
 	if r.ResponseFormat != nil {
-		switch r.ResponseFormat.Type {
-		case "", "text":
-		case "json_object", "json_schema":
-			return nil, badRequest("response_format", "response_format %s is not supported: this server has no constrained decoding, so it cannot guarantee JSON; ask for JSON in the prompt and parse the text", r.ResponseFormat.Type)
-		default:
-			return nil, badRequest("response_format", "response_format type %q: supported is text", truncate(r.ResponseFormat.Type, 40))
+		js, err := responseFormat(r.ResponseFormat)
+		if err != nil {
+			return nil, err
 		}
+		p.req.JSON = js
 	}
 	if err := checkRange(r.Temperature, "temperature", 0, 2); err != nil {
 		return nil, err

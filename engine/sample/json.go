@@ -268,7 +268,7 @@ type jsonState struct {
 	aux    int8
 	mode   jsonMode
 	isKey  bool
-	ws     int // consecutive structural whitespace bytes
+	ws     int // consecutive structural whitespace bytes; in a number, its length
 }
 
 func newJSONState(root *Schema) jsonState { return jsonState{mode: modeValue, want: root} }
@@ -276,8 +276,10 @@ func newJSONState(root *Schema) jsonState { return jsonState{mode: modeValue, wa
 func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // step consumes byte c; false when no accepted document has the bytes so
-// far followed by c. maxWS > 0 bounds runs of whitespace between tokens
-// of the document (a generation limit, not JSON's).
+// far followed by c. maxWS > 0 sets generation limits that JSON does not
+// have: runs of whitespace between tokens of the document at most maxWS
+// bytes, numbers at most maxNumberLen (a model cannot spend its tokens on
+// indentation or digits forever).
 func (st jsonState) step(c byte, maxWS int) (jsonState, bool) {
 	for {
 		switch st.mode {
@@ -321,13 +323,15 @@ func (st jsonState) step(c byte, maxWS int) (jsonState, bool) {
 			}
 			return st, true
 		case modeNumber:
-			if next, ok := numberStep(st.aux, c, st.want.kind == kindInteger); ok {
+			if next, ok := numberStep(st.aux, c, st.want.kind == kindInteger); ok && (maxWS <= 0 || st.ws < maxNumberLen) {
 				st.aux = next
+				st.ws++
 				return st, true
 			}
 			if !numberDone(st.aux) {
 				return st, false
 			}
+			st.ws = 0
 			st = st.valueDone()
 			continue // c follows the number
 		case modeLiteral:
@@ -484,7 +488,7 @@ func (st jsonState) startValue(c byte) (jsonState, bool) {
 		}
 		st.mode, st.aux = modeNumber, 0
 		ph, _ := numberStep(0, c, st.want.kind == kindInteger)
-		st.aux = ph
+		st.aux, st.ws = ph, 1
 		return st, true
 	case w.kind == kindLiteral || w.kind == kindAny && (c == 't' || c == 'f' || c == 'n'):
 		lits := w.lits
@@ -627,6 +631,9 @@ func NewVocab(n int, bytesOf func(id int32) []byte, text func(id int32) bool, eo
 // maxJSONWhitespace bounds runs of whitespace in a generated document, so
 // a model cannot spend its tokens on indentation forever.
 const maxJSONWhitespace = 32
+
+// maxNumberLen bounds a generated number's bytes (see step).
+const maxNumberLen = 20
 
 // JSONConstraint masks logits so that the sampled text is a document of
 // its schema, then allows only end-of-generation tokens.
