@@ -98,8 +98,7 @@ func openEngine(ctx context.Context, cfg Config, quiet bool) (*openedEngine, err
 	}
 	info := eng.Info()
 	return &openedEngine{
-		eng: eng, sess: eng.NewSession(), name: info.Name, done: func() { eng.Close() },
-		info: fmt.Sprintf("%s (%s) · %s · context %d tokens · template: %s · %s · device: %s", info.Name, info.Arch, info.Params, info.ContextLen, info.Template, info.Path, info.Device),
+		eng: eng, sess: eng.NewSession(), name: info.Name, info: ui.DescribeModel(info), done: func() { eng.Close() },
 	}, nil
 }
 
