@@ -221,8 +221,8 @@ type generation struct {
 	usage     *oaUsage
 	finish    string
 	parser    *chat.StreamParser // prompt-format tool calls in the text
-	calls     []*pendingCall // native tool_calls, by index
-	textCalls int            // calls the parser found in the text
+	calls     []*pendingCall     // native tool_calls, by index
+	textCalls int                // calls the parser found in the text
 	nextStats time.Time
 }
 
