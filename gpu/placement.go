@@ -105,7 +105,7 @@ type PlacementPlan struct {
 	DeviceBlocks, HostBlocks   int
 	// Staging is the device buffer streamed experts pass through
 	// (StreamStagingBytes of the largest host block); 0 without host
-	// blocks.
+	// blocks or with Run HostCPU (nothing streams).
 	Staging int64
 	// Spare is what the budget leaves after everything above: the KV pool
 	// takes it too (more tokens than the requested context).
@@ -157,8 +157,8 @@ var ErrPlacement = fmt.Errorf("%w: expert placement", ErrBudget)
 // Device memory goes, in order, to the dense weights, the KV pool for the
 // requested context, the recurrent state, the workspace and the reserve;
 // then to the experts, whole blocks, the last blocks first (the first
-// ones stay on the host); a host block costs a staging buffer for
-// streaming. PlaceAuto keeps as few blocks on the host as fit; the forced
+// ones stay on the host); host blocks cost a staging buffer for streaming
+// unless they always run on the CPU. PlaceAuto keeps as few blocks on the host as fit; the forced
 // modes keep theirs and fail, with the numbers, when the device part does
 // not fit. It is pure arithmetic.
 func PlanPlacement(in PlacementInput) (PlacementPlan, error) {
@@ -217,7 +217,9 @@ func (in PlacementInput) plan(h int) PlacementPlan {
 			p.DeviceBlocks++
 		}
 	}
-	if p.HostBlocks > 0 {
+	if p.HostBlocks > 0 && in.Run != HostCPU {
+		// HostCPU never streams, and the backend allocates the staging
+		// at the first streamed call.
 		p.Staging = StreamStagingBytes(largest)
 	}
 	p.Spare = in.Budget - p.DeviceBytes()
