@@ -204,6 +204,7 @@ type hostWeight struct {
 	rowBytes     int64
 	cpu          model.Weight // the CPU backend's weight over raw
 	scale        []float32    // second-level scales (LoadScaledWeight), nil: none
+	devScale     Buffer       // those scales for each expert on the device (first streamed use)
 	pinLo, pinHi int64        // registered part of raw
 	host         *hostExperts
 }
@@ -396,6 +397,14 @@ func (b *Backend) closeHost(c *Ctx) {
 		ccall(c.drv.cuMemHostUnregister, p)
 	}
 	h.regs = nil
+	for _, l := range h.layers {
+		for _, w := range []*hostWeight{l.gate, l.up, l.down} {
+			if w != nil {
+				c.Free(w.devScale)
+				w.devScale = Buffer{}
+			}
+		}
+	}
 	for _, p := range []*HostBuffer{&h.pinX, &h.pinY} {
 		if p.p != nil {
 			c.FreeHost(*p)
@@ -549,11 +558,10 @@ func newCPUView(cb *cpu.Backend, n, dim int, p HostBuffer) *cpu.Tensor {
 }
 
 // streamable reports whether the layer's experts can run on the device
-// kernels from a staging slot: types the device reads, and no
-// second-level scales (the staged views do not carry them yet).
+// kernels from a staging slot (types the device reads).
 func (l *hostLayer) streamable() bool {
 	for _, w := range []*hostWeight{l.gate, l.up, l.down} {
-		if _, ok := kernelSuffix[w.info.Type]; !ok || w.scale != nil {
+		if _, ok := kernelSuffix[w.info.Type]; !ok {
 			return false
 		}
 	}

@@ -169,8 +169,13 @@ func (st *stager) fill(c *Ctx, h *hostExperts, i int, l *hostLayer) error {
 		if err := copyHostWeight(c, st.copy, dst, w); err != nil {
 			return err
 		}
+		sc, err := w.deviceScales(c)
+		if err != nil {
+			return err
+		}
+		// f32 holds stacked experts' per-expert scales (Weight.expertScales).
 		*views[j] = Weight{info: w.info, rows: w.rows, cols: w.cols, rowBytes: w.rowBytes,
-			raw: Buffer{Ptr: dst, Size: w.bytes()}}
+			raw: Buffer{Ptr: dst, Size: w.bytes()}, f32: sc}
 		total += w.bytes()
 	}
 	for _, e := range []Event{s.t1, s.ready} {
@@ -251,7 +256,8 @@ func (b *Backend) moeStreamed(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weigh
 	slot := &st.slots[i]
 	n, dim := s.rows, s.cols
 	l := moeLayer{router: router, gate: &slot.gate, up: &slot.up, down: &slot.down, E: m.Experts, K: m.TopK, dim: dim,
-		ff: slot.gate.rows / m.Experts, norm: m.NormTopK}
+		ff: slot.gate.rows / m.Experts, norm: m.NormTopK,
+		gateScale: slot.gate.expertScales(), upScale: slot.up.expertScales(), downScale: slot.down.expertScales()}
 	if err := b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, n, l); err != nil {
 		return true, err
 	}
@@ -300,4 +306,28 @@ func (b *Backend) moeDevice(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 		}
 	}
 	return nil
+}
+
+// deviceScales uploads, once, the weight's second-level scale for each
+// expert (as LoadScaledWeight keeps a device weight's); a zero Buffer
+// when it has none.
+func (w *hostWeight) deviceScales(c *Ctx) (Buffer, error) {
+	if w.scale == nil || w.devScale.Ptr != 0 {
+		return w.devScale, nil
+	}
+	E := int(w.info.Dims[2])
+	vec := make([]float32, E)
+	for i := range vec {
+		vec[i] = w.scale[min(i, len(w.scale)-1)]
+	}
+	buf, err := c.Alloc(int64(E)*4, "per-expert scales of host-resident "+w.info.Name)
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := Upload(c, buf.Ptr, vec); err != nil {
+		c.Free(buf)
+		return Buffer{}, err
+	}
+	w.devScale = buf
+	return buf, nil
 }

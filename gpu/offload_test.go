@@ -123,8 +123,9 @@ func TestHostExpertPlacementErrors(t *testing.T) {
 
 // hostMoE is one block's MoE tensors as a file would hold them.
 type hostMoE struct {
-	infos [4]gguf.TensorInfo // router, gate, up, down
-	raws  [4][]byte
+	infos  [4]gguf.TensorInfo // router, gate, up, down
+	raws   [4][]byte
+	scales [4][]float32 // second-level scales (model.ScaledLoader), nil: none
 }
 
 func newHostMoE(r *rand.Rand, layer int, tc moeCase, E, dim, ff int) hostMoE {
@@ -146,7 +147,12 @@ func (h hostMoE) load(t testing.TB, be model.Backend, K int) *model.MoE {
 	var w [4]model.Weight
 	for i := range w {
 		var err error
-		if w[i], err = be.LoadWeight(h.infos[i], h.raws[i]); err != nil {
+		if h.scales[i] != nil {
+			w[i], err = be.(model.ScaledLoader).LoadScaledWeight(h.infos[i], h.raws[i], h.scales[i])
+		} else {
+			w[i], err = be.LoadWeight(h.infos[i], h.raws[i])
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,7 +164,8 @@ func (h hostMoE) load(t testing.TB, be model.Backend, K int) *model.MoE {
 // rows, outputs poisoned with NaN first. The CPU path must equal the CPU
 // backend's MoE (the same code over the same bytes: 1e-6), the streamed
 // path the device MoE over the same weights in device memory (the same
-// kernels: 1e-6).
+// kernels: 1e-6). The NVFP4 case carries per-expert second-level scales
+// (not yet run on the H200: added after the device run).
 func TestHostExpertMoE(t *testing.T) {
 	d := openTestDevice(t)
 	dev := newTestBackend(t)
@@ -166,8 +173,16 @@ func TestHostExpertMoE(t *testing.T) {
 	t.Cleanup(ref.Close)
 	r := rand.New(rand.NewPCG(31, 32))
 	const E, dim, ff, K = 16, 512, 256, 4
-	for _, tc := range []moeCase{{gguf.Q4_K, gguf.Q4_K}, {gguf.Q8_0, gguf.Q8_0}, {gguf.Q4_K, gguf.Q6_K}} {
+	for _, tc := range []moeCase{{gguf.Q4_K, gguf.Q4_K}, {gguf.Q8_0, gguf.Q8_0}, {gguf.Q4_K, gguf.Q6_K}, {gguf.NVFP4, gguf.NVFP4}} {
 		hm := newHostMoE(r, 3, tc, E, dim, ff)
+		if tc.gu == gguf.NVFP4 { // per-expert second-level scales, as the converter writes them
+			for i := 1; i < 4; i++ {
+				hm.scales[i] = make([]float32, E)
+				for e := range hm.scales[i] {
+					hm.scales[i][e] = float32(0.5 + r.Float64())
+				}
+			}
+		}
 		dm, cm := hm.load(t, dev, K), hm.load(t, ref, K)
 		for _, run := range []HostRun{HostCPU, HostStream, HostAuto} {
 			name := fmt.Sprintf("%s-%s/run=%d", tc.gu, tc.down, run)

@@ -85,33 +85,55 @@ func describeBlocks(bs []codeBlock) string {
 	return strings.Join(parts, ", ")
 }
 
-// copyCommand is /copy [N|code]: the last answer, its code block N, or
-// its last code block.
+// copyCommand is /copy [-K] [N|code]: the last answer (or the K-th from
+// the end), its code block N, or its last code block.
 func (m *model) copyCommand(arg string) tea.Cmd {
-	a := m.lastAnswer()
+	// A leading -K chooses the K-th answer from the end (-1 the last).
+	back, which := 1, "the last answer"
+	if f := strings.Fields(arg); len(f) > 0 && strings.HasPrefix(f[0], "-") {
+		k, err := strconv.Atoi(f[0][1:])
+		n := m.answers()
+		if n == 0 {
+			m.addError("/copy: there is no answer to copy yet")
+			return nil
+		}
+		if err != nil || k < 1 || k > n {
+			m.addError(fmt.Sprintf("/copy %s: -K picks the K-th answer from the end, -1 to -%d here", f[0], n))
+			return nil
+		}
+		back, arg = k, strings.Join(f[1:], " ")
+		if k > 1 {
+			which = fmt.Sprintf("answer -%d", k)
+		}
+	}
+	a := m.answerBack(back)
 	if a == "" {
 		m.addError("/copy: there is no answer to copy yet")
 		return nil
 	}
 	if arg == "" {
-		return m.copyText(a, "the last answer")
+		return m.copyText(a, which)
 	}
 	bs := codeBlocks(a)
 	if len(bs) == 0 {
-		m.addError("/copy " + arg + ": the last answer has no code block; /copy copies the whole answer")
+		m.addError("/copy " + arg + ": " + which + " has no code block; /copy copies the whole answer")
 		return nil
 	}
 	n := len(bs)
 	if arg != "code" {
 		v, err := strconv.Atoi(arg)
 		if err != nil || v < 1 || v > len(bs) {
-			m.addError(fmt.Sprintf("/copy %s: the last answer has %d code %s: %s; /copy N copies one, /copy code the last",
-				arg, len(bs), plural(len(bs), "block", "blocks"), describeBlocks(bs)))
+			m.addError(fmt.Sprintf("/copy %s: %s has %d code %s: %s; /copy N copies one, /copy code the last",
+				arg, which, len(bs), plural(len(bs), "block", "blocks"), describeBlocks(bs)))
 			return nil
 		}
 		n = v
 	}
-	return m.copyText(bs[n-1].code, fmt.Sprintf("code block %d of %d (%s)", n, len(bs), describeBlocks(bs[n-1 : n])[2:]))
+	what := fmt.Sprintf("code block %d of %d (%s)", n, len(bs), describeBlocks(bs[n-1 : n])[2:])
+	if back > 1 {
+		what += " of " + which
+	}
+	return m.copyText(bs[n-1].code, what)
 }
 
 // copyText puts s on the clipboard: OSC 52 through the terminal, plus the
@@ -123,4 +145,27 @@ func (m *model) copyText(s, what string) tea.Cmd {
 		how, err := clip(s)
 		return copiedMsg{how: how, err: err}
 	})
+}
+
+// answers counts the conversation's answers.
+func (m *model) answers() int {
+	n := 0
+	for _, msg := range m.msgs {
+		if msg.Role == "assistant" {
+			n++
+		}
+	}
+	return n
+}
+
+// answerBack is the k-th answer from the end (1: the last), or "".
+func (m *model) answerBack(k int) string {
+	for i := len(m.msgs) - 1; i >= 0; i-- {
+		if m.msgs[i].Role == "assistant" {
+			if k--; k == 0 {
+				return m.msgs[i].Content
+			}
+		}
+	}
+	return ""
 }

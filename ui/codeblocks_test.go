@@ -40,12 +40,20 @@ func TestCopyCodeBlock(t *testing.T) {
 		{"1", "for {\n}", "copied code block 1 of 2 (go (2 lines)) to the clipboard (OSC 52 + fakeclip)", ""},
 		{"code", "while true; do :; done", "copied code block 2 of 2 (sh (1 line)) to the clipboard (OSC 52 + fakeclip)", ""},
 		{"3", "", "", "/copy 3: the last answer has 2 code blocks: 1 go (2 lines), 2 sh (1 line); /copy N copies one, /copy code the last"},
+		// Issue 15 item 17: a chosen answer, counted from the end.
+		{"-1 1", "for {\n}", "copied code block 1 of 2 (go (2 lines)) to the clipboard (OSC 52 + fakeclip)", ""},
+		{"-2", "First answer.", "copied answer -2 to the clipboard (OSC 52 + fakeclip)", ""},
+		{"-2 code", "", "", "/copy code: answer -2 has no code block; /copy copies the whole answer"},
+		{"-3", "", "", "/copy -3: -K picks the K-th answer from the end, -1 to -2 here"},
 	}
 	for _, tc := range tests {
 		t.Run("/copy "+tc.arg, func(t *testing.T) {
 			d := newDriver(t, nil)
 			var copied string
 			d.m.clip = func(s string) (string, error) { copied = s; return "fakeclip", nil }
+			d.sess.push(text("First answer."), done(engine.StopEOS))
+			d.submit("q0")
+			d.settle()
 			d.sess.push(text(answer), done(engine.StopEOS))
 			d.submit("q")
 			d.settle()

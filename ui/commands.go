@@ -30,7 +30,7 @@ var commands = []command{
 	{"/save", "[name]", "save the conversation (under a name)"},
 	{"/load", "<name>", "resume a saved conversation"},
 	{"/stats", "", "show all engine statistics"},
-	{"/copy", "[n|code]", "copy the last answer, its code block n, or its last code block to the clipboard"},
+	{"/copy", "[-k] [n|code]", "copy the last answer (-k: the k-th from the end), its code block n, or its last code block"},
 	{"/quit", "", "quit (also Ctrl+D, or Ctrl+C twice)"},
 }
 
@@ -518,12 +518,3 @@ func contains(ss []string, s string) bool {
 }
 
 // ---- /copy -------------------------------------------------------------------
-
-func (m *model) lastAnswer() string {
-	for i := len(m.msgs) - 1; i >= 0; i-- {
-		if m.msgs[i].Role == "assistant" {
-			return m.msgs[i].Content
-		}
-	}
-	return ""
-}
