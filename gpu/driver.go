@@ -26,7 +26,7 @@ type driver struct {
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                                      uintptr
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate                     uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                                uintptr
-	cuMemHostRegister, cuMemHostUnregister, cuStreamWaitEvent                        uintptr // host-resident experts (offload.go)
+	cuMemHostRegister, cuMemHostUnregister, cuStreamWaitEvent, cuEventQuery          uintptr // host-resident experts (offload.go)
 }
 
 var (
@@ -84,7 +84,7 @@ func loadDriver() (*driver, error) {
 			{&d.cuGraphLaunch, "cuGraphLaunch"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},
 			{&d.cuGraphDestroy, "cuGraphDestroy"},
 			{&d.cuMemHostRegister, "cuMemHostRegister_v2"}, {&d.cuMemHostUnregister, "cuMemHostUnregister"},
-			{&d.cuStreamWaitEvent, "cuStreamWaitEvent"},
+			{&d.cuStreamWaitEvent, "cuStreamWaitEvent"}, {&d.cuEventQuery, "cuEventQuery"},
 		}
 		for _, s := range syms {
 			p, err := libSym(h, s.name)

@@ -62,7 +62,7 @@ type OffloadStats struct {
 	StreamCalls   int64         // MoE calls whose experts were streamed to the device
 	StreamTokens  int64
 	StreamedBytes int64         // host-to-device bytes of streamed experts
-	StreamTime    time.Duration // time the copy stream spent on those bytes (CUDA events)
+	StreamTime    time.Duration // time the copy stream spent on those bytes (CUDA events; copies seen finished)
 	Prefetches    int64         // layer copies issued ahead of their call
 	// StreamError says why streaming is off (staging not allocated); the
 	// calls it would have streamed ran on the CPU.
@@ -249,13 +249,8 @@ func (b *Backend) OffloadStats() OffloadStats {
 	if h == nil {
 		return OffloadStats{}
 	}
-	// Copy times are read from events the copies recorded (device thread).
-	b.dev.Do(func(c *Ctx) error {
-		if h.stage != nil {
-			h.stage.harvest(c, h)
-		}
-		return nil
-	})
+	// No device call: StreamTime has the copies the device thread has seen
+	// finish (it looks after each streamed call and before reusing a slot).
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.stats

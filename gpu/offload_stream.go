@@ -125,13 +125,18 @@ func (st *stager) free(c *Ctx) {
 	}
 }
 
-// harvest adds the finished copies' times to the stats.
-func (st *stager) harvest(c *Ctx, h *hostExperts) {
+// harvestDone adds the times of the copies that have finished to the
+// stats, without waiting for the others.
+func (st *stager) harvestDone(c *Ctx, h *hostExperts) {
 	for i := range st.slots {
-		st.slots[i].harvest(c, h)
+		s := &st.slots[i]
+		if s.timed && ccall(c.drv.cuEventQuery, s.t1.h) == 0 {
+			s.harvest(c, h)
+		}
 	}
 }
 
+// harvest adds the slot's latest copy time to the stats, waiting for it.
 func (s *stageSlot) harvest(c *Ctx, h *hostExperts) {
 	if !s.timed {
 		return
@@ -269,6 +274,7 @@ func (b *Backend) moeStreamed(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weigh
 	h.stats.StreamCalls++
 	h.stats.StreamTokens += int64(n)
 	h.mu.Unlock()
+	st.harvestDone(c, h)
 	next := h.nextLayer(hl.index)
 	if next == nil || !next.streamable() || st.slots[1-i].layer == next.index {
 		return true, nil
