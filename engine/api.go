@@ -144,6 +144,9 @@ type Stats struct {
 	ExpertStreamCalls, ExpertStreamTokens int64
 	ExpertStreamedBytes                   int64
 	ExpertCacheHits, ExpertCacheMisses    int64
+	ExpertCPUTime, ExpertStreamTime       time.Duration // CPU calls' wall time; the copy stream's time
+	ExpertStreamError                     string        // why streaming is off ("" when it works or never ran)
+	ExpertPinError                        string        // why the host experts are not page-locked ("" when they are)
 
 	// Remote engines (ftchat --engine URL): the server that answers, and
 	// what it reports. The KV numbers above are then the server's, from its

@@ -333,6 +333,13 @@ func placementRows(s engine.Stats) [][2]string {
 		{"host expert calls", fmt.Sprintf("%s on the CPU (%s tokens), %s streamed (%s tokens)",
 			formatInt(s.ExpertCPUCalls), formatInt(s.ExpertCPUTokens), formatInt(s.ExpertStreamCalls), formatInt(s.ExpertStreamTokens))},
 		{"streamed to GPU", fmt.Sprintf("%s (%s)", formatBytes(s.ExpertStreamedBytes), streamedPerToken(s))},
+		{"host expert time", fmt.Sprintf("%s on the CPU, %s copying", s.ExpertCPUTime.Round(time.Millisecond), s.ExpertStreamTime.Round(time.Millisecond))},
+	}
+	if s.ExpertStreamError != "" {
+		rows = append(rows, [2]string{"streaming off", s.ExpertStreamError + " (those calls ran on the CPU)"})
+	}
+	if s.ExpertPinError != "" {
+		rows = append(rows, [2]string{"host experts not pinned", s.ExpertPinError})
 	}
 	if hit, ok := expertHitRate(s); ok {
 		rows = append(rows, [2]string{"expert cache", fmt.Sprintf("%s hit (%s hits, %s misses)", hit, formatInt(s.ExpertCacheHits), formatInt(s.ExpertCacheMisses))})

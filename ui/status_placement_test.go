@@ -3,6 +3,7 @@ package ui
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/charmbracelet/x/ansi"
 
@@ -22,6 +23,7 @@ func offloadStats() engine.Stats {
 	s.ExpertRun = "auto"
 	s.ExpertCPUCalls, s.ExpertCPUTokens, s.ExpertStreamCalls, s.ExpertStreamTokens = 10850, 10850, 62, 1300
 	s.ExpertStreamedBytes = 62 * layer
+	s.ExpertCPUTime, s.ExpertStreamTime = 4321*time.Millisecond, 310*time.Millisecond
 	return s
 }
 
@@ -61,4 +63,12 @@ func TestStatsTablePlacementGolden(t *testing.T) {
 	s := offloadStats()
 	s.ExpertCacheHits, s.ExpertCacheMisses = 700, 300
 	checkGolden(t, "stats_offload", statsTable(s)+"\n")
+	s.ExpertStreamError = "gpu: staging for streamed experts (2 x 453379072 bytes): GPU memory budget exceeded"
+	s.ExpertPinError = "cuMemHostRegister: CUDA_ERROR_NOT_PERMITTED"
+	got := statsTable(s)
+	for _, w := range []string{"streaming off  ", "(those calls ran on the CPU)", "host experts not pinned", "CUDA_ERROR_NOT_PERMITTED"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("/stats lacks %q:\n%s", w, got)
+		}
+	}
 }
