@@ -82,7 +82,7 @@ func TestTmuxModelSwitch(t *testing.T) {
 	}
 	tm.typeText("What is the capital of France?")
 	tm.keys("Enter")
-	s = tm.waitFor("the first answer", 60*time.Second, func(s string) bool {
+	tm.waitFor("the first answer", 60*time.Second, func(s string) bool {
 		u, _ := poolTokens(t, s)
 		return idle(s) && u > 0 && strings.Contains(s, "◆ SmolLM2")
 	})
