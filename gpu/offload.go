@@ -31,8 +31,9 @@ import (
 // call (Placement.Run, StreamMinRows):
 //
 //   - CPU: the call's activations are copied to pinned host memory, the CPU
-//     backend's MoE (the numerical reference) runs on all host cores, and
-//     the result is copied back. The device thread waits for it; the copy
+//     backend's MoE runs on all host cores (offload_cpu.go: in parallel
+//     phases, bit-identical to cpu.MoE, the numerical reference), and the
+//     result is copied back. The device thread waits for it; the copy
 //     back is queued asynchronously. In a recorded decode step (graph.go)
 //     the synchronous download flushes the recording, so the step becomes
 //     several graphs split at each host round trip, each replayed like a
@@ -55,7 +56,7 @@ type OffloadStats struct {
 	HostBytes     int64 // routed-expert bytes kept in host RAM
 	Pinned        bool  // those bytes are page-locked (registered) for DMA
 	PinnedBytes   int64 // how many of them are (Pinned: all but page ends)
-	PinError      string
+	PinError      string // why a registration failed, if one did
 	CPUCalls      int64 // MoE calls computed on the host CPU
 	CPUTokens     int64
 	CPUTime       time.Duration // wall time of those calls, copies included
