@@ -52,12 +52,12 @@ import (
 // OffloadStats counts how host-resident experts ran since the backend
 // was opened.
 type OffloadStats struct {
-	HostLayers    int   // blocks whose experts stay in host RAM
-	HostBytes     int64 // routed-expert bytes kept in host RAM
-	Pinned        bool  // those bytes are page-locked (registered) for DMA
-	PinnedBytes   int64 // how many of them are (Pinned: all but page ends)
+	HostLayers    int    // blocks whose experts stay in host RAM
+	HostBytes     int64  // routed-expert bytes kept in host RAM
+	Pinned        bool   // those bytes are page-locked (registered) for DMA
+	PinnedBytes   int64  // how many of them are (Pinned: all but page ends)
 	PinError      string // why a registration failed, if one did
-	CPUCalls      int64 // MoE calls computed on the host CPU
+	CPUCalls      int64  // MoE calls computed on the host CPU
 	CPUTokens     int64
 	CPUTime       time.Duration // wall time of those calls, copies included
 	StreamCalls   int64         // MoE calls whose experts were streamed to the device
