@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -273,5 +274,19 @@ func TestReadExpertWeightsOddNames(t *testing.T) {
 		if w.Total() != base.Total() || len(w.PerBlock) != c.Layers {
 			t.Errorf("%s: experts %d (was %d), %d blocks", name, w.Total(), base.Total(), len(w.PerBlock))
 		}
+	}
+}
+
+// On the CPU the placement flags change nothing (a warning says they are
+// ignored), and a bad --expert-run is refused before the model loads.
+func TestExpertFlagsOnCPULoad(t *testing.T) {
+	path := synthModel(t, "qwen3moe-tiny", gguf.Q8_0)
+	e := loadOn(t, path, "cpu", "bf16", Options{CPUMoE: true, KVTokens: 256})
+	if st := e.Stats(); st.ExpertLayersHost != 0 || st.ExpertLayers != 0 || e.plan != nil {
+		t.Errorf("CPU load with --cpu-moe has a placement: %+v", st)
+	}
+	_, err := Load(context.Background(), Options{Model: path, Device: "cpu", ExpertRun: "gpu"}, nil)
+	if err == nil || !strings.Contains(err.Error(), `--expert-run "gpu"`) {
+		t.Errorf("--expert-run gpu: %v", err)
 	}
 }
