@@ -658,6 +658,7 @@ func (b *Backend) matmul(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 
 func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	suf := kernelSuffix[w.info.Type]
+	c.profNote(float64(w.rows)*float64(w.rowBytes), 2*float64(n)*float64(w.rows)*float64(w.cols))
 	if w.cols%32 != 0 { // only float types can get here
 		for t := 0; t < n; t += gemvMaxTok {
 			nt := min(gemvMaxTok, n-t)

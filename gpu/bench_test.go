@@ -186,3 +186,22 @@ func BenchmarkDecodeLayer(b *testing.B) {
 	b.ReportMetric(float64(bytes)/(ms*1e-3)/1e9, "weightGB/s")
 	b.ReportMetric(1e3/(32*ms), "tok/s(32 layers)")
 }
+
+// BenchmarkReadBandwidth reports the device's read bandwidth (stream_read
+// over 4 GiB of random data, best of three grid sizes): the ceiling that
+// the GEMV and attention rows of a profile (FTCHAT_PROFILE=1) are read
+// against.
+func BenchmarkReadBandwidth(b *testing.B) {
+	g := newTestBackendB(b)
+	var bw float64
+	err := g.dev.Do(func(c *Ctx) error {
+		var err error
+		bw, err = readBandwidth(c)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(bw, "readGB/s")
+	b.Logf("read bandwidth (stream_read, 4 GiB): %.0f GB/s", bw)
+}

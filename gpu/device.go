@@ -80,6 +80,7 @@ type Ctx struct {
 	mods   map[string]uintptr
 	funcs  map[string]*Function
 	rec    recorder // decode steps as CUDA graphs (graph.go)
+	prof   *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
 }
 
 // DevicePtr is a device address.
@@ -149,6 +150,9 @@ func newCtx(d *Device, opts Options) (*Ctx, error) {
 		return nil, err
 	}
 	c := &Ctx{d: d, drv: drv, allocs: map[DevicePtr]int64{}, mods: map[string]uintptr{}, funcs: map[string]*Function{}}
+	if profileEnabled() {
+		c.prof = newProfiler()
+	}
 	if err := drv.check("cuDeviceGet", ccall(drv.cuDeviceGet, uintptr(unsafe.Pointer(&c.dev)), uintptr(d.info.Ordinal))); err != nil {
 		return nil, err
 	}
@@ -187,6 +191,7 @@ func newCtx(d *Device, opts Options) (*Ctx, error) {
 func (c *Ctx) close() {
 	c.flushRec()
 	ccall(c.drv.cuCtxSynchronize)
+	c.finishProfile()
 	c.destroyGraphs()
 	for p, n := range c.allocs {
 		ccall(c.drv.cuMemFree, uintptr(p))
@@ -379,6 +384,12 @@ func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 	}
 	if err := c.flushPending(); err != nil {
 		return err
+	}
+	if c.prof != nil {
+		if err := c.prof.copyToHost(c, dst, src, n); err != nil {
+			return err
+		}
+		return c.Sync()
 	}
 	if err := c.drv.check("cuMemcpyDtoHAsync_v2", ccall(c.drv.cuMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h)); err != nil {
 		return err
@@ -573,6 +584,9 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, shmem int, s Stream, args ..
 			return fmt.Errorf("gpu: %s: unsupported kernel argument %d of type %T", f.Name, i, a)
 		}
 		vals = append(vals, v)
+	}
+	if c.prof != nil && s == c.stream {
+		return c.prof.launch(c, f, grid, block, shmem, vals)
 	}
 	if c.recording() && s == c.stream && len(vals) <= recMaxParams {
 		op := recOp{kind: recLaunch, f: f, grid: grid, block: block, shmem: shmem, nparams: len(vals)}

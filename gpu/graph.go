@@ -98,6 +98,9 @@ func (c *Ctx) beginRecording() error {
 		return err
 	}
 	c.rec.active = true
+	if c.prof != nil {
+		c.prof.steps++
+	}
 	return nil
 }
 
