@@ -79,7 +79,7 @@ type Ctx struct {
 	allocs map[DevicePtr]int64
 	mods   map[string]uintptr
 	funcs  map[string]*Function
-	rec    recorder // decode steps as CUDA graphs (graph.go)
+	rec    recorder  // decode steps as CUDA graphs (graph.go)
 	prof   *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
 }
 
