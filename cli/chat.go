@@ -95,6 +95,9 @@ func loadEngine(ctx context.Context, cfg Config, quiet bool) (*engine.Engine, er
 		if w := gpuMemoryIgnored(cfg, eng.Info().Device); w != "" {
 			fmt.Fprintln(os.Stderr, w)
 		}
+		for _, n := range eng.Info().Notes { // e.g. the expert placement
+			fmt.Fprintln(os.Stderr, n)
+		}
 	}
 	return eng, err
 }

@@ -36,6 +36,10 @@ type Info struct {
 	ContextLen int    // tokens one conversation may hold
 	Template   string // chat template source: "gguf" or "chatml (fallback)"
 	Device     string // the backend, and with --device auto on the CPU, why no GPU
+	// Notes are one-line messages about choices the load made that the
+	// user should hear of (placement flags ignored, the experts kept in
+	// host RAM); the CLI prints them on stderr.
+	Notes []string
 }
 
 // Engine is one loaded model with its backend and KV pool. Its methods are
@@ -144,7 +148,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	}
 	progress(LoadProgress{Stage: "loading weights", Done: cfg.WeightBytes, Total: cfg.WeightBytes})
 	e.info = Info{
-		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template, Device: e.info.Device,
+		Name: modelName(cfg, f.Path), Path: f.Path, Arch: cfg.Arch, Template: e.info.Template, Device: e.info.Device, Notes: e.info.Notes,
 		Params: fmt.Sprintf("%d layers, dim %d, %d heads / %d kv heads, head_dim %d", cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.HeadDim),
 	}
 	e.info.ContextLen = cfg.ContextLen

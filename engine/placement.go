@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -295,14 +294,14 @@ func hostRunName(r gpu.HostRun) string {
 	return "auto"
 }
 
-// placeExperts warns about placement flags that do not apply and, on the
-// GPU, plans the experts and hands the placement to the backend before
+// placeExperts notes placement flags that do not apply and, on the GPU,
+// plans the experts and hands the placement to the backend before
 // the weights are loaded. The model file stays open (mmapped) for the
 // engine's life (Close closes it), which host-resident experts point into.
 func (e *Engine) placeExperts(c model.Config) error {
 	g, onGPU := e.be.(*gpu.Backend)
 	if w := expertFlagsIgnored(e.opts, onGPU, c); w != "" {
-		fmt.Fprintln(os.Stderr, w)
+		e.info.Notes = append(e.info.Notes, w)
 	}
 	if !onGPU {
 		return nil
@@ -314,8 +313,9 @@ func (e *Engine) placeExperts(c model.Config) error {
 	e.plan = p
 	if p != nil && p.HostBlocks > 0 {
 		// What does not fit, in one line (issue 12); the status pane and
-		// /stats show it with the pool as allocated.
-		fmt.Fprintf(os.Stderr, "ftchat: expert placement (--n-cpu-moe %d): %s\n", p.NCPUMoE(), p.Summary())
+		// /stats show it with the pool as allocated. A note, not a print:
+		// a load from inside the TUI (/model) must not write on its screen.
+		e.info.Notes = append(e.info.Notes, fmt.Sprintf("ftchat: expert placement (--n-cpu-moe %d): %s", p.NCPUMoE(), p.Summary()))
 	}
 	return nil
 }

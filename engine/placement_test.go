@@ -285,6 +285,9 @@ func TestExpertFlagsOnCPULoad(t *testing.T) {
 	if st := e.Stats(); st.ExpertLayersHost != 0 || st.ExpertLayers != 0 || e.plan != nil {
 		t.Errorf("CPU load with --cpu-moe has a placement: %+v", st)
 	}
+	if n := e.Info().Notes; len(n) != 1 || !strings.Contains(n[0], "--cpu-moe is ignored on the CPU") {
+		t.Errorf("notes %q, want the --cpu-moe warning", n)
+	}
 	_, err := Load(context.Background(), Options{Model: path, Device: "cpu", ExpertRun: "gpu"}, nil)
 	if err == nil || !strings.Contains(err.Error(), `--expert-run "gpu"`) {
 		t.Errorf("--expert-run gpu: %v", err)
