@@ -288,7 +288,9 @@ func readKV(samples []sample, model string) (kvStats, bool) {
 			kv.tokensUsed = int(count(min(frac, 1) * float64(kv.tokensCap)))
 		}
 		setReqs("sglang:num_running_reqs", "sglang:num_queue_reqs")
-	case len(m.byName["llamacpp:kv_cache_tokens"]) > 0 || len(m.byName["llamacpp:kv_cache_usage_ratio"]) > 0:
+	case len(m.byName["llamacpp:kv_cache_tokens"]) > 0 || len(m.byName["llamacpp:kv_cache_usage_ratio"]) > 0 || len(m.byName["llamacpp:requests_processing"]) > 0:
+		// Newer llama-server versions dropped the two KV gauges; the
+		// request counts remain.
 		kv.source = "llama.cpp"
 		kv.tokensUsed = int(get("llamacpp:kv_cache_tokens"))
 		if frac, ok := m.mean("llamacpp:kv_cache_usage_ratio"); ok && frac > 0 && frac <= 1 {

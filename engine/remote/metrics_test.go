@@ -67,6 +67,7 @@ func TestReadKV(t *testing.T) {
 		{"vLLM", vllmPage, "Qwen/Qwen3-8B", kvStats{source: "vLLM", dtype: "fp8", pageSize: 16, pagesTotal: 4000, pagesUsed: 1000, tokensCap: 64000, tokensUsed: 16000, running: 3, queued: 1}},
 		{"SGLang", sglangPage, "m", kvStats{source: "SGLang", tokensCap: 200000, tokensUsed: 50000, running: 2, queued: 0}},
 		{"llama.cpp", llamacppPage, "x", kvStats{source: "llama.cpp", tokensCap: 2048, tokensUsed: 1024, running: 1, queued: 0}},
+		{"llama.cpp without KV gauges", "llamacpp:prompt_tokens_total 6886\nllamacpp:requests_processing 2\nllamacpp:requests_deferred 1\n", "x", kvStats{source: "llama.cpp", running: 2, queued: 1}},
 		{"ftchat", ftchatPage, "SmolLM2", kvStats{source: "ftchat serve", dtype: "fp8_e4m3", pageSize: 16, pagesTotal: 256, pagesUsed: 10,
 			tokensCap: 4096, tokensUsed: 150, bytesPerToken: 23040, poolBytes: 94371840, bytesUsed: 3456000, bytesBF16: 6912000, running: 2, queued: 1}},
 	} {
