@@ -131,6 +131,10 @@ func TestEngineFlagWithFtchatServe(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "cannot reach the engine at "+closed) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
+		out, errOut, code := runFtchat(t, "--engine", url, "--kv-cache-dtype", "fp8_e4m3", "-p", "-n", "4", "hi")
+		if code != 0 || out == "" || !strings.Contains(errOut, "ignoring --kv-cache-dtype (the server owns its KV cache)") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
 		_, errOut, code = runFtchat(t, "--engine", url, "--remote-timeout", "0s", "-p", "hi")
 		if code != 1 || !strings.Contains(errOut, "--remote-timeout 0s: not above 0") {
 			t.Fatalf("exit %d, stderr %q", code, errOut)

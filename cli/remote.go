@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -78,6 +79,9 @@ func (o *openedEngine) Close() {
 // (and loads nothing).
 func openEngine(ctx context.Context, cfg Config, quiet bool) (*openedEngine, error) {
 	if cfg.Remote.URL != "" {
+		if w := ignoredWithEngine(cfg); w != "" {
+			fmt.Fprintln(os.Stderr, w)
+		}
 		r, err := remote.Dial(ctx, remote.Options{URL: cfg.Remote.URL, APIKey: cfg.Remote.APIKey, Model: cfg.Remote.Model, Timeout: cfg.Remote.Timeout})
 		if err != nil {
 			return nil, err
@@ -100,6 +104,28 @@ func openEngine(ctx context.Context, cfg Config, quiet bool) (*openedEngine, err
 	return &openedEngine{
 		eng: eng, sess: eng.NewSession(), name: info.Name, info: ui.DescribeModel(info), done: func() { eng.Close() },
 	}, nil
+}
+
+// ignoredWithEngine warns about the model settings --engine leaves
+// unused (they would otherwise be dropped without a word).
+func ignoredWithEngine(cfg Config) string {
+	var ignored []string
+	if cfg.Engine.Model != "" {
+		ignored = append(ignored, "--model (the server's model is --remote-model)")
+	}
+	if cfg.Engine.KVDType != "" && cfg.Engine.KVDType != "auto" {
+		ignored = append(ignored, "--kv-cache-dtype (the server owns its KV cache)")
+	}
+	if cfg.Engine.Device != "" && cfg.Engine.Device != "auto" {
+		ignored = append(ignored, "--device")
+	}
+	if cfg.GPUMemoryText != "" {
+		ignored = append(ignored, "--gpu-memory")
+	}
+	if len(ignored) == 0 {
+		return ""
+	}
+	return "ftchat: warning: with --engine no model is loaded here; ignoring " + strings.Join(ignored, ", ")
 }
 
 // others is models without self, at most n.
