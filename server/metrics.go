@@ -53,6 +53,13 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	metric("ftchat_decode_tokens_total", "counter", "Tokens generated.", bs.DecodeTokens)
 	metric("ftchat_prefill_tokens_per_second", "gauge", "Prefill throughput over the last 10 s of steps.", bs.PrefillTokensPerS)
 	metric("ftchat_decode_tokens_per_second", "gauge", "Aggregate decode throughput over the last 10 s of steps.", bs.DecodeTokensPerS)
+	if es.StateSlots > 0 { // hybrid models: the recurrent-state slots beside the pool
+		metric("ftchat_state_slots_total", "gauge", "Recurrent-state slots (hybrid models).", es.StateSlots)
+		metric("ftchat_state_slots_live", "gauge", "State slots holding a sequence's live state.", es.StateSlotsLive)
+		metric("ftchat_state_snapshots", "gauge", "State slots holding a prefix snapshot.", es.StateSnapshots)
+		metric("ftchat_state_bytes_per_sequence", "gauge", "Bytes of one sequence's recurrent state.", es.StateBytesPerSeq)
+		metric("ftchat_state_restores_total", "counter", "Requests resumed from a state snapshot (prefix sharing).", es.StateRestores)
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write([]byte(b.String()))
 }
