@@ -22,7 +22,7 @@ func TestGPUExpertPlacement(t *testing.T) {
 		o    Options
 		host int // host layers; 0: any from 1 to 4 (automatic)
 	}{
-		{"auto in 3.25 GiB", Options{GPUMemory: 3*gib + gib/4, ContextLen: 4096}, 0},
+		{"auto in 2.5 GiB", Options{GPUMemory: 5 * gib / 2, ContextLen: 4096}, 0}, // dense 0.62 GiB, 0.42 GiB a layer: 1 layer fits beside the staging
 		{"--n-cpu-moe 2", Options{GPUMemory: 8 * gib, ContextLen: 4096, NCPUMoE: 2}, 2},
 		{"--cpu-moe --expert-run cpu", Options{GPUMemory: 8 * gib, ContextLen: 4096, CPUMoE: true, ExpertRun: "cpu"}, 4},
 	} {
