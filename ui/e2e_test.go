@@ -55,6 +55,15 @@ func (tm *tmux) screen() string {
 	return string(out)
 }
 
+// scrollback is the pane's history and screen (what scrolling back shows).
+func (tm *tmux) scrollback() string {
+	out, err := exec.Command("tmux", "capture-pane", "-p", "-S", "-", "-t", tm.name).Output()
+	if err != nil {
+		tm.t.Fatalf("capture-pane: %v", err)
+	}
+	return string(out)
+}
+
 // keys sends tmux key names (Enter, Escape, C-c, ...).
 func (tm *tmux) keys(k ...string) {
 	args := append([]string{"send-keys", "-t", tm.name}, k...)
@@ -65,6 +74,16 @@ func (tm *tmux) keys(k ...string) {
 
 // typeText sends literal text.
 func (tm *tmux) typeText(s string) { tm.keys("-l", s) }
+
+// paste pastes s as the terminal does (bracketed, when the program asked).
+func (tm *tmux) paste(s string) {
+	buf := tm.name + "-paste"
+	for _, args := range [][]string{{"set-buffer", "-b", buf, "--", s}, {"paste-buffer", "-p", "-d", "-b", buf, "-t", tm.name}} {
+		if out, err := exec.Command("tmux", args...).CombinedOutput(); err != nil {
+			tm.t.Fatalf("tmux %s: %v: %s", args[0], err, out)
+		}
+	}
+}
 
 // waitFor polls the screen until ok returns true, failing after timeout.
 func (tm *tmux) waitFor(what string, timeout time.Duration, ok func(string) bool) string {

@@ -111,6 +111,15 @@ func TestTmuxFakeEngine(t *testing.T) {
 	tm.keys("Enter")
 	tm.waitText("unknown command /nope", 5*time.Second)
 
+	// Issue 15 item 6: a pasted tab stays a tab in the input (shown as
+	// →; TestPastedTabsReachTheModel checks the request), and is sent.
+	tm.paste("func f() {\n\treturn\t1\n}")
+	tm.waitText("› "+tabGlyph+"return"+tabGlyph+"1", 5*time.Second)
+	tm.keys("Enter")
+	tm.waitFor("the pasted turn answered", 20*time.Second, func(s string) bool {
+		return strings.Contains(s, "▌     return    1") && strings.Contains(s, "answer to: func") && idle(s)
+	})
+
 	tm.keys("C-c")
 	tm.waitText("press Ctrl+C again", 5*time.Second)
 	tm.keys("C-c")
@@ -120,9 +129,10 @@ func TestTmuxFakeEngine(t *testing.T) {
 	}
 	// The conversation stays on the main screen (and in the scrollback)
 	// after the alternate screen is gone (issue 15 item 17).
-	for _, want := range []string{"KV cache is now fp8_e4m3", "unknown command /nope"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("transcript lacks %q after quitting:\n%s", want, s)
+	hist := tm.scrollback()
+	for _, want := range []string{"KV cache is now fp8_e4m3", "unknown command /nope", "▌     return    1"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("transcript lacks %q after quitting:\n%s", want, hist)
 		}
 	}
 	if strings.Contains(s, "RUN ERROR") {
