@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -598,6 +599,7 @@ type Vocab struct {
 	order  []int32
 	lcp    []int
 	bytes  [][]byte
+	plain  []bool // by id: no quote, backslash or control byte (string content as it is)
 	eog    []int32
 	maxLen int
 }
@@ -607,15 +609,16 @@ type Vocab struct {
 // allowed); eog are the end-of-generation tokens, allowed once the
 // document is complete.
 func NewVocab(n int, bytesOf func(id int32) []byte, text func(id int32) bool, eog []int32) *Vocab {
-	v := &Vocab{bytes: make([][]byte, n), eog: slices.Clone(eog)}
+	v := &Vocab{bytes: make([][]byte, n), plain: make([]bool, n), eog: slices.Clone(eog)}
 	for id := range int32(n) {
 		if b := bytesOf(id); len(b) > 0 && text(id) && !slices.Contains(eog, id) {
 			v.bytes[id] = b
+			v.plain[id] = !slices.ContainsFunc(b, func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 })
 			v.order = append(v.order, id)
 			v.maxLen = max(v.maxLen, len(b))
 		}
 	}
-	slices.SortFunc(v.order, func(a, b int32) int { return strings.Compare(string(v.bytes[a]), string(v.bytes[b])) })
+	slices.SortFunc(v.order, func(a, b int32) int { return bytes.Compare(v.bytes[a], v.bytes[b]) })
 	v.lcp = make([]int, len(v.order))
 	for i := 1; i < len(v.order); i++ {
 		a, b := v.bytes[v.order[i-1]], v.bytes[v.order[i]]
@@ -663,16 +666,27 @@ func (c *JSONConstraint) Mask(lg []float32) {
 	if !c.st.ended() {
 		states := c.states
 		states[0] = c.st
-		valid, dead := 0, -1 // states[:valid+1] hold the previous token's prefixes
+		// Inside a string, a token of plain bytes is content as it is:
+		// allowed without stepping (most of a vocabulary).
+		inString := c.st.mode == modeString && c.st.aux == 0
+		valid, dead := 0, -1 // states[:valid+1] hold the last stepped token's prefixes
+		carry := math.MaxInt // common prefix with the last stepped token, over skipped ones
 		for i, id := range v.order {
+			l := min(v.lcp[i], carry)
 			if int(id) >= len(lg) {
+				carry = l
+				continue
+			}
+			if inString && v.plain[id] {
+				allowed[id], any, carry = true, true, l
 				continue
 			}
 			b := v.bytes[id]
-			l := v.lcp[i]
 			if dead >= 0 && l > dead {
+				carry = l
 				continue // shares the rejected prefix
 			}
+			carry = math.MaxInt
 			dead = -1
 			d := min(valid, l)
 			for d < len(b) {

@@ -129,7 +129,7 @@ func FuzzJSONMachine(f *testing.F) {
 	})
 }
 
-func mustSchema(t *testing.T, src string) *Schema {
+func mustSchema(t testing.TB, src string) *Schema {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(src), &m); err != nil {
@@ -275,5 +275,34 @@ func TestJSONConstraintMask(t *testing.T) {
 		if err := json.Unmarshal(text, &m); err != nil || m["name"] == nil {
 			t.Fatalf("walk %d: %q is not a document of the schema: %v", walk, text, err)
 		}
+	}
+}
+
+// BenchmarkJSONMask masks a 150K-token vocabulary of random byte strings
+// (a Qwen-sized vocabulary) inside a JSON string value, the common state.
+func BenchmarkJSONMask(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n = 150000
+	pieces := make([][]byte, n)
+	for i := range pieces {
+		p := make([]byte, 1+r.IntN(8))
+		for j := range p {
+			p[j] = byte(' ' + r.IntN(95))
+		}
+		pieces[i] = p
+	}
+	v := NewVocab(n, func(id int32) []byte { return pieces[id] }, func(int32) bool { return true }, []int32{0})
+	c := NewJSONConstraint(v, mustSchema(b, `{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`))
+	for _, ch := range []byte(`{"answer": "some text`) {
+		st, ok := c.st.step(ch, maxJSONWhitespace)
+		if !ok {
+			b.Fatal("prefix refused")
+		}
+		c.st = st
+	}
+	lg := make([]float32, n)
+	b.ResetTimer()
+	for range b.N {
+		c.Mask(lg)
 	}
 }
