@@ -35,6 +35,7 @@ const (
 	HostAuto   HostRun = iota // per call: CPU for few rows, streaming for many
 	HostCPU                   // always on the CPU (host cores, the CPU backend's kernels)
 	HostStream                // always streamed over PCIe into a device staging buffer
+	HostMapped                // the device's MoE kernels read the selected experts in host RAM over PCIe (zero-copy mapped)
 )
 
 // OnHost reports whether block layer's experts stay in host RAM.
@@ -179,11 +180,16 @@ func PlanPlacement(in PlacementInput) (PlacementPlan, error) {
 	return in.plan(len(in.Experts)), in.fixedError()
 }
 
+// maxPlacementBytes bounds every input (64 PiB), so no sum of them
+// overflows an int64.
+const maxPlacementBytes = int64(1) << 56
+
 func (in PlacementInput) check() error {
-	bad := in.Budget < 0 || in.Dense < 0 || in.KV < 0 || in.State < 0 || in.Workspace < 0 || in.Reserve < 0 ||
-		in.HostBlocks < 0 || in.ExpertsPerBlock < 0 || in.Mode < PlaceAuto || in.Mode > PlaceFirstN
+	out := func(n int64) bool { return n < 0 || n > maxPlacementBytes }
+	bad := out(in.Budget) || out(in.Dense) || out(in.KV) || out(in.State) || out(in.Workspace) || out(in.Reserve) ||
+		in.HostBlocks < 0 || in.ExpertsPerBlock < 0 || in.Mode < PlaceAuto || in.Mode > PlaceFirstN || len(in.Experts) > 1<<20
 	for _, e := range in.Experts {
-		bad = bad || e < 0
+		bad = bad || out(e)
 	}
 	if bad {
 		return fmt.Errorf("gpu: invalid placement input (budget %d, dense %d, KV %d, state %d, workspace %d, reserve %d, mode %d, host blocks %d)",

@@ -270,3 +270,25 @@ func TestExpertTensorBlock(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPlanPlacement: any input either is refused or gives a plan within
+// its budget (no overflow, no panic).
+func FuzzPlanPlacement(f *testing.F) {
+	f.Add(int64(8<<30), int64(1<<30), int64(1<<30), int64(1<<28), int64(1<<29), int64(1<<28), int64(1<<28), 40, uint8(0), 0, uint8(0))
+	f.Add(int64(-1), int64(0), int64(0), int64(0), int64(0), int64(0), int64(1), 1, uint8(2), 5, uint8(1))
+	f.Add(int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62), 3, uint8(1), 1, uint8(2))
+	f.Fuzz(func(t *testing.T, budget, dense, kv, state, ws, reserve, layer int64, blocks int, mode uint8, n int, run uint8) {
+		if blocks < 0 || blocks > 256 {
+			return
+		}
+		in := PlacementInput{Budget: budget, Dense: dense, KV: kv, State: state, Workspace: ws, Reserve: reserve,
+			Mode: PlacementMode(mode % 4), HostBlocks: n, Run: HostRun(run % 3), ExpertsPerBlock: 8}
+		for l := range blocks {
+			in.Experts = append(in.Experts, layer+int64(l%3))
+		}
+		p, err := PlanPlacement(in)
+		if err == nil && (p.DeviceBytes() > in.Budget || p.DeviceBytes() < 0 || p.Spare < 0) {
+			t.Fatalf("%+v: device %d bytes, spare %d", in, p.DeviceBytes(), p.Spare)
+		}
+	})
+}
