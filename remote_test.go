@@ -151,7 +151,9 @@ func TestEngineFlagWithFtchatServe(t *testing.T) {
 		}
 		tm.typeText("/kvdtype fp8_e4m3")
 		tm.keys("Enter")
-		tm.waitText("the remote server owns its KV cache", 10*time.Second)
+		if s := tm.waitText("the remote server owns its KV cache", 10*time.Second); strings.Contains(s, "switching the KV cache") {
+			t.Errorf("/kvdtype started a switch on a remote engine:\n%s", s)
+		}
 		quit(tm)
 	})
 }

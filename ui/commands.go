@@ -222,6 +222,12 @@ func (m *model) startReconf(dtype string) tea.Cmd {
 		m.addError("/kvdtype: a switch to " + m.reconf.dtype + " is already running")
 		return nil
 	}
+	if f, ok := m.eng.(fixedKV); ok {
+		if err := f.KVFixed(); err != nil { // a remote server's cache
+			m.addError(err.Error())
+			return nil
+		}
+	}
 	before := m.eng.Stats()
 	// The engine reports 0 / total first; until then the total is what
 	// the pool holds.

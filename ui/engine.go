@@ -33,5 +33,11 @@ type Session interface {
 	Reset()
 }
 
+// fixedKV is an Engine whose KV cache ftchat cannot change (a remote
+// server's): /kvdtype reports KVFixed's reason before starting a switch.
+type fixedKV interface {
+	KVFixed() error
+}
+
 // kvDTypes are the values /kvdtype accepts, in the order completion offers them.
 var kvDTypes = []string{"fp8_e4m3", "fp8_e5m2", "bf16", "fp16", "auto"}

@@ -373,9 +373,14 @@ func (e *Engine) CountTokens(text string) int { return (len(text) + 3) / 4 }
 // cache, and says so (with its numbers) when a request does not fit.
 func (e *Engine) FitCheck(engine.Request) error { return nil }
 
-// SwitchKV refuses: the cache is the server's. The message says how the
-// server's own settings change it.
+// SwitchKV refuses: the cache is the server's.
 func (e *Engine) SwitchKV(ctx context.Context, dtype string, progress func(done, total int)) error {
+	return e.KVFixed()
+}
+
+// KVFixed says why /kvdtype cannot change the cache, and how the server's
+// own settings do.
+func (e *Engine) KVFixed() error {
 	kv := "its own dtype"
 	if s := e.Stats(); s.KVDType != "" && s.KVDType != "remote" {
 		kv = s.KVDType
