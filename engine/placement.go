@@ -290,6 +290,8 @@ func hostRunName(r gpu.HostRun) string {
 		return "cpu"
 	case gpu.HostStream:
 		return "stream"
+	case gpu.HostMapped:
+		return "mapped"
 	}
 	return "auto"
 }
