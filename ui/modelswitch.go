@@ -15,6 +15,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/engine/hub"
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // /model switching (issue 15 item 17): /model lists the models in the
@@ -71,6 +72,10 @@ type CacheModels struct {
 
 	mu  sync.Mutex
 	cur *LoadedModel
+	// kvAtLoad is the current model's KV dtype when it was loaded; a
+	// different one now is a /kvdtype choice, kept in kvChoice for the
+	// models loaded after it.
+	kvAtLoad, kvChoice string
 }
 
 // NewCacheModels starts from the model the chat runs (eng, sess), loaded
@@ -79,7 +84,7 @@ func NewCacheModels(opts engine.Options, eng *engine.Engine, sess *engine.Sessio
 	if describe == nil {
 		describe = DescribeModel
 	}
-	c := &CacheModels{opts: opts, describe: describe}
+	c := &CacheModels{opts: opts, describe: describe, kvAtLoad: eng.Stats().KVDType}
 	c.cur = c.loaded(eng, sess)
 	return c
 }
@@ -134,10 +139,23 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// Load loads model on the chat's device with the chat's options.
+// Load loads model on the chat's device with the chat's options, and the
+// KV dtype /kvdtype chose for the current model, if any.
 func (c *CacheModels) Load(ctx context.Context, model string, progress func(engine.LoadProgress)) (*LoadedModel, error) {
 	o := c.opts
 	o.Model = model
+	c.mu.Lock()
+	if c.cur != nil {
+		if now := c.cur.Engine.Stats().KVDType; now != c.kvAtLoad {
+			if _, err := kvcache.ParseDType(now); err == nil {
+				c.kvChoice = now
+			}
+		}
+	}
+	if c.kvChoice != "" {
+		o.KVDType, o.KVDTypeK, o.KVDTypeV = c.kvChoice, "", ""
+	}
+	c.mu.Unlock()
 	eng, err := engine.Load(ctx, o, progress)
 	if err != nil {
 		return nil, err
@@ -150,6 +168,7 @@ func (c *CacheModels) Use(lm *LoadedModel) {
 	c.mu.Lock()
 	old := c.cur
 	c.cur = lm
+	c.kvAtLoad = lm.Engine.Stats().KVDType
 	c.mu.Unlock()
 	if old != nil && old != lm {
 		old.Close()

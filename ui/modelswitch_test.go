@@ -418,6 +418,32 @@ func TestCacheModels(t *testing.T) {
 	if list, _ = c.Models(); !list[1].Current || list[0].Current {
 		t.Errorf("after Use: %+v", list)
 	}
+	// A /kvdtype choice carries over to the next model; without one the
+	// chat's option (bf16 here) does.
+	if err := lm.Engine.SwitchKV(context.Background(), "fp8_e4m3", func(int, int) {}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fp8_e4m3", "fp8_e4m3"} {
+		next, err := c.Load(context.Background(), list[0].Path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := next.Engine.Stats().KVDType; got != want {
+			t.Errorf("the model loaded after /kvdtype fp8_e4m3 has a %s cache, want %s", got, want)
+		}
+		c.Use(next)
+	}
+	if err := c.cur.Engine.SwitchKV(context.Background(), "bf16", func(int, int) {}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.Load(context.Background(), list[1].Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next.Engine.Stats().KVDType; got != "bf16" {
+		t.Errorf("after /kvdtype bf16 the next model has a %s cache", got)
+	}
+	next.Close()
 	if _, err := c.Load(context.Background(), "no-such-model", nil); err == nil || !strings.Contains(err.Error(), "no-such-model") {
 		t.Errorf("Load of a missing model: %v", err)
 	}
