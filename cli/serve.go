@@ -36,14 +36,17 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 		Short: "Serve the model over HTTP: OpenAI- and Anthropic-compatible API with continuous batching",
 		Long: `serve answers HTTP requests with the model, batching the requests that run
 at the same time into shared forward steps over the paged KV cache:
-  POST /v1/chat/completions    OpenAI chat completions (stream or not, tools)
+  POST /v1/chat/completions    OpenAI chat completions (stream or not, tools,
+                               response_format json_object / json_schema)
   POST /v1/messages            Anthropic messages (stream or not, tools)
   POST /v1/messages/count_tokens
   GET  /v1/models, /health, /metrics (Prometheus)
 It listens on the loopback interface unless --host says otherwise; with
 --api-key (or FTCHAT_API_KEY) every endpoint but /health needs the key.
 The engine flags (--model, --device, --kv-cache-dtype, --kv-tokens, ...)
-are the chat's. docs/serve.md describes the API and its limits.`,
+are the chat's; hybrid models (Qwen3.5/3.6) get 2 x --parallel state slots
+unless --state-slots says otherwise. docs/serve.md describes the API and
+its limits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sc := ServeConfig{
