@@ -146,26 +146,26 @@ func TestGenerateErrors(t *testing.T) {
 	}{
 		{"ok", streamOK, 0, ""},
 		{"401", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, `{"error":{"message":"Invalid API key"}}`, 401)
+			http.Error(w, `{"error":{"message":"Invalid API key"}}`, http.StatusUnauthorized)
 		}, 0, "(401 Unauthorized): Invalid API key; set --api-key"},
 		{"404 model", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, `{"error":{"message":"The model m1 does not exist"}}`, 404)
+			http.Error(w, `{"error":{"message":"The model m1 does not exist"}}`, http.StatusNotFound)
 		}, 0, "not found (404): The model m1 does not exist; it serves: m1, m2"},
 		{"429 then ok", func(w http.ResponseWriter, r *http.Request) {
 			if busy.Add(1) == 1 {
 				w.Header().Set("Retry-After", "0")
-				http.Error(w, `{"error":{"message":"queue full"}}`, 429)
+				http.Error(w, `{"error":{"message":"queue full"}}`, http.StatusTooManyRequests)
 				return
 			}
 			streamOK(w, r)
 		}, 0, ""},
 		{"429 twice", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "0")
-			http.Error(w, `{"error":{"message":"queue full"}}`, 429)
+			http.Error(w, `{"error":{"message":"queue full"}}`, http.StatusTooManyRequests)
 		}, 0, "is busy (429 Too Many Requests): queue full"},
 		{"429 wait too long", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "3600")
-			http.Error(w, `{"error":{"message":"later"}}`, 429)
+			http.Error(w, `{"error":{"message":"later"}}`, http.StatusTooManyRequests)
 		}, 0, "is busy (429"},
 		{"malformed event", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -276,7 +276,7 @@ func TestToolsRefusedFallback(t *testing.T) {
 		n, _ := r.Body.Read(b)
 		bodies = append(bodies, string(b[:n]))
 		if strings.Contains(string(b[:n]), `"tools"`) {
-			http.Error(w, `{"error":{"message":"tools are not supported by this model"}}`, 400)
+			http.Error(w, `{"error":{"message":"tools are not supported by this model"}}`, http.StatusBadRequest)
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -75,8 +75,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	stats   engine.Stats
-	metrics string // "" until /metrics answered; then what it is
-	noTools bool   // the server refused the tools parameter: inline them from now on
+	noTools bool // the server refused the tools parameter: inline them from now on
 }
 
 // Dial checks that the server answers and picks the model: GET /models,
