@@ -229,25 +229,37 @@ func (m *mapper) fp4ColPerm(codes, scales []byte, rows, cols int) ([]byte, []byt
 // qs[8s+j] = code(16s+j) | code(16s+j+8)<<4. The scales keep their E4M3
 // bits without the sign (ggml reads them as UE4M3); the NaN code is refused.
 func repackNVFP4(dst, codes, scales []byte, rows, cols int) ([]byte, error) {
+	nb := cols / nvfp4Block
+	n := len(dst)
+	dst = slices.Grow(dst, rows*nb*nvfp4BlockBytes)[:n+rows*nb*nvfp4BlockBytes]
+	out := dst[n:]
 	for r := 0; r < rows; r++ {
 		crow := codes[r*cols/2 : (r+1)*cols/2]
 		srow := scales[r*cols/16 : (r+1)*cols/16]
-		for b := 0; b < cols/nvfp4Block; b++ {
-			var blk [nvfp4BlockBytes]byte
-			for sb := 0; sb < 4; sb++ {
-				d := srow[4*b+sb] & 0x7F
+		for b := 0; b < nb; b++ {
+			o := out[(r*nb+b)*nvfp4BlockBytes : (r*nb+b+1)*nvfp4BlockBytes]
+			sc := srow[4*b : 4*b+4]
+			for sb, d := range sc {
+				d &= 0x7F
 				if d == 0x7F {
 					return nil, fmt.Errorf("block scale of row %d, columns %d..%d is NaN", r, 64*b+16*sb, 64*b+16*sb+15)
 				}
-				blk[sb] = d
-				c := crow[32*b+8*sb : 32*b+8*sb+8] // 16 codes
-				for j := 0; j < 8; j++ {
-					lo := c[j/2] >> (4 * (j & 1)) & 0xF
-					hi := c[4+j/2] >> (4 * (j & 1)) & 0xF
-					blk[4+8*sb+j] = lo | hi<<4
+				o[sb] = d
+			}
+			// Sub-block sb's 16 codes: c[k] holds elements 2k, 2k+1 and
+			// c[4+k] elements 2k+8, 2k+9, so qs[2k] = (2k | 2k+8<<4) and
+			// qs[2k+1] = (2k+1 | 2k+9<<4).
+			c := crow[32*b : 32*b+32]
+			qs := o[4:36]
+			for sb := 0; sb < 4; sb++ {
+				cc := c[8*sb : 8*sb+8]
+				q := qs[8*sb : 8*sb+8]
+				for k := 0; k < 4; k++ {
+					lo, hi := cc[k], cc[4+k]
+					q[2*k] = lo&0x0F | hi<<4
+					q[2*k+1] = lo>>4 | hi&0xF0
 				}
 			}
-			dst = append(dst, blk[:]...)
 		}
 	}
 	return dst, nil
