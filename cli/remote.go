@@ -22,6 +22,7 @@ type RemoteConfig struct {
 	APIKey  string
 	Model   string // "" takes the first model the server lists
 	Timeout time.Duration
+	Tools   string // auto, native or inline
 }
 
 // RemoteFlags belong to the chat (root) command. --api-key is also a flag
@@ -30,10 +31,18 @@ func RemoteFlags(f *pflag.FlagSet) {
 	f.String("engine", "", "run against an OpenAI-compatible server at this API base instead of loading a model, e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, llama-server, ollama, ftchat serve)")
 	f.String("api-key", "", "--engine: the server's API key, sent as 'Authorization: Bearer KEY'")
 	f.String("remote-model", "", "--engine: the model to ask the server for (default: the first one its /v1/models lists)")
+	f.String("remote-tools", "auto", "--engine: how the agent's tools reach the model: auto (the API's tools field, in the prompt if the server refuses it) | native | inline (always in the prompt, for servers that drop the field)")
 	f.Duration("remote-timeout", 5*time.Minute, "--engine: give up when the server is silent this long (connecting, before the first token, between tokens)")
 }
 
 func init() {
+	settingChecks["remote-tools"] = func(s string) string {
+		switch s {
+		case "auto", "native", "inline":
+			return ""
+		}
+		return "not auto, native or inline"
+	}
 	settingChecks["remote-timeout"] = func(s string) string {
 		d, err := time.ParseDuration(s)
 		if err == nil && d <= 0 {
@@ -50,6 +59,7 @@ func RemoteFrom(v *viper.Viper) RemoteConfig {
 		APIKey:  v.GetString("api-key"),
 		Model:   v.GetString("remote-model"),
 		Timeout: v.GetDuration("remote-timeout"),
+		Tools:   v.GetString("remote-tools"),
 	}
 }
 
@@ -82,7 +92,7 @@ func openEngine(ctx context.Context, cfg Config, quiet bool) (*openedEngine, err
 		if w := ignoredWithEngine(cfg); w != "" {
 			fmt.Fprintln(os.Stderr, w)
 		}
-		r, err := remote.Dial(ctx, remote.Options{URL: cfg.Remote.URL, APIKey: cfg.Remote.APIKey, Model: cfg.Remote.Model, Timeout: cfg.Remote.Timeout})
+		r, err := remote.Dial(ctx, remote.Options{URL: cfg.Remote.URL, APIKey: cfg.Remote.APIKey, Model: cfg.Remote.Model, Timeout: cfg.Remote.Timeout, Tools: cfg.Remote.Tools})
 		if err != nil {
 			return nil, err
 		}

@@ -332,6 +332,41 @@ func TestToolsRefusedFallback(t *testing.T) {
 	}
 }
 
+// TestRemoteToolsModes: --remote-tools inline never sends the field;
+// native reports a refusal instead of falling back.
+func TestRemoteToolsModes(t *testing.T) {
+	var sawTools []bool
+	ts := fakeServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		has := strings.Contains(string(b), `"tools"`)
+		sawTools = append(sawTools, has)
+		if has {
+			http.Error(w, `{"error":{"message":"tools are not supported"}}`, http.StatusBadRequest)
+			return
+		}
+		streamOK(w, r)
+	})
+	req := hello
+	req.Tools = []engine.Tool{{Name: "f", Parameters: map[string]any{"type": "object"}}}
+	e, err := Dial(context.Background(), Options{URL: ts.URL, Tools: "inline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, last := collect(t, e.NewSession(), req); text != "Hello" || last.Kind != engine.EventDone || len(sawTools) != 1 || sawTools[0] {
+		t.Fatalf("inline: %q %+v, requests with tools: %v", text, last, sawTools)
+	}
+	e, err = Dial(context.Background(), Options{URL: ts.URL, Tools: "native"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, last := collect(t, e.NewSession(), req); last.Kind != engine.EventError || !strings.Contains(last.Err.Error(), "400 Bad Request: tools are not supported") {
+		t.Fatalf("native: %+v", last)
+	}
+	if _, err := Dial(context.Background(), Options{URL: ts.URL, Tools: "sometimes"}); err == nil || !strings.Contains(err.Error(), "want auto, native or inline") {
+		t.Fatalf("bad mode: %v", err)
+	}
+}
+
 func TestRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {

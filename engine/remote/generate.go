@@ -268,7 +268,7 @@ func (g *generation) run(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK && len(g.req.Tools) > 0 && !inline {
 		body, _ := readCapped(resp.Body, maxJSONBytes, "the error")
 		resp.Body.Close()
-		if !toolsRefused(resp.StatusCode, body) {
+		if e.nativeOnly || !toolsRefused(resp.StatusCode, body) {
 			return e.statusErr(resp, body)
 		}
 		// The server has no native tool calling: offer the tools in the

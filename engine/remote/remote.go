@@ -41,6 +41,11 @@ type Options struct {
 	// MaxRetryWait is the longest Retry-After a 429 is waited out for,
 	// once (default 30s); a longer one is reported at once.
 	MaxRetryWait time.Duration
+	// Tools is how the agent's tools reach the model: "auto" (or "") sends
+	// them in the tools field and falls back to "inline" when the server
+	// refuses it; "native" never falls back; "inline" always writes them
+	// into the system prompt (for a server that takes the field but drops it).
+	Tools string
 	// HTTPClient replaces the default client (tests); its timeouts are
 	// then the caller's.
 	HTTPClient *http.Client
@@ -73,9 +78,10 @@ type Engine struct {
 	timeout time.Duration
 	maxWait time.Duration
 
-	mu      sync.Mutex
-	stats   engine.Stats
-	noTools bool // the server refused the tools parameter: inline them from now on
+	mu         sync.Mutex
+	stats      engine.Stats
+	noTools    bool // inline the tools: the server refused the tools parameter, or --remote-tools inline
+	nativeOnly bool // --remote-tools native: a refusal is an error
 }
 
 // Dial checks that the server answers and picks the model: GET /models,
@@ -86,6 +92,15 @@ func Dial(ctx context.Context, opt Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{base: base, baseStr: base.String(), key: opt.APIKey, timeout: opt.Timeout, maxWait: opt.MaxRetryWait, hc: opt.HTTPClient}
+	switch opt.Tools {
+	case "", "auto":
+	case "native":
+		e.nativeOnly = true
+	case "inline":
+		e.noTools = true
+	default:
+		return nil, fmt.Errorf("--remote-tools %q: want auto, native or inline", opt.Tools)
+	}
 	if e.timeout <= 0 {
 		e.timeout = 5 * time.Minute
 	}
