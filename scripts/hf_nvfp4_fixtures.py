@@ -22,7 +22,8 @@ quantized to NVFP4 and written with safetensors' save_file in one of the two pub
 Fixtures (NAMES): engine/hfmodel/testdata/<name>/ plus <name>.gguf.gz and <name>.json, as
 scripts/hf_fixtures.py writes them (its tokenizer, text, converter and JSON schema):
   llama_nvfp4          LlamaForCausalLM, ModelOpt, quantization only in hf_quant_config.json
-                       (older exports); Q/K rows permuted for llama's RoPE with their scales
+                       (older exports); Q/K rows permuted for llama's RoPE with their scales;
+                       lm_head NVFP4 as well
   qwen3moe_nvfp4       Qwen3MoeForCausalLM, ModelOpt, quantization_config in config.json and
                        hf_quant_config.json; per-expert tensors, each with its own weight_scale_2
   qwen3moe_nvfp4_ct    Qwen3MoeForCausalLM, compressed-tensors
@@ -56,6 +57,7 @@ import qwen35_fixtures as q  # noqa: E402  (tokenizer, reference text)
 NAMES = {"llama_nvfp4": ("llama", "modelopt"), "qwen3moe_nvfp4": ("qwen3moe", "modelopt"),
          "qwen3moe_nvfp4_ct": ("qwen3moe", "compressed-tensors"), "qwen35moe_nvfp4": ("qwen35moe", "modelopt"),
          "qwen35moe_nvfp4_mixed": ("qwen35moe", "mixed")}
+LM_HEAD_FP4 = {"llama_nvfp4"}  # lm_head NVFP4 too (ModelOpt lists it in some exports)
 LINEAR = ("_proj.weight", ".in_proj_qkv.weight", ".in_proj_z.weight", ".in_proj_a.weight", ".in_proj_b.weight")
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 MAX_TOKENS = 96
@@ -109,7 +111,7 @@ def nvfp4(w):
     return packed, bs.contiguous(), s2, deq
 
 
-def quantize_state(sd, arch, layout):
+def quantize_state(sd, arch, layout, lm_head):
     """Returns the checkpoint tensors and the dequantized state dict for transformers."""
     import torch
     out, deq, quantized = {}, {}, {}
@@ -157,7 +159,7 @@ def quantize_state(sd, arch, layout):
         elif k.endswith("experts.down_proj"):
             p = k.removesuffix("down_proj")
             deq[k] = torch.stack([put(f"{p}{j}.down_proj.weight", v[j]) for j in range(v.shape[0])])
-        elif k.endswith(LINEAR) and v.ndim == 2 and not k.endswith("shared_expert_gate.weight"):
+        elif (k.endswith(LINEAR) and v.ndim == 2 and not k.endswith("shared_expert_gate.weight")) or (lm_head and k == "lm_head.weight"):
             deq[k] = put(k, v)
         else:
             out[k] = v.to(torch.bfloat16).contiguous()
@@ -165,8 +167,8 @@ def quantize_state(sd, arch, layout):
     return out, deq, quantized
 
 
-def quant_configs(layout, arch, n_layers, quantized):
-    ignore = ["lm_head"] + ([f"model.layers.{i}.mlp.gate" for i in range(n_layers)] if "moe" in arch else [])
+def quant_configs(layout, arch, n_layers, quantized, lm_head):
+    ignore = ([] if lm_head else ["lm_head"]) + ([f"model.layers.{i}.mlp.gate" for i in range(n_layers)] if "moe" in arch else [])
     if layout == "mixed":
         hq = {"producer": {"name": "modelopt", "version": "0.44.0"},
               "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": None,
@@ -213,7 +215,7 @@ def build(name):
         sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
         if cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
-        out, deq, quantized = quantize_state(sd, arch, layout)
+        out, deq, quantized = quantize_state(sd, arch, layout, name in LM_HEAD_FP4)
         with torch.no_grad():
             model.load_state_dict(deq, strict=False)
             if cfg.tie_word_embeddings:
@@ -224,7 +226,7 @@ def build(name):
         model.config.architectures = [hf_arch]
         model.config.save_pretrained(mdir)
         model.generation_config.save_pretrained(mdir)
-        qc, hq = quant_configs(layout, arch, cfg.num_hidden_layers, quantized)
+        qc, hq = quant_configs(layout, arch, cfg.num_hidden_layers, quantized, name in LM_HEAD_FP4)
         with open(os.path.join(mdir, "config.json")) as f:
             c = json.load(f)
         if name != "llama_nvfp4":  # llama_nvfp4: hf_quant_config.json only, like older ModelOpt exports
