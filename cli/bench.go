@@ -878,9 +878,9 @@ Calibrate on text like what you will run, but evaluate on different text.`,
 			if limit > 0 && len(toks) > limit {
 				toks = toks[:limit]
 			}
-			sf, err := Calibrate(cmd.Context(), e, toks, window, d, opts, func(done, total int) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "calibrating: %d/%d tokens\n", done, total)
-			})
+			prog := newTokenProgress(cmd.ErrOrStderr(), "calibrating", len(toks))
+			sf, err := Calibrate(cmd.Context(), e, toks, window, d, opts, prog.update)
+			prog.stop()
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -195,6 +196,55 @@ func (p *needleProgress) end() string {
 }
 
 func (p *needleProgress) stop() {
+	if p.st != nil {
+		p.st.Stop()
+		p.st = nil
+	}
+}
+
+// tokenProgress is `calibrate`'s progress over its text, window by
+// window: a line per window elsewhere, on a terminal one redrawn line
+// with the time left from the tokens done.
+type tokenProgress struct {
+	w     io.Writer
+	what  string
+	start time.Time
+	st    *statusLine
+
+	mu          sync.Mutex
+	done, total int
+}
+
+func newTokenProgress(w io.Writer, what string, total int) *tokenProgress {
+	p := &tokenProgress{w: w, what: what, start: time.Now(), total: total}
+	if isTerminalWriter(w) {
+		p.st = startStatus(w, p.line)
+	}
+	return p
+}
+
+func (p *tokenProgress) line(elapsed time.Duration) string {
+	p.mu.Lock()
+	done, total := p.done, p.total
+	p.mu.Unlock()
+	s := fmt.Sprintf("%s: %d/%d tokens · %s", p.what, done, total, shortDuration(elapsed))
+	if done > 0 && done < total {
+		left := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
+		s += " · about " + shortDuration(left) + " left"
+	}
+	return s
+}
+
+func (p *tokenProgress) update(done, total int) {
+	p.mu.Lock()
+	p.done, p.total = done, total
+	p.mu.Unlock()
+	if p.st == nil {
+		fmt.Fprintf(p.w, "%s: %d/%d tokens\n", p.what, done, total)
+	}
+}
+
+func (p *tokenProgress) stop() {
 	if p.st != nil {
 		p.st.Stop()
 		p.st = nil

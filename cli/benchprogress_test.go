@@ -110,3 +110,33 @@ func TestNeedleProgress(t *testing.T) {
 		}
 	}
 }
+
+// Issue 15 item 12: calibrate's progress: a line per window elsewhere, on
+// a terminal one redrawn line with the time left.
+func TestTokenProgress(t *testing.T) {
+	saved := isTerminalWriter
+	t.Cleanup(func() { isTerminalWriter = saved })
+	isTerminalWriter = func(io.Writer) bool { return false }
+	var buf bytes.Buffer
+	p := newTokenProgress(&buf, "calibrating", 1024)
+	p.update(512, 1024)
+	p.update(1024, 1024)
+	p.stop()
+	if want := "calibrating: 512/1024 tokens\ncalibrating: 1024/1024 tokens\n"; buf.String() != want {
+		t.Errorf("lines %q, want %q", buf.String(), want)
+	}
+	isTerminalWriter = func(io.Writer) bool { return true }
+	buf.Reset()
+	p = newTokenProgress(&buf, "calibrating", 1024)
+	if got := p.line(10 * time.Second); got != "calibrating: 0/1024 tokens · 10s" {
+		t.Errorf("before the first window: %q", got)
+	}
+	p.update(256, 1024)
+	if got := p.line(10 * time.Second); got != "calibrating: 256/1024 tokens · 10s · about 30s left" {
+		t.Errorf("after a quarter: %q", got)
+	}
+	p.stop()
+	if out := buf.String(); !strings.Contains(out, "\r\x1b[Kcalibrating: 0/1024 tokens · 0s") || strings.Contains(out, "\n") {
+		t.Errorf("terminal output %q", out)
+	}
+}
