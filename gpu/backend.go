@@ -210,7 +210,7 @@ func (b *Backend) trim(c *Ctx) {
 
 // typedKernels are the kernel families built once per weight type (mm.cuh),
 // named <prefix><type suffix> and living in module mm_<type suffix>.
-var typedKernels = []string{"gemv_", "gemvx_", "gemvf_", "gemm_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
+var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, ops for the rest.
@@ -682,6 +682,12 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	for t := 0; t < n; t += gemvMaxTok {
 		nt := min(gemvMaxTok, n-t)
 		xt, yt := x.Add(int64(t*w.cols*4)), y.Add(int64(t*w.rows*4))
+		if shm := w.cols * 4; nt == 1 && shm <= b.gemvxSmem(c) && b.useGemvr(w) {
+			if err := b.launchGemvr(c, w, xt, yt); err != nil { // gemvr.go
+				return err
+			}
+			continue
+		}
 		if shm := w.cols * 4; nt == 1 && shm <= b.gemvxSmem(c) && b.useWholeX() {
 			// One token whose x fits in shared memory: one barrier per CTA.
 			f, err := b.fn(c, "gemvx_"+suf)

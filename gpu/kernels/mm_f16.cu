@@ -3,3 +3,4 @@
 #define MM_NAME f16
 #define MM_FLOAT 1
 #include "mm.cuh"
+#include "gemvr.cuh"

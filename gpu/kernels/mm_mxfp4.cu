@@ -3,3 +3,4 @@
 #define MM_T T_MXFP4
 #define MM_NAME mxfp4
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -10,3 +10,4 @@ extern "C" __global__ void scale_nvfp4(float* y, long long n, float s) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] *= s;
 }
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q2_K
 #define MM_NAME q2_k
 #include "mm.cuh"
+#include "gemvr.cuh"

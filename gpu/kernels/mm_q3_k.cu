@@ -2,3 +2,4 @@
 #define MM_T T_Q3_K
 #define MM_NAME q3_k
 #include "mm.cuh"
+#include "gemvr.cuh"

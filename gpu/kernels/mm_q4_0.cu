@@ -2,3 +2,4 @@
 #define MM_T T_Q4_0
 #define MM_NAME q4_0
 #include "mm.cuh"
+#include "gemvr.cuh"

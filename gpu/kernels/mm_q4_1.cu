@@ -2,3 +2,4 @@
 #define MM_T T_Q4_1
 #define MM_NAME q4_1
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q4_K
 #define MM_NAME q4_k
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q5_0
 #define MM_NAME q5_0
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q5_1
 #define MM_NAME q5_1
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q5_K
 #define MM_NAME q5_k
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q6_K
 #define MM_NAME q6_k
 #include "mm.cuh"
+#include "gemvr.cuh"

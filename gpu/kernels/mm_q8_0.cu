@@ -2,3 +2,4 @@
 #define MM_T T_Q8_0
 #define MM_NAME q8_0
 #include "mm.cuh"
+#include "gemvr.cuh"

@@ -2,3 +2,4 @@
 #define MM_T T_Q8_1
 #define MM_NAME q8_1
 #include "mm.cuh"
+#include "gemvr.cuh"
