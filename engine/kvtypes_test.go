@@ -23,7 +23,7 @@ func TestValidateKVTypes(t *testing.T) {
 		{"v only", Options{KVDType: "fp8_e5m2", KVDTypeK: "fp16"}, none, ""},
 		{"same pair on gpu", Options{KVDTypeK: "fp8", KVDTypeV: "fp8_e4m3", Device: "cuda"}, gpu, ""},
 		{"mixed on gpu", Options{KVDTypeK: "bf16", KVDTypeV: "fp8_e4m3", Device: "cuda"}, gpu,
-			"K and V in different dtypes (k=bf16 v=fp8_e4m3) run on the CPU backend only"},
+			"different K and V dtypes (k=bf16 v=fp8_e4m3) run on the CPU backend only"},
 		{"bad k", Options{KVDTypeK: "q8_0"}, none, `--cache-type-k "q8_0" is not supported`},
 		{"bad v", Options{KVDTypeV: "int4"}, none, `--cache-type-v "int4" is not supported`},
 		{"auto half", Options{KVDTypeV: "auto"}, none, `--cache-type-v "auto" is not supported`},

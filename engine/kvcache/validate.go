@@ -63,7 +63,7 @@ func ValidateForDevice(d DType, computeCap int) error {
 // a CUDA device: the attention kernels are instantiated per dtype for both
 // halves together, so mixed pairs run on the CPU backend only.
 func MixedOnGPUError(k, v DType) error {
-	return fmt.Errorf("K and V in different dtypes (%s) run on the CPU backend only: the CUDA attention kernels read K and V in one dtype. On a GPU use one dtype for both (--kv-cache-dtype %s, without --cache-type-k/--cache-type-v, or /kvdtype %s), or run with --device cpu",
+	return fmt.Errorf("different K and V dtypes (%s) run on the CPU backend only: the CUDA attention kernels read K and V in one dtype. On a GPU use one dtype for both (--kv-cache-dtype %s, without --cache-type-k/--cache-type-v, or /kvdtype %s), or run with --device cpu",
 		PairName(k, v), wider(k, v), wider(k, v))
 }
 
