@@ -662,7 +662,7 @@ func (c *JSONConstraint) Complete() bool { return c.st.complete() }
 func (c *JSONConstraint) Mask(lg []float32) {
 	v := c.v
 	allowed := make([]bool, len(lg))
-	any := false
+	fits := false
 	if !c.st.ended() {
 		states := c.states
 		states[0] = c.st
@@ -678,7 +678,7 @@ func (c *JSONConstraint) Mask(lg []float32) {
 				continue
 			}
 			if inString && v.plain[id] {
-				allowed[id], any, carry = true, true, l
+				allowed[id], fits, carry = true, true, l
 				continue
 			}
 			b := v.bytes[id]
@@ -701,11 +701,11 @@ func (c *JSONConstraint) Mask(lg []float32) {
 			valid = d
 			if dead < 0 {
 				allowed[id] = true
-				any = true
+				fits = true
 			}
 		}
 	}
-	if c.st.complete() || !any {
+	if c.st.complete() || !fits {
 		for _, id := range v.eog {
 			if int(id) < len(lg) {
 				allowed[id] = true
