@@ -231,6 +231,7 @@ func TestParseDTypePair(t *testing.T) {
 		{"fp8", FP8E4M3, FP8E4M3, ""},
 		{"k=bf16 v=fp8_e4m3", BF16, FP8E4M3, ""},
 		{"V=e5m2,K=fp16", F16, FP8E5M2, ""},
+		{"k=fp8_e4m3/v=bf16", FP8E4M3, BF16, ""},
 		{"value=fp8 key=bf16", BF16, FP8E4M3, ""},
 		{"v=fp8", F16, FP8E4M3, ""}, // K keeps the current fp16
 		{"k=auto", Auto, BF16, ""},

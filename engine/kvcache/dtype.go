@@ -111,7 +111,8 @@ func (m ScaleMode) String() string {
 
 // ParseDTypePair parses a K/V storage spec as /kvdtype takes it: one dtype
 // for both halves ("fp8_e4m3"), or halves named "k=bf16 v=fp8_e4m3"
-// (either order, separated by spaces or commas; "key="/"value=" also
+// (either order, separated by spaces, commas or a slash, as in a bench
+// list entry "k=bf16/v=fp8_e4m3"; "key="/"value=" also
 // work). A half the spec leaves out keeps cur (the dtype it has now);
 // Auto in the result is for the caller to resolve.
 func ParseDTypePair(s string, curK, curV DType) (k, v DType, err error) {
@@ -121,7 +122,7 @@ func ParseDTypePair(s string, curK, curV DType) (k, v DType, err error) {
 	}
 	k, v = curK, curV
 	seen := map[string]bool{}
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ',' || r == '/' || r == '\t' }) {
 		name, val, ok := strings.Cut(f, "=")
 		half := strings.ToLower(strings.TrimSpace(name))
 		switch half {
