@@ -54,9 +54,10 @@ sys.path.insert(0, HERE)
 import hf_fixtures as hf  # noqa: E402  (converter, gzip, output directory)
 import qwen35_fixtures as q  # noqa: E402  (tokenizer, reference text)
 
-NAMES = {"llama_nvfp4": ("llama", "modelopt"), "qwen3moe_nvfp4": ("qwen3moe", "modelopt"),
-         "qwen3moe_nvfp4_ct": ("qwen3moe", "compressed-tensors"), "qwen35moe_nvfp4": ("qwen35moe", "modelopt"),
-         "qwen35moe_nvfp4_mixed": ("qwen35moe", "mixed")}
+# name: (arch, layout, seed of the random weights)
+NAMES = {"llama_nvfp4": ("llama", "modelopt", 1900), "qwen3moe_nvfp4": ("qwen3moe", "modelopt", 1901),
+         "qwen3moe_nvfp4_ct": ("qwen3moe", "compressed-tensors", 1902),
+         "qwen35moe_nvfp4": ("qwen35moe", "modelopt", 1901), "qwen35moe_nvfp4_mixed": ("qwen35moe", "mixed", 1902)}
 LM_HEAD_FP4 = {"llama_nvfp4"}  # lm_head NVFP4 too (ModelOpt lists it in some exports)
 LINEAR = ("_proj.weight", ".in_proj_qkv.weight", ".in_proj_z.weight", ".in_proj_a.weight", ".in_proj_b.weight")
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -196,7 +197,7 @@ def build(name):
     import torch
     import transformers
     from safetensors.torch import save_file
-    arch, layout = NAMES[name]
+    arch, layout, seed = NAMES[name]
     torch.manual_seed(0)
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="hfnvfp4-")
@@ -206,7 +207,7 @@ def build(name):
         ids = tok.encode(text, add_special_tokens=False)[:MAX_TOKENS]
         text = tok.decode(ids)
         cfg, cls, hf_arch = make_config(arch, tok)
-        g = torch.Generator().manual_seed(1900 + sorted(NAMES).index(name))
+        g = torch.Generator().manual_seed(seed)
         model = cls(cfg).float()
         hf.randomise(arch, model, g, "float32")
         if cfg.tie_word_embeddings:  # unit-variance embeddings as the output head give a perplexity of ~1e21
