@@ -182,3 +182,40 @@ func TestBatcherHybridSlotsBoundAdmission(t *testing.T) {
 		t.Errorf("queued request: %q, %+v", text, done)
 	}
 }
+
+// TestBatcherHybridPreemption: a pool too small for two answers at once
+// preempts the younger (its pages and state slot freed), recomputes it
+// from token 0 later, and both answer what they answer alone.
+func TestBatcherHybridPreemption(t *testing.T) {
+	e := loadHybrid(t, filepath.Join("model", "testdata", batchHybridFixtures[0]), Options{StateSlots: 4, PageSize: 16, KVTokens: 128})
+	b := e.NewBatcher(BatcherOptions{PrefixCache: -1})
+	t.Cleanup(b.Close)
+	reqs := []Request{userReq(80, "Story 3 please."), userReq(80, "Story 8 please.")} // both run to max tokens
+	var alone []string
+	for _, r := range reqs {
+		text, done := hybridText(t, submit(t, b, context.Background(), r))
+		if done.Usage.PromptTokens+done.Usage.CompletionTokens <= e.Stats().TokensCapacity/2 {
+			t.Fatalf("request of %d+%d tokens fits twice in the %d-token pool: no preemption to test",
+				done.Usage.PromptTokens, done.Usage.CompletionTokens, e.Stats().TokensCapacity)
+		}
+		alone = append(alone, text)
+	}
+	e.mu.Lock()
+	a, c := submit(t, b, context.Background(), reqs[0]), submit(t, b, context.Background(), reqs[1])
+	e.mu.Unlock()
+	var ra, rc string
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); ra, _ = hybridText(t, a) }()
+	go func() { defer wg.Done(); rc, _ = hybridText(t, c) }()
+	wg.Wait()
+	if ra != alone[0] || rc != alone[1] {
+		t.Errorf("with preemption %q / %q, alone %q / %q", ra, rc, alone[0], alone[1])
+	}
+	if b.Stats().Preempted == 0 {
+		t.Error("no preemption")
+	}
+	if st := e.Stats(); st.PagesUsed != 0 || st.StateSlotsLive != 0 {
+		t.Errorf("%d pages, %d live slots left", st.PagesUsed, st.StateSlotsLive)
+	}
+}
