@@ -111,6 +111,20 @@ func TestTmuxFakeEngine(t *testing.T) {
 	tm.keys("Enter")
 	tm.waitText("unknown command /nope", 5*time.Second)
 
+	// Issue 15 item 3: a long single line wraps in the input, whole; item
+	// 17: /set changes a sampling setting mid-chat.
+	long := "start " + strings.Repeat("a long single line that wraps ", 8) + "finish"
+	tm.typeText(long)
+	tm.waitFor("the long line wrapped in the input", 5*time.Second, func(s string) bool {
+		return strings.Contains(s, "› start a long") && strings.Contains(s, "finish")
+	})
+	tm.keys("C-c") // clears the input
+	tm.typeText("/set temp")
+	tm.keys("Tab")
+	tm.typeText(" 0.2")
+	tm.keys("Enter")
+	tm.waitText("temperature: 0 → 0.2 (from the next answer)", 5*time.Second)
+
 	// Issue 15 item 6: a pasted tab stays a tab in the input (shown as
 	// →; TestPastedTabsReachTheModel checks the request), and is sent.
 	tm.paste("func f() {\n\treturn\t1\n}")
