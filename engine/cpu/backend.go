@@ -21,6 +21,10 @@ type Options struct {
 	// F32KV stores K/V as float32, ignoring the layout's dtype: for
 	// reference runs against float32 frameworks, not for serving.
 	F32KV bool
+	// IntDot quantizes activations to 8 bits once per matmul and uses
+	// integer dots for the weight types that have them (intdot.go):
+	// several times faster, less exact; FTCHAT_CPU_INTDOT=1 also sets it.
+	IntDot bool
 }
 
 // Backend implements model.Backend on the host. Ops are synchronous; one
@@ -33,6 +37,7 @@ type Backend struct {
 	kv      kvStore
 	layout  kvcache.Layout
 	state   *stateStore // recurrent state of hybrid models (state.go)
+	intDot  bool        // Options.IntDot
 }
 
 var (
@@ -52,14 +57,19 @@ func New(opts Options) *Backend {
 		n = runtime.GOMAXPROCS(0)
 	}
 	n = min(n, MaxThreads)
-	return &Backend{threads: n, pool: newPool(n), f32kv: opts.F32KV}
+	return &Backend{threads: n, pool: newPool(n), f32kv: opts.F32KV, intDot: opts.IntDot || intDotFromEnv()}
 }
 
 // Close stops the worker goroutines; the Backend must not be used afterwards.
 func (b *Backend) Close() { b.pool.close() }
 
 // Name reports the backend and its thread count.
-func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+func (b *Backend) Name() string {
+	if b.intDot {
+		return fmt.Sprintf("cpu (%d threads, int8 dots)", b.threads)
+	}
+	return fmt.Sprintf("cpu (%d threads)", b.threads)
+}
 
 // Threads is the size of the worker pool.
 func (b *Backend) Threads() int { return b.threads }

@@ -41,6 +41,11 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 	}
 	if w.f32 != nil && len(w.f32) == w.rows*w.cols {
 		kern = nil // decoded already: plain float dot below
+	} else if b.intDot && cols%256 == 0 {
+		if ik := intKernelFor(w.info.Type); ik != nil {
+			b.matmulInt(dst, ds, x, xs, n, w, o0, nOut, ik)
+			return
+		}
 	}
 	b.pool.parallel(nOut, 4, func(lo, hi int) {
 		if kern == nil {
@@ -69,6 +74,11 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 			}
 		}
 	})
+	w.applyScale(dst, ds, n, o0, nOut)
+}
+
+// applyScale multiplies the outputs by the weight's second-level scale.
+func (w *Weight) applyScale(dst []float32, ds, n, o0, nOut int) {
 	if w.scale != nil {
 		for r := 0; r < n; r++ {
 			row := dst[r*ds : r*ds+nOut]

@@ -1,0 +1,123 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// Integer-dot kernels over q8Block activations (intdot.go). Each block's
+// integer sums are exact; the float ops after them follow the Go
+// reference's order, so results match it bit for bit.
+
+// func dotQ4KQ8AVX2(w *byte, x *q8Block, nb int) float32
+// Frame: 0(SP) the 16 unpacked scale/min bytes, 16(SP) the same as int16.
+TEXT ·dotQ4KQ8AVX2(SB), NOSPLIT, $48-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	VXORPS X14, X14, X14
+	MOVL $0x0F0F0F0F, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ CX, CX
+	JEQ q4kq8done
+q4kq8loop:
+	// 6-bit scales and mins: bytes 0-7 scales, 8-15 mins (Q4_K packing).
+	MOVL 4(SI), AX
+	MOVL 8(SI), BX
+	MOVL 12(SI), DX
+	MOVL DX, R8
+	SHRL $4, R8
+	ANDL $0x0F0F0F0F, R8
+	MOVL BX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL R9, R8
+	ANDL $0x3F3F3F3F, BX
+	ANDL $0x0F0F0F0F, DX
+	MOVL AX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL R9, DX
+	ANDL $0x3F3F3F3F, AX
+	MOVL AX, 0(SP)
+	MOVL DX, 4(SP)
+	MOVL BX, 8(SP)
+	MOVL R8, 12(SP)
+	VPMOVZXBW 0(SP), Y1
+	VMOVDQU Y1, 16(SP)
+	// summ lanes: mins · per-32 sums of the codes
+	VMOVDQU 260(DI), Y2
+	VEXTRACTI128 $1, Y2, X3
+	VPHADDW X3, X2, X2
+	VEXTRACTI128 $1, Y1, X3
+	VPMADDWD X3, X2, X2
+	VPXOR Y0, Y0, Y0
+	VMOVDQU 16(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 4(DI), Y4, Y4
+	VPMADDUBSW 36(DI), Y5, Y5
+	VPBROADCASTW 16(SP), Y6
+	VPBROADCASTW 18(SP), Y7
+	VPMADDWD Y6, Y4, Y4
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y4, Y0, Y0
+	VPADDD Y5, Y0, Y0
+	VMOVDQU 48(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 68(DI), Y4, Y4
+	VPMADDUBSW 100(DI), Y5, Y5
+	VPBROADCASTW 20(SP), Y6
+	VPBROADCASTW 22(SP), Y7
+	VPMADDWD Y6, Y4, Y4
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y4, Y0, Y0
+	VPADDD Y5, Y0, Y0
+	VMOVDQU 80(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 132(DI), Y4, Y4
+	VPMADDUBSW 164(DI), Y5, Y5
+	VPBROADCASTW 24(SP), Y6
+	VPBROADCASTW 26(SP), Y7
+	VPMADDWD Y6, Y4, Y4
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y4, Y0, Y0
+	VPADDD Y5, Y0, Y0
+	VMOVDQU 112(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 196(DI), Y4, Y4
+	VPMADDUBSW 228(DI), Y5, Y5
+	VPBROADCASTW 28(SP), Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMADDWD Y6, Y4, Y4
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y4, Y0, Y0
+	VPADDD Y5, Y0, Y0
+	// [sumi, summ] as floats, times [d, dmin]; then (fs - fm)·d8
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPHADDD X2, X0, X0
+	VPHADDD X0, X0, X0
+	VCVTDQ2PS X0, X0
+	VMOVD (SI), X1
+	VCVTPH2PS X1, X1
+	VMULPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VSUBSS X1, X0, X0
+	VMULSS (DI), X0, X0
+	VADDSS X0, X14, X14
+	ADDQ $144, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ q4kq8loop
+q4kq8done:
+	VZEROUPPER
+	VMOVSS X14, ret+24(FP)
+	RET
