@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,18 @@ func TestTmuxFakeEngine(t *testing.T) {
 	tm.waitFor("the pasted turn answered", 20*time.Second, func(s string) bool {
 		return strings.Contains(s, "▌     return    1") && strings.Contains(s, "answer to: func") && idle(s)
 	})
+
+	// Issue 15 item 17: /copy reaches the terminal's clipboard (OSC 52,
+	// which tmux keeps as a paste buffer with set-clipboard on).
+	if out, err := exec.Command("tmux", "set-option", "-s", "set-clipboard", "on").CombinedOutput(); err != nil {
+		t.Fatalf("tmux set-clipboard: %v: %s", err, out)
+	}
+	tm.typeText("/copy -2 code")
+	tm.keys("Enter")
+	tm.waitText("copied code block 1 of 1 (go (1 line)) of answer -2", 5*time.Second)
+	if out, err := exec.Command("tmux", "show-buffer").Output(); err != nil || string(out) != "x := 1" {
+		t.Errorf("the clipboard (tmux buffer) holds %q (%v), want the code block", out, err)
+	}
 
 	tm.keys("C-c")
 	tm.waitText("press Ctrl+C again", 5*time.Second)
