@@ -148,6 +148,12 @@ func TestOpenRefusals(t *testing.T) {
 		{"bad hf_quant_config.json", "llama_nvfp4", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, "hf_quant_config.json"), []byte(`{"producer": {"name": "modelopt"}}`), 0o644)
 		}, []string{"hf_quant_config.json: no \"quantization\" object"}},
+		{"qwen3next qkvz shape", "qwen3next", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["linear_value_head_dim"] = 16 })
+		}, []string{"model.layers.0.linear_attn.in_proj_qkvz.weight has shape [96 16] but config.json implies [160 16]", "dtype/shape mismatch"}},
+		{"qwen3next dense layers", "qwen3next", func(t *testing.T, d string) {
+			editConfig(t, d, func(c map[string]any) { c["mlp_only_layers"] = []int{1} })
+		}, []string{"dense layers among the MoE ones", "not supported"}},
 		{"unknown model type", "llama", func(t *testing.T, d string) {
 			editConfig(t, d, func(c map[string]any) { c["model_type"] = "gpt_neox" })
 		}, []string{`model_type "gpt_neox" is not supported`}},
