@@ -136,7 +136,7 @@ func TestBatcherHybridCancelFreesSlot(t *testing.T) {
 	e, b := loadHybridBatcher(t, batchHybridFixtures[0], 4, BatcherOptions{PrefixCache: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := submit(t, b, ctx, userReq(0, "Write a very long story about a dragon."))
+	ch := submit(t, b, ctx, userReq(0, "Story 3 please.")) // greedy: past 80 tokens
 	n := 0
 	for ev := range ch {
 		if ev.Kind == EventText || ev.Kind == EventThinking {
@@ -161,18 +161,22 @@ func TestBatcherHybridCancelFreesSlot(t *testing.T) {
 // run, the next waits in the queue and one more is ErrQueueFull; the
 // queued one runs when a slot frees.
 func TestBatcherHybridSlotsBoundAdmission(t *testing.T) {
-	_, b := loadHybridBatcher(t, batchHybridFixtures[0], 2, BatcherOptions{MaxRunning: 8, MaxQueue: 1, PrefixCache: -1})
+	e, b := loadHybridBatcher(t, batchHybridFixtures[0], 2, BatcherOptions{MaxRunning: 8, MaxQueue: 1, PrefixCache: -1})
 	if got := b.Options().MaxRunning; got != 2 {
 		t.Fatalf("MaxRunning %d with 2 state slots, want 2", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := submit(t, b, ctx, userReq(0, "Write a very long story about a dragon."))
+	// Prompts whose greedy answers run past 80 tokens: both stay running.
+	a := submit(t, b, ctx, userReq(0, "Story 3 please."))
 	waitFor(t, func() bool { return b.Stats().Running == 1 })
-	c := submit(t, b, ctx, userReq(0, "Write a very long story about a robot."))
+	c := submit(t, b, ctx, userReq(0, "Story 8 please."))
 	waitFor(t, func() bool { return b.Stats().Running == 2 })
+	e.mu.Lock() // no step runs until both more requests are in
 	queued := submit(t, b, context.Background(), userReq(4, batchPrompts[0]))
-	if _, err := b.Submit(context.Background(), BatchRequest{Request: userReq(4, batchPrompts[1])}); !errors.Is(err, ErrQueueFull) {
+	_, err := b.Submit(context.Background(), BatchRequest{Request: userReq(4, batchPrompts[1])})
+	e.mu.Unlock()
+	if !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("fourth request: %v, want ErrQueueFull", err)
 	}
 	cancel()
