@@ -52,51 +52,63 @@ func intKernelFor(t gguf.Type) intKernel {
 func intDotFromEnv() bool { return os.Getenv("FTCHAT_CPU_INTDOT") == "1" }
 
 // q8Quantize quantizes x (len(x) = 256·len(dst)) block by block with
-// round-to-nearest-even codes in [-127, 127], each within d/2 of x. A block holding NaN or ±Inf
+// round-to-nearest-even codes in [-127, 127], each within d/2 of x (plus
+// float32 rounding of x·(1/d), < 2⁻¹⁶·d). A block holding NaN or ±Inf
 // gets d = NaN, so the dots it enters are NaN as on the float path; an
-// all-zero block gets d = 0. The scale is computed in float64 so that
-// subnormal inputs do not overflow 127/max.
+// all-zero block gets d = 0. Blocks so small that 1/d overflows float32
+// (subnormal d) are scaled in float64.
 func q8Quantize(dst []q8Block, x []float32) {
 	x = x[:256*len(dst)]
 	for i := range dst {
 		b := &dst[i]
 		xb := x[256*i : 256*i+256 : 256*i+256]
-		var amax float32
-		finite := true
+		// max |x| on the bits: |x| orders as its bit pattern, and
+		// patterns ≥ Inf's are Inf or NaN.
+		var amaxBits uint32
 		for _, v := range xb {
-			a := float32(math.Abs(float64(v)))
-			if !(a <= math.MaxFloat32) {
-				finite = false
-			}
-			amax = max(amax, a)
+			amaxBits = max(amaxBits, math.Float32bits(v)&0x7fffffff)
 		}
 		switch {
-		case !finite:
+		case amaxBits >= 0x7f800000:
 			*b = q8Block{d: float32(math.NaN())}
 			continue
-		case amax == 0:
+		case amaxBits == 0:
 			*b = q8Block{}
 			continue
 		}
+		amax := float64(math.Float32frombits(amaxBits))
 		// d rounds up, so that |x|/d ≤ 127 and every code is the nearest
-		// to x/d of the stored d (≤ d/2 off, even where d is subnormal).
-		d := float32(float64(amax) / 127)
-		if float64(d)*127 < float64(amax) {
+		// to x/d of the stored d, even where d is subnormal.
+		d := float32(amax / 127)
+		if float64(d)*127 < amax {
 			d = math.Nextafter32(d, math.MaxFloat32)
 		}
 		b.d = d
-		inv := 1 / float64(d)
+		inv64 := 1 / float64(d)
+		if inv64 > math.MaxFloat32/2 {
+			for j, v := range xb {
+				b.qs[j] = int8(max(-127, min(127, math.RoundToEven(float64(v)*inv64))))
+			}
+		} else {
+			inv := float32(inv64)
+			for j, v := range xb {
+				// Adding 1.5·2²³ rounds to an integer (to nearest even) in
+				// float32 arithmetic; |v·inv| ≤ 127·(1+2⁻²³)² < 127.5.
+				r := float32(float32(v*inv)+roundMagic) - roundMagic
+				b.qs[j] = int8(int32(r))
+			}
+		}
 		for k := 0; k < 16; k++ {
 			var s int16
-			for j := 16 * k; j < 16*k+16; j++ {
-				q := int8(max(-127, min(127, math.RoundToEven(float64(xb[j])*inv))))
-				b.qs[j] = q
+			for _, q := range b.qs[16*k : 16*k+16] {
 				s += int16(q)
 			}
 			b.bsums[k] = s
 		}
 	}
 }
+
+const roundMagic float32 = 12582912 // 1.5·2²³
 
 // scaleMinInt is scaleMin as integers.
 func scaleMinInt(j int, q []byte) (sc, m int32) {
