@@ -81,6 +81,7 @@ type Ctx struct {
 	funcs  map[string]*Function
 	rec    recorder  // decode steps as CUDA graphs (graph.go)
 	prof   *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
+	d2h    pinnedD2H // staging of device-to-host copies (copy_pinned.go)
 }
 
 // DevicePtr is a device address.
@@ -192,6 +193,7 @@ func (c *Ctx) close() {
 	c.flushRec()
 	ccall(c.drv.cuCtxSynchronize)
 	c.finishProfile()
+	c.freePinnedD2H()
 	c.destroyGraphs()
 	for p, n := range c.allocs {
 		ccall(c.drv.cuMemFree, uintptr(p))
@@ -385,13 +387,10 @@ func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 	if err := c.flushPending(); err != nil {
 		return err
 	}
-	if c.prof != nil {
-		if err := c.prof.copyToHost(c, dst, src, n); err != nil {
-			return err
-		}
-		return c.Sync()
+	if ok, err := c.copyToHostPinned(dst, src, n); ok { // copy_pinned.go
+		return err
 	}
-	if err := c.drv.check("cuMemcpyDtoHAsync_v2", ccall(c.drv.cuMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream.h)); err != nil {
+	if err := c.d2hAsync(dst, src, n); err != nil {
 		return err
 	}
 	return c.Sync()
