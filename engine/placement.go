@@ -81,8 +81,10 @@ func ParseExpertRun(s string) (gpu.HostRun, error) {
 		return gpu.HostCPU, nil
 	case "stream":
 		return gpu.HostStream, nil
+	case "mapped":
+		return gpu.HostMapped, nil
 	}
-	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores) and stream (copied to the GPU per call)", s)
+	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores), stream (copied to the GPU per call) and mapped (the GPU reads the selected experts in host RAM)", s)
 }
 
 // validateExperts checks the placement flags (Options.Validate).

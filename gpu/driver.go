@@ -27,6 +27,7 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate                     uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                                uintptr
 	cuMemHostRegister, cuMemHostUnregister, cuStreamWaitEvent, cuEventQuery          uintptr // host-resident experts (offload.go)
+	cuMemHostGetDevicePointer                                                        uintptr // mapped host experts (offload_mapped.go)
 }
 
 var (
@@ -85,6 +86,7 @@ func loadDriver() (*driver, error) {
 			{&d.cuGraphDestroy, "cuGraphDestroy"},
 			{&d.cuMemHostRegister, "cuMemHostRegister_v2"}, {&d.cuMemHostUnregister, "cuMemHostUnregister"},
 			{&d.cuStreamWaitEvent, "cuStreamWaitEvent"}, {&d.cuEventQuery, "cuEventQuery"},
+			{&d.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"},
 		}
 		for _, s := range syms {
 			p, err := libSym(h, s.name)

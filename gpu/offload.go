@@ -27,9 +27,18 @@ import (
 // (ffn_gate_inp) is loaded on the device as usual and also viewed by the
 // CPU backend, so either side can route.
 //
-// An MoE call over host-resident experts runs one of two ways, chosen per
-// call (Placement.Run, StreamMinRows):
+// An MoE call over host-resident experts runs one of three ways, chosen
+// per call (Placement.Run, StreamMinRows):
 //
+//   - Mapped (offload_mapped.go): the host experts are registered with
+//     CU_MEMHOSTREGISTER_DEVICEMAP (read-only where the driver allows), so
+//     the device can address them; the device MoE kernels run on views
+//     whose weight pointers are that mapped host memory. Routing and top-k
+//     stay on the device and the decode GEMVs read only the selected
+//     experts' rows across PCIe (a 35B-A3B decode token: 8 of 256 experts,
+//     ~14 MB of a 453 MB block). No host round trip: a decode step stays
+//     one CUDA graph. Results are bit-identical to the experts in device
+//     memory (the same kernels over the same bytes).
 //   - CPU: the call's activations are copied to pinned host memory, the CPU
 //     backend's MoE runs on all host cores (offload_cpu.go: in parallel
 //     phases, bit-identical to cpu.MoE, the numerical reference), and the
@@ -47,7 +56,25 @@ import (
 //
 // Prefill batches (many rows) amortise one whole-layer copy over many
 // tokens; decode touches 8 of 256 experts per token, for which reading
-// them where they are, on the CPU, is cheaper than moving the layer.
+// them where they are is cheaper than moving the layer: HostAuto maps
+// calls below StreamMinRows (the CPU where mapping is unavailable) and
+// streams the others.
+//
+// Registration covers each tensor's whole pages: ranges sharing a page
+// with an earlier registration (GGUF tensors are 32-byte aligned, so
+// neighbours share pages) are merged into one, unregistering the old,
+// and a device tensor whose bytes share a page with a registration is
+// uploaded from a private copy (loadBounced): the driver refuses a copy
+// whose source is partly registered. Tensors under minRegister (64 KiB)
+// are not registered (those layers run on the CPU or stream pageable).
+// The engine's GGUF mapping is PROT_READ, MAP_SHARED (internal/mmapfile);
+// read-only file pages need CU_MEMHOSTREGISTER_READ_ONLY. Where the
+// driver refuses to register them and mapping is wanted (HostAuto,
+// HostMapped), the tensor is copied once at load into pinned, mapped
+// host memory (cuMemHostAlloc DEVICEMAP) and both the CPU and the device
+// read the copy: that costs its bytes of locked RAM on top of the page
+// cache (which the kernel may then evict, the mmap no longer being read);
+// OffloadStats.CopiedBytes says how much.
 
 // OffloadStats counts how host-resident experts ran since the backend
 // was opened.
@@ -55,7 +82,7 @@ type OffloadStats struct {
 	HostLayers    int    // blocks whose experts stay in host RAM
 	HostBytes     int64  // routed-expert bytes kept in host RAM
 	Pinned        bool   // those bytes are page-locked (registered) for DMA
-	PinnedBytes   int64  // how many of them are (Pinned: all but page ends)
+	PinnedBytes   int64  // how many of them are (registered or copied to pinned memory)
 	PinError      string // why a registration failed, if one did
 	CPUCalls      int64  // MoE calls computed on the host CPU
 	CPUTokens     int64
@@ -73,18 +100,32 @@ type OffloadStats struct {
 	// that waited for an on-demand copy.
 	CacheHits   int64
 	CacheMisses int64
+	// MappedCalls and MappedTokens count MoE calls the device kernels ran
+	// over the experts in mapped host memory; MappedLayers is how many
+	// host layers the device could address (resolved at their first
+	// mapped call), MapError why one could not (those calls ran on the CPU).
+	MappedCalls  int64
+	MappedTokens int64
+	MappedLayers int
+	MapError     string
+	// CopiedBytes is host-expert bytes copied at load into pinned, mapped
+	// host memory because registering them in place failed (PinError).
+	CopiedBytes int64
 }
 
 // defaultStreamMinRows is StreamMinRows when the placement leaves it 0:
-// under HostAuto, calls of at least this many rows stream their layer.
+// under HostAuto, calls of at least this many rows stream their layer,
+// smaller ones are mapped (the CPU where mapping is unavailable).
 // Measured on the H200 machine (BenchmarkHostExperts, Qwen3.6-35B-A3B
-// expert shape in Q4_K, 453 MB a block, 16 host cores, 2026-12-02): a
-// streamed call takes 5.0-6.2 ms whatever its rows (the copy of the next
-// block dominates), the CPU 2.6 ms at 1 row, 19.7 ms at 8 and 68 ms at
-// 32; the lines cross near 2 rows. 4 leaves single-sequence decode and
-// small decode batches on the CPU, where a slower PCIe link (a laptop's
-// Gen4 x8 moves that block in ~30 ms) would move the crossover up.
-const defaultStreamMinRows = 4
+// expert shape in Q4_K, 453 MB a block, PCIe Gen5 x16, 16 host cores,
+// 2026-12-02, µs a call): mapped 387 at 1 row, 764 at 2, 2,257 at 4,
+// 4,587 at 8 and 13,410 at 32 (22-37 GB/s over the selected experts);
+// streamed 7,400 at any rows; the CPU path 1,263 at 1 row and 5,575 at 8.
+// Mapped and streamed cross near 15 rows, the CPU and streamed near 11;
+// 12 keeps decode batches mapped (or on the CPU) and prefill streamed.
+// Both mapped and streamed reads are PCIe-bound, so a slower link moves
+// their crossover little; it moves the CPU's up.
+const defaultStreamMinRows = 12
 
 // stageAlign aligns each tensor inside a staging slot.
 const stageAlign = 256
@@ -100,20 +141,37 @@ func StreamStagingBytes(layerBytes int64) int64 {
 	return 2 * (layerBytes + 4*stageAlign)
 }
 
-// streams reports whether an MoE call of rows rows streams its experts.
-func (p Placement) streams(rows int) bool {
+// hostPath is how one MoE call over host-resident experts runs.
+type hostPath int
+
+const (
+	pathCPU    hostPath = iota // the host CPU (offload_cpu.go)
+	pathStream                 // the layer copied to a staging slot (offload_stream.go)
+	pathMapped                 // device kernels over mapped host memory (offload_mapped.go); the CPU where unavailable
+)
+
+// path chooses how an MoE call of rows rows runs.
+func (p Placement) path(rows int) hostPath {
 	switch p.Run {
 	case HostCPU:
-		return false
+		return pathCPU
 	case HostStream:
-		return true
+		return pathStream
+	case HostMapped:
+		return pathMapped
 	}
 	least := p.StreamMinRows
 	if least <= 0 {
 		least = defaultStreamMinRows
 	}
-	return rows >= least
+	if rows >= least {
+		return pathStream
+	}
+	return pathMapped
 }
+
+// mapWanted reports whether some call may read the experts mapped.
+func (p Placement) mapWanted() bool { return p.Run == HostAuto || p.Run == HostMapped }
 
 // expertPart is which tensor of a block's MoE a name is.
 type expertPart int
@@ -177,9 +235,12 @@ type hostExperts struct {
 	layers map[int]*hostLayer
 	order  []int // host layer indices, sorted (built at the first call)
 	cpu    *cpu.Backend
-	pool   *hostPool // the CPU path's workers (offload_cpu.go), started at its first call
-	regs   []uintptr // registered host ranges (cuMemHostUnregister at close)
-	pinAll bool      // every host tensor registered so far
+	pool   *hostPool    // the CPU path's workers (offload_cpu.go), started at its first call
+	regs   []hostReg    // registered host ranges, disjoint (cuMemHostUnregister at close)
+	regGen int          // bumped when registrations are merged (mapped views are resolved again)
+	copies []HostBuffer // pinned copies of tensors whose registration failed (closed at close)
+	pinAll bool         // every host tensor registered so far
+	canMap int          // CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: 0 unknown, 1 yes, -1 no
 
 	// Device-thread state.
 	pinX, pinY HostBuffer             // the CPU path's activations and results
@@ -194,6 +255,9 @@ type hostLayer struct {
 	router         model.Weight // the CPU backend's view of ffn_gate_inp
 	gate, up, down *hostWeight
 	cpuState       *hostMoEState // the CPU path's views and scratch (device thread)
+	mapped         [3]Weight     // device views of gate, up, down in mapped host memory
+	mapOK          bool          // mapped holds the views
+	mapAt          int           // regGen+1 when mapped was resolved, 0: not yet
 }
 
 // hostWeight is a stacked-experts tensor kept in host RAM.
@@ -229,7 +293,7 @@ func (w *hostWeight) bytes() int64 { return int64(w.rows) * w.rowBytes }
 // SetPlacement must be called before the model's weights are loaded.
 func (b *Backend) SetPlacement(p Placement) error {
 	switch {
-	case p.Run < HostAuto || p.Run > HostStream:
+	case p.Run < HostAuto || p.Run > HostMapped:
 		return fmt.Errorf("gpu: placement: unknown expert run mode %d", p.Run)
 	case p.StreamMinRows < 0:
 		return fmt.Errorf("gpu: placement: StreamMinRows %d is negative", p.StreamMinRows)
@@ -287,7 +351,7 @@ func (b *Backend) loadHostWeight(info gguf.TensorInfo, raw []byte) (w model.Weig
 	}
 	layer, part, ok := parseHostTensor(info.Name)
 	if !ok || !h.place.OnHost(layer) {
-		return nil, false, nil
+		return b.loadBounced(info, raw)
 	}
 	h.mu.Lock()
 	cb := h.cpuBackend()
@@ -300,7 +364,7 @@ func (b *Backend) loadHostWeight(info gguf.TensorInfo, raw []byte) (w model.Weig
 		h.mu.Lock()
 		h.layer(layer).router = cw
 		h.mu.Unlock()
-		return nil, false, nil
+		return b.loadBounced(info, raw)
 	}
 	if len(info.Dims) != 3 || info.Dims[2] == 0 {
 		return nil, true, fmt.Errorf("gpu: host-resident %s: dims %v, want [in, out, experts]", info.Name, info.Dims)
@@ -310,11 +374,24 @@ func (b *Backend) loadHostWeight(info gguf.TensorInfo, raw []byte) (w model.Weig
 	rows := int(info.Elements() / info.Dims[0])
 	hw := &hostWeight{info: info, layer: layer, rows: rows, cols: cols, rowBytes: int64(cols / t.BlockElems() * t.BlockBytes()), cpu: cw, host: h}
 	hw.raw = raw[:int64(rows)*hw.rowBytes] // the CPU backend checked the length
-	var perr error
+	var perr, cerr error
+	var copied int64
 	if os.Getenv("FTCHAT_PIN_EXPERTS") != "0" {
 		// Not under h.mu: work queued before this on the device thread may take it.
 		if derr := b.dev.Do(func(c *Ctx) error {
-			hw.pinLo, hw.pinHi, perr = h.register(c, hw.raw)
+			var pinned bool
+			if forceHostCopy {
+				perr = fmt.Errorf("registration skipped (test)")
+			} else {
+				pinned, perr = h.register(c, hw.raw)
+			}
+			if pinned {
+				hw.pinLo, hw.pinHi = 0, hw.bytes()
+			} else if perr != nil && h.place.mapWanted() {
+				if cerr = h.copyPinned(c, cb, hw); cerr == nil {
+					copied = hw.bytes()
+				}
+			}
 			return nil
 		}); derr != nil {
 			return nil, true, derr
@@ -324,7 +401,11 @@ func (b *Backend) loadHostWeight(info gguf.TensorInfo, raw []byte) (w model.Weig
 	defer h.mu.Unlock()
 	if perr != nil && h.stats.PinError == "" {
 		h.stats.PinError = perr.Error()
+		if cerr != nil {
+			h.stats.PinError += "; copying to pinned memory: " + cerr.Error()
+		}
 	}
+	h.stats.CopiedBytes += copied
 	if hw.pinHi == hw.pinLo {
 		h.pinAll = false
 	}
@@ -349,32 +430,163 @@ func (b *Backend) loadHostWeight(info gguf.TensorInfo, raw []byte) (w model.Weig
 	return hw, true, nil
 }
 
-// CUDA driver flags of cuMemHostRegister.
-const memHostRegisterReadOnly = 0x08
+// CUDA driver flags of cuMemHostRegister and cuMemHostAlloc, and the
+// device attribute that says whether host memory can be mapped.
+const (
+	memHostRegisterDeviceMap = 0x02
+	memHostRegisterReadOnly  = 0x08
+	memHostAllocDeviceMap    = 0x02
+	attrCanMapHostMemory     = 19
+)
 
-// register page-locks the page-aligned interior of p for DMA (read-only
-// where the driver supports it, which file-backed read-only mappings
-// need) and returns the registered part; 0, 0 and the driver's error when
-// it refuses (the copies then go through the driver's pageable path).
-func (h *hostExperts) register(c *Ctx, p []byte) (lo, hi int64, err error) {
-	if len(p) == 0 {
-		return 0, 0, nil
+// hostReg is one registered host range, page-aligned.
+type hostReg struct {
+	lo, hi uintptr
+	flags  uintptr
+}
+
+// forceHostCopy makes registration fail (tests of the pinned-copy path).
+var forceHostCopy bool
+
+// minRegister is the smallest tensor registered: below it the pageable
+// copy costs less than pinning, and a small Go-heap tensor shares its
+// pages with other objects, whose copies would then straddle the
+// registration (the driver refuses those).
+const minRegister = 1 << 16
+
+// register page-locks the pages of p for DMA and maps them for the device
+// where it can (read-only where the driver supports it, which file-backed
+// read-only mappings need). A range sharing pages with earlier
+// registrations replaces them by one registration of the union. On an
+// error nothing new is registered (the earlier ranges are restored) and
+// the copies go through the driver's pageable path. pinned is false for
+// tensors under minRegister.
+func (h *hostExperts) register(c *Ctx, p []byte) (pinned bool, err error) {
+	if len(p) < minRegister {
+		return false, nil
 	}
+	if h.canMap == 0 {
+		var x int32
+		ccall(c.drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&x)), attrCanMapHostMemory, uintptr(c.dev))
+		h.canMap = -1
+		if x != 0 {
+			h.canMap = 1
+		}
+	}
+	page := uintptr(os.Getpagesize())
 	base := uintptr(unsafe.Pointer(&p[0]))
-	lo, hi = pageInterior(base, int64(len(p)), int64(os.Getpagesize()))
-	if hi-lo < 1<<16 {
-		return 0, 0, nil // small: the pageable copy costs less than pinning
+	lo, hi := base&^(page-1), (base+uintptr(len(p))+page-1)&^(page-1)
+	h.mu.Lock()
+	regs := h.regs
+	h.mu.Unlock()
+	lo, hi, keep, merged := mergeRange(regs, lo, hi)
+	for _, r := range merged {
+		ccall(c.drv.cuMemHostUnregister, r.lo)
 	}
-	ptr := base + uintptr(lo)
-	r := ccall(c.drv.cuMemHostRegister, ptr, uintptr(hi-lo), memHostRegisterReadOnly)
-	if r != 0 {
-		r = ccall(c.drv.cuMemHostRegister, ptr, uintptr(hi-lo), 0)
+	tries := []uintptr{memHostRegisterReadOnly, 0}
+	if h.canMap > 0 {
+		tries = []uintptr{memHostRegisterDeviceMap | memHostRegisterReadOnly, memHostRegisterDeviceMap, memHostRegisterReadOnly, 0}
 	}
-	if err := c.drv.check("cuMemHostRegister_v2", r); err != nil {
-		return 0, 0, err
+	var r uintptr
+	for _, f := range tries {
+		if r = ccall(c.drv.cuMemHostRegister, lo, hi-lo, f); r == 0 {
+			h.mu.Lock()
+			h.regs = append(keep, hostReg{lo, hi, f})
+			h.mu.Unlock()
+			if len(merged) > 0 {
+				h.regGen++
+			}
+			return true, nil
+		}
 	}
-	h.regs = append(h.regs, ptr)
-	return lo, hi, nil
+	for _, m := range merged { // as they were
+		ccall(c.drv.cuMemHostRegister, m.lo, m.hi-m.lo, m.flags)
+	}
+	return false, c.drv.check("cuMemHostRegister_v2", r)
+}
+
+// mergeRange is the registration replacing [lo, hi) and the disjoint
+// ranges regs it overlaps (merged; their union with it is [ulo, uhi)),
+// and the ranges it leaves alone (keep).
+func mergeRange(regs []hostReg, lo, hi uintptr) (ulo, uhi uintptr, keep, merged []hostReg) {
+	ulo, uhi = lo, hi
+	for _, r := range regs {
+		if r.lo < hi && lo < r.hi {
+			ulo, uhi = min(ulo, r.lo), max(uhi, r.hi)
+			merged = append(merged, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	return ulo, uhi, keep, merged
+}
+
+// overlapsRegistered reports whether p shares a page with a registered
+// range (not being inside one: the host experts themselves are).
+func (h *hostExperts) overlapsRegistered(p []byte) bool {
+	if len(p) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(&p[0]))
+	hi := lo + uintptr(len(p))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return overlapsAny(h.regs, lo, hi)
+}
+
+func overlapsAny(regs []hostReg, lo, hi uintptr) bool {
+	for _, r := range regs {
+		if r.lo < hi && lo < r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// loadBounced loads a device tensor whose bytes share a page with
+// registered host experts (a GGUF's neighbouring tensors do) from a
+// private copy: the driver refuses a copy whose source is partly
+// registered. ok is false when the tensor needs no copy (LoadWeight
+// goes on with the caller's bytes).
+func (b *Backend) loadBounced(info gguf.TensorInfo, raw []byte) (w model.Weight, ok bool, err error) {
+	if !b.host.overlapsRegistered(raw) {
+		return nil, false, nil
+	}
+	// At least minRegister plus a page: a large allocation, on pages of
+	// its own, so the copy overlaps no registration.
+	page := os.Getpagesize()
+	buf := make([]byte, max(len(raw), minRegister)+page)
+	off := (page - int(uintptr(unsafe.Pointer(&buf[0])))%page) % page
+	own := buf[off : off+len(raw) : off+len(raw)]
+	copy(own, raw)
+	if b.host.overlapsRegistered(own) {
+		return nil, true, fmt.Errorf("gpu: %s: its private copy shares pages with registered host experts", info.Name)
+	}
+	w, err = b.LoadWeight(info, own)
+	return w, true, err
+}
+
+// copyPinned moves a host tensor whose registration failed into pinned,
+// device-mapped host memory (cuMemHostAlloc), where the CPU backend and
+// the device both read it from then on.
+func (h *hostExperts) copyPinned(c *Ctx, cb *cpu.Backend, w *hostWeight) error {
+	n := w.bytes()
+	var p uintptr
+	if err := c.drv.check("cuMemHostAlloc", ccall(c.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), memHostAllocDeviceMap)); err != nil {
+		return err
+	}
+	buf := HostBuffer{p: cptr(p), n: n}
+	dst := unsafe.Slice((*byte)(buf.p), n)
+	copy(dst, w.raw)
+	cw, err := cb.LoadWeight(w.info, dst)
+	if err != nil {
+		c.FreeHost(buf)
+		return err
+	}
+	w.raw, w.cpu = dst, cw
+	w.pinLo, w.pinHi = 0, n
+	h.copies = append(h.copies, buf)
+	return nil
 }
 
 // closeHost releases what host experts hold: registrations, staging,
@@ -389,10 +601,17 @@ func (b *Backend) closeHost(c *Ctx) {
 		h.stage.free(c)
 		h.stage = nil
 	}
-	for _, p := range h.regs {
-		ccall(c.drv.cuMemHostUnregister, p)
-	}
+	h.mu.Lock()
+	regs := h.regs
 	h.regs = nil
+	h.mu.Unlock()
+	for _, r := range regs {
+		ccall(c.drv.cuMemHostUnregister, r.lo)
+	}
+	for _, p := range h.copies {
+		c.FreeHost(p)
+	}
+	h.copies = nil
 	for _, l := range h.layers {
 		for _, w := range []*hostWeight{l.gate, l.up, l.down} {
 			if w != nil {
@@ -456,14 +675,21 @@ func (b *Backend) moeHost(dst, x model.Tensor, m *model.MoE) bool {
 	if n == 0 {
 		return true
 	}
-	stream := h.place.streams(n) && l.streamable()
+	path := h.place.path(n)
 	mm := *m
 	b.post(func(c *Ctx) error {
-		if stream {
-			ran, err := b.moeStreamed(c, d, s, l, router, &mm)
-			if ran || err != nil {
-				return err
+		var ran bool
+		var err error
+		switch path {
+		case pathStream:
+			if l.streamable() {
+				ran, err = b.moeStreamed(c, d, s, l, router, &mm)
 			}
+		case pathMapped:
+			ran, err = b.moeMapped(c, d, s, l, router, &mm)
+		}
+		if ran || err != nil {
+			return err
 		}
 		return b.moeOnCPU(c, d, s, l, &mm)
 	})

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -13,11 +15,17 @@ import (
 
 // BenchmarkHostExperts times one MoE call at the Qwen3.6-35B-A3B expert
 // shape (256 experts of 2048x512, top-8, Q4_K: 453 MB per block) for n
-// rows, with the experts on the device, on the host CPU, and streamed
-// from host RAM. Three host blocks are cycled so every streamed call
+// rows, with the experts on the device, read in place over PCIe by the
+// device kernels (mapped), streamed from host RAM, and on the host CPU
+// (the phased path, and cpu-ref: the CPU backend's own MoE; rows 1 and 8
+// only, being slow). Three host blocks are cycled so every streamed call
 // copies its block (the next one's copy overlapping the call, as in a
-// prefill); the device case is the same block every call. The CPU/stream
-// crossover is the default StreamMinRows.
+// prefill) and no mapped call finds its experts in L2; the device case is
+// the same block every call. The mapped case reports GB/s: the bytes of
+// the distinct experts the rows select (routing recomputed on the host)
+// over the call's time. h2d-pinned and h2d-registered are the plain
+// copy-engine bandwidth (256 MiB from pinned memory; one registered expert
+// tensor), the ceiling for both streaming and mapped reads.
 func BenchmarkHostExperts(b *testing.B) {
 	d := openTestDevice(b)
 	const E, dim, ff, K, blocks = 256, 2048, 512, 8, 3
@@ -29,7 +37,7 @@ func BenchmarkHostExperts(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.Close()
-	if err := g.SetPlacement(Placement{HostExperts: []bool{true, true, true}, Run: HostCPU}); err != nil {
+	if err := g.SetPlacement(Placement{HostExperts: []bool{true, true, true}, Run: HostMapped}); err != nil {
 		b.Fatal(err)
 	}
 	var ms [blocks]*model.MoE
@@ -49,16 +57,27 @@ func BenchmarkHostExperts(b *testing.B) {
 	devm := base.load(b, dev, K)
 	st := g.OffloadStats()
 	b.Logf("host experts: %d blocks, %d bytes, pinned %v (%d bytes) %s", st.HostLayers, st.HostBytes, st.Pinned, st.PinnedBytes, st.PinError)
-	for _, n := range []int{1, 8, 32, 64, 128, 512} {
+	expertBytes := int64(len(base.raws[1])+len(base.raws[2])+len(base.raws[3])) / E
+	router := unsafe.Slice((*float32)(unsafe.Pointer(&base.raws[0][0])), E*dim)
+	for _, n := range []int{1, 2, 4, 8, 32, 512} {
 		x := randVec(r, n*dim, 1)
-		for _, mode := range []string{"device", "cpu", "stream"} {
+		selected := distinctExperts(router, x, E, dim, K)
+		modes := []string{"device", "mapped", "stream"}
+		if n == 1 || n == 8 {
+			modes = append(modes, "cpu", "cpu-ref")
+		}
+		for _, mode := range modes {
 			b.Run(fmt.Sprintf("%s/rows=%d", mode, n), func(b *testing.B) {
 				be, m := g, ms[:]
 				switch mode {
 				case "device":
 					be, m = dev, []*model.MoE{devm}
-				case "cpu":
+				case "mapped":
+					g.host.place.Run = HostMapped
+				case "cpu", "cpu-ref":
 					g.host.place.Run = HostCPU
+					hostMoEReference = mode == "cpu-ref"
+					defer func() { hostMoEReference = false }()
 				case "stream":
 					g.host.place.Run = HostStream
 				}
@@ -77,12 +96,88 @@ func BenchmarkHostExperts(b *testing.B) {
 				if err := be.Synchronize(); err != nil {
 					b.Fatal(err)
 				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/call")
+				us := float64(b.Elapsed().Nanoseconds()) / 1e3 / float64(b.N)
+				b.ReportMetric(us, "µs/call")
+				if mode == "mapped" {
+					b.ReportMetric(float64(int64(selected)*expertBytes)/us/1e3, "GB/s")
+					b.ReportMetric(float64(selected), "experts")
+				}
 			})
 		}
 	}
+	const copyBytes = 256 << 20
+	gate := ms[0].Gate.(*hostWeight)
+	for _, src := range []string{"pinned", "registered"} {
+		b.Run("h2d-"+src, func(b *testing.B) {
+			n := int64(copyBytes)
+			if src == "registered" {
+				n = gate.bytes()
+			}
+			if err := g.dev.Do(func(c *Ctx) error {
+				dst, err := c.Alloc(n, "h2d benchmark")
+				if err != nil {
+					return err
+				}
+				defer c.Free(dst)
+				from := unsafe.Pointer(&gate.raw[0])
+				if src == "pinned" {
+					hb, err := c.HostAlloc(n)
+					if err != nil {
+						return err
+					}
+					defer c.FreeHost(hb)
+					from = hb.p
+				}
+				if err := c.CopyToDeviceAsync(dst.Ptr, from, n); err != nil {
+					return err
+				}
+				if err := c.Sync(); err != nil {
+					return err
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := c.CopyToDeviceAsync(dst.Ptr, from, n); err != nil {
+						return err
+					}
+				}
+				return c.Sync()
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GB/s")
+		})
+	}
 	st = g.OffloadStats()
 	b.Logf("stats %+v", st)
+}
+
+// distinctExperts is how many experts the rows of x select (top-k of the
+// float32 router, recomputed on the host).
+func distinctExperts(router, x []float32, E, dim, K int) int {
+	seen := make([]bool, E)
+	logits := make([]float64, E)
+	idx := make([]int, E)
+	for row := 0; row < len(x)/dim; row++ {
+		xr := x[row*dim : (row+1)*dim]
+		for e := range E {
+			var sum float64
+			for k, w := range router[e*dim : (e+1)*dim] {
+				sum += float64(w) * float64(xr[k])
+			}
+			logits[e], idx[e] = sum, e
+		}
+		sort.Slice(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
+		for _, e := range idx[:K] {
+			seen[e] = true
+		}
+	}
+	n := 0
+	for _, s := range seen {
+		if s {
+			n++
+		}
+	}
+	return n
 }
 
 // BenchmarkHostMoECPU times the CPU path's MoE (hostMoE) against the CPU

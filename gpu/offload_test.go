@@ -3,10 +3,13 @@ package gpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/gguf/synth"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
 )
@@ -89,17 +92,70 @@ func TestHostExpertStaging(t *testing.T) {
 	for _, c := range []struct {
 		p    Placement
 		rows int
-		want bool
+		want hostPath
 	}{
-		{Placement{Run: HostCPU}, 4096, false},
-		{Placement{Run: HostStream}, 1, true},
-		{Placement{Run: HostAuto}, defaultStreamMinRows - 1, false},
-		{Placement{Run: HostAuto}, defaultStreamMinRows, true},
-		{Placement{Run: HostAuto, StreamMinRows: 5}, 4, false},
-		{Placement{Run: HostAuto, StreamMinRows: 5}, 5, true},
+		{Placement{Run: HostCPU}, 4096, pathCPU},
+		{Placement{Run: HostCPU}, 1, pathCPU},
+		{Placement{Run: HostStream}, 1, pathStream},
+		{Placement{Run: HostMapped}, 1, pathMapped},
+		{Placement{Run: HostMapped}, 4096, pathMapped},
+		{Placement{Run: HostAuto}, defaultStreamMinRows - 1, pathMapped},
+		{Placement{Run: HostAuto}, defaultStreamMinRows, pathStream},
+		{Placement{Run: HostAuto, StreamMinRows: 5}, 4, pathMapped},
+		{Placement{Run: HostAuto, StreamMinRows: 5}, 5, pathStream},
 	} {
-		if got := c.p.streams(c.rows); got != c.want {
-			t.Errorf("%+v streams(%d) = %v, want %v", c.p, c.rows, got, c.want)
+		if got := c.p.path(c.rows); got != c.want {
+			t.Errorf("%+v path(%d) = %v, want %v", c.p, c.rows, got, c.want)
+		}
+	}
+	for run, want := range map[HostRun]bool{HostAuto: true, HostMapped: true, HostCPU: false, HostStream: false} {
+		if got := (Placement{Run: run}).mapWanted(); got != want {
+			t.Errorf("Run %d: mapWanted %v, want %v", run, got, want)
+		}
+	}
+}
+
+// TestHostExpertRegistrations checks, without a GPU, how a new range
+// merges with registered ones sharing its pages (the union replaces
+// them; disjoint and merely adjacent ranges stay) and which byte ranges
+// share a page with a registration (those loads take a private copy).
+func TestHostExpertRegistrations(t *testing.T) {
+	const P = 4096
+	regs := []hostReg{{lo: 2 * P, hi: 4 * P}, {lo: 6 * P, hi: 8 * P}, {lo: 10 * P, hi: 11 * P}}
+	for _, c := range []struct {
+		lo, hi       uintptr
+		ulo, uhi     uintptr
+		keep, merged int
+	}{
+		{0, P, 0, P, 3, 0},                 // before all
+		{P, 2 * P, P, 2 * P, 3, 0},         // adjacent, no shared page
+		{3 * P, 5 * P, 2 * P, 5 * P, 2, 1}, // shares page 3
+		{3 * P, 7 * P, 2 * P, 8 * P, 1, 2}, // bridges two
+		{P, 12 * P, P, 12 * P, 0, 3},       // covers all
+		{8 * P, 10 * P, 8 * P, 10 * P, 3, 0},
+	} {
+		ulo, uhi, keep, merged := mergeRange(regs, c.lo, c.hi)
+		if ulo != c.ulo || uhi != c.uhi || len(keep) != c.keep || len(merged) != c.merged {
+			t.Errorf("mergeRange([%d, %d) pages) = [%d, %d), keep %d, merged %d; want [%d, %d), %d, %d",
+				c.lo/P, c.hi/P, ulo/P, uhi/P, len(keep), len(merged), c.ulo/P, c.uhi/P, c.keep, c.merged)
+		}
+		if len(keep)+len(merged) != len(regs) {
+			t.Errorf("mergeRange lost ranges")
+		}
+	}
+	for _, c := range []struct {
+		lo, hi uintptr
+		want   bool
+	}{
+		{0, 2 * P, false},
+		{2*P - 1, 2 * P, false},
+		{2*P - 1, 2*P + 1, true}, // straddles the start
+		{3*P + 5, 3*P + 9, true}, // inside
+		{4 * P, 6 * P, false},    // between
+		{11 * P, 12 * P, false},
+	} {
+		if got := overlapsAny(regs, c.lo, c.hi); got != c.want {
+			t.Errorf("overlapsAny([%#x, %#x)) = %v, want %v", c.lo, c.hi, got, c.want)
 		}
 	}
 }
@@ -160,12 +216,13 @@ func (h hostMoE) load(t testing.TB, be model.Backend, K int) *model.MoE {
 }
 
 // TestHostExpertMoE runs single MoE calls over host-resident experts for
-// each way (CPU, streamed, automatic with StreamMinRows 8) on 1 to 100
-// rows, outputs poisoned with NaN first. The CPU path must equal the CPU
-// backend's MoE (the same code over the same bytes: 1e-6), the streamed
-// path the device MoE over the same weights in device memory (the same
-// kernels: 1e-6). The NVFP4 case carries per-expert second-level scales
-// (not yet run on the H200: added after the device run).
+// each way (CPU, streamed, mapped, automatic with StreamMinRows 8: mapped
+// below, streamed from 8 rows) on 1 to 100 rows, outputs poisoned with
+// NaN first. The CPU path must equal the CPU backend's MoE (the same code
+// over the same bytes: 1e-6), the streamed and mapped paths the device
+// MoE over the same weights in device memory bit for bit (the same
+// kernels over the same bytes). The NVFP4 case carries per-expert
+// second-level scales.
 func TestHostExpertMoE(t *testing.T) {
 	d := openTestDevice(t)
 	dev := newTestBackend(t)
@@ -184,7 +241,7 @@ func TestHostExpertMoE(t *testing.T) {
 			}
 		}
 		dm, cm := hm.load(t, dev, K), hm.load(t, ref, K)
-		for _, run := range []HostRun{HostCPU, HostStream, HostAuto} {
+		for _, run := range []HostRun{HostCPU, HostStream, HostAuto, HostMapped} {
 			name := fmt.Sprintf("%s-%s/run=%d", tc.gu, tc.down, run)
 			g, err := NewBackend(d, BackendOptions{})
 			if err != nil {
@@ -200,7 +257,7 @@ func TestHostExpertMoE(t *testing.T) {
 			if _, ok := gm.Router.(*Weight); !ok {
 				t.Fatalf("%s: router loaded as %T, want a device weight", name, gm.Router)
 			}
-			var wantCPU, wantStream int64
+			var wantCPU, wantStream, wantMapped int64
 			for _, n := range []int{1, 2, 7, 100} {
 				x := randVec(r, n*dim, 1)
 				gx, gy := g.NewTensor(n, dim), g.NewTensor(n, dim)
@@ -214,8 +271,13 @@ func TestHostExpertMoE(t *testing.T) {
 				}
 				want := make([]float32, n*dim)
 				streamed := run == HostStream || (run == HostAuto && n >= 8)
-				if streamed {
-					wantStream++
+				mapped := run == HostMapped || (run == HostAuto && n < 8)
+				if streamed || mapped {
+					if streamed {
+						wantStream++
+					} else {
+						wantMapped++
+					}
 					dx, dy := dev.NewTensor(n, dim), dev.NewTensor(n, dim)
 					dev.FromHost(dx, x)
 					dev.MoE(dy, dx, dm)
@@ -230,16 +292,26 @@ func TestHostExpertMoE(t *testing.T) {
 					ref.ToHost(cy, want)
 				}
 				e, err := relErr(got, want)
-				if err != nil || e > 1e-6 {
-					t.Errorf("%s n=%d (streamed %v): relative error %.3g, %v (tolerance 1e-6)", name, n, streamed, e, err)
+				if mapped || streamed {
+					for i := range want {
+						if got[i] != want[i] {
+							t.Errorf("%s n=%d (streamed %v, mapped %v): element %d = %v, the device MoE %v (relative error %.3g)", name, n, streamed, mapped, i, got[i], want[i], e)
+							break
+						}
+					}
+				} else if err != nil || e > 1e-6 {
+					t.Errorf("%s n=%d: relative error %.3g, %v (tolerance 1e-6)", name, n, e, err)
 				}
 				g.FreeTensor(gx)
 				g.FreeTensor(gy)
 			}
 			st := g.OffloadStats()
 			layerBytes := int64(len(hm.raws[1]) + len(hm.raws[2]) + len(hm.raws[3]))
-			if st.CPUCalls != wantCPU || st.StreamCalls != wantStream || st.HostLayers != 1 || st.HostBytes != layerBytes {
-				t.Errorf("%s: stats %+v; want %d CPU calls, %d streamed, 1 host layer of %d bytes", name, st, wantCPU, wantStream, layerBytes)
+			if st.CPUCalls != wantCPU || st.StreamCalls != wantStream || st.MappedCalls != wantMapped || st.HostLayers != 1 || st.HostBytes != layerBytes {
+				t.Errorf("%s: stats %+v; want %d CPU calls, %d streamed, %d mapped, 1 host layer of %d bytes", name, st, wantCPU, wantStream, wantMapped, layerBytes)
+			}
+			if wantMapped > 0 && (st.MappedLayers != 1 || st.MapError != "" || !st.Pinned || st.PinnedBytes != layerBytes) {
+				t.Errorf("%s: stats %+v; want the layer registered whole and mapped", name, st)
 			}
 			if wantStream > 0 && (st.StreamedBytes != layerBytes || st.CacheMisses != 1 || st.CacheHits != wantStream-1) {
 				t.Errorf("%s: stats %+v; want the single host layer copied once (%d bytes), then resident", name, st, layerBytes)
@@ -256,7 +328,7 @@ func TestHostExpertMoE(t *testing.T) {
 type hostModelRun struct {
 	logits [][]float32
 	stats  OffloadStats
-	graphs GraphStats
+	graphs GraphStats // this run's flushes (the device's counters are cumulative)
 }
 
 // runHostModel loads f on a fresh backend with placement p (nil: all on
@@ -269,6 +341,7 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 		t.Fatal(err)
 	}
 	defer g.Close()
+	g0, _ := g.GraphStats()
 	if p != nil {
 		if err := g.SetPlacement(*p); err != nil {
 			t.Fatal(err)
@@ -315,7 +388,8 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 		run.logits = append(run.logits, lg)
 	}
 	run.stats = g.OffloadStats()
-	run.graphs, _ = g.GraphStats()
+	g1, _ := g.GraphStats()
+	run.graphs = GraphStats{Captures: g1.Captures - g0.Captures, Replays: g1.Replays - g0.Replays, Direct: g1.Direct - g0.Direct, Disabled: g1.Disabled}
 	return run
 }
 
@@ -325,8 +399,9 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 // with host-resident experts and compares every step's logits (a 100-token
 // prefill, then 4 decode steps recorded as CUDA graphs) with the model
 // all on the device:
-//   - streamed experts run the device kernels on the same bytes: within
-//     1e-5 of the all-device run;
+//   - streamed and mapped experts run the device kernels on the same
+//     bytes: bit-identical to the all-device run; a mapped run records
+//     its decode steps as the all-device run does (no split graphs);
 //   - CPU experts (float32 throughout) against the all-device run with
 //     the MoE forced to the float32 decode GEMVs (moeForce 1), so that
 //     only summation order differs: within 5e-2. The 2026-12-02 H200 run
@@ -335,9 +410,8 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 //     a token's top-k) and 1e-3 to 4e-3 in the decode steps after it; a
 //     wrong, stale or misplaced expert output is an O(1) error. The op
 //     itself is checked exactly by TestHostExpertMoE;
-//   - automatic (StreamMinRows 32): the prefill streams (1e-5 of the
-//     all-device run), the decode steps run on the CPU (1e-3; measured
-//     below 1.1e-6, the device's decode MoE being float32 at one row).
+//   - automatic (StreamMinRows 32): the prefill streams, the decode steps
+//     are mapped: bit-identical to the all-device run.
 //
 // The stats must count every call where it ran.
 func TestHostExpertModel(t *testing.T) {
@@ -355,50 +429,124 @@ func TestHostExpertModel(t *testing.T) {
 			f := synthModel(t, c.preset, c.typ, 9)
 			r0 := runHostModel(t, f, nil, 0)
 			r1 := runHostModel(t, f, nil, 1)
-			H := int64(Placement{HostExperts: c.host}.HostLayers())
-			const steps, tokens = 5, 104
-			for _, run := range []HostRun{HostStream, HostCPU, HostAuto} {
+			for _, run := range []HostRun{HostStream, HostCPU, HostAuto, HostMapped} {
 				p := Placement{HostExperts: c.host, Run: run, StreamMinRows: 32}
 				got := runHostModel(t, f, &p, 0)
-				for s := range got.logits {
-					want, tol, ref := r0.logits[s], 1e-5, "all-device"
-					if run == HostCPU {
-						want, tol, ref = r1.logits[s], 5e-2, "all-device float32 MoE"
-					} else if run == HostAuto && s > 0 {
-						tol = 1e-3
-					}
-					e, err := relErr(got.logits[s], want)
-					if err != nil || e > tol {
-						t.Errorf("run %d step %d: logits relative error %.3g against the %s run, %v (tolerance %g)", run, s, e, ref, err, tol)
-					} else {
-						t.Logf("run %d step %d: logits relative error %.2g against the %s run", run, s, e, ref)
-					}
-				}
-				st := got.stats
-				var wantCPU, wantStream, wantCPUTok, wantStreamTok int64
-				switch run {
-				case HostCPU:
-					wantCPU, wantCPUTok = steps*H, tokens*H
-				case HostStream:
-					wantStream, wantStreamTok = steps*H, tokens*H
-				case HostAuto:
-					wantCPU, wantCPUTok, wantStream, wantStreamTok = (steps-1)*H, (tokens-100)*H, H, 100*H
-				}
-				if st.HostLayers != int(H) || st.CPUCalls != wantCPU || st.CPUTokens != wantCPUTok ||
-					st.StreamCalls != wantStream || st.StreamTokens != wantStreamTok || st.CacheHits+st.CacheMisses != wantStream {
-					t.Errorf("run %d: stats %+v; want %d host layers, %d CPU calls of %d tokens, %d streamed of %d tokens",
-						run, st, H, wantCPU, wantCPUTok, wantStream, wantStreamTok)
-				}
-				if wantStream > 0 && st.StreamedBytes == 0 {
-					t.Errorf("run %d: %d streamed calls but no streamed bytes", run, st.StreamCalls)
-				}
-				if wantStream > 0 && H <= 2 && (st.CacheMisses != 1 || st.StreamedBytes != st.HostBytes) {
-					t.Errorf("run %d: stats %+v: with %d host layers each should be copied once", run, st, H)
-				}
-				t.Logf("run %d: %+v; graphs %+v", run, st, got.graphs)
+				checkHostModel(t, fmt.Sprintf("run %d", run), got, r0, r1, p)
 			}
 		})
 	}
+}
+
+// TestHostExpertModelFile runs the mapped path on a real GGUF file: the
+// hybrid synthetic model written to a temporary file and opened by the
+// normal loader (a PROT_READ, MAP_SHARED mapping), every block's experts
+// host-resident, so the page-locked, device-mapped memory is read-only
+// file pages. Then again with registration failing on purpose, so the
+// experts are copied once into pinned mapped memory. Both must be
+// bit-identical to the all-device run over the same file.
+func TestHostExpertModelFile(t *testing.T) {
+	openTestDevice(t)
+	spec, err := synth.Preset("qwen35moe-tiny", gguf.Q8_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "qwen35moe-tiny-q8_0.gguf")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.WriteTo(out, spec, 11, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r0 := runHostModel(t, f, nil, 0)
+	host := []bool{true, true, true, true}
+	for _, copyExperts := range []bool{false, true} {
+		for _, run := range []HostRun{HostMapped, HostAuto} {
+			forceHostCopy = copyExperts
+			p := Placement{HostExperts: host, Run: run, StreamMinRows: 32}
+			got := runHostModel(t, f, &p, 0)
+			forceHostCopy = false
+			name := fmt.Sprintf("file, run %d, copied %v", run, copyExperts)
+			checkHostModel(t, name, got, r0, r0, p)
+			st := got.stats
+			if copyExperts {
+				if st.CopiedBytes != st.HostBytes || st.PinError == "" {
+					t.Errorf("%s: stats %+v; want all %d bytes copied to pinned memory", name, st, st.HostBytes)
+				}
+			} else if st.CopiedBytes != 0 || st.PinError != "" || !st.Pinned || st.PinnedBytes != st.HostBytes {
+				t.Errorf("%s: stats %+v; want the file's pages registered in place", name, st)
+			}
+		}
+	}
+}
+
+// checkHostModel compares a whole-model run with host experts against
+// the all-device runs (r0; r1 with the float32 decode MoE for the CPU
+// path) and checks its stats against where placement p runs each call.
+func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Placement) {
+	t.Helper()
+	const steps, tokens = 5, 104
+	H := int64(p.HostLayers())
+	mapped := got.stats.MappedLayers == int(H) && H > 0
+	if (p.Run == HostMapped || p.Run == HostAuto) && !mapped {
+		t.Errorf("%s: %d of %d host layers mapped: %s %s", name, got.stats.MappedLayers, H, got.stats.MapError, got.stats.PinError)
+	}
+	for s := range got.logits {
+		want, tol, ref := r0.logits[s], 0.0, "all-device"
+		if p.Run == HostCPU || (!mapped && (p.Run == HostMapped || (p.Run == HostAuto && s > 0))) {
+			want, tol, ref = r1.logits[s], 5e-2, "all-device float32 MoE"
+		}
+		e, err := relErr(got.logits[s], want)
+		if err != nil || e > tol {
+			t.Errorf("%s step %d: logits relative error %.3g against the %s run, %v (tolerance %g)", name, s, e, ref, err, tol)
+		} else {
+			t.Logf("%s step %d: logits relative error %.2g against the %s run", name, s, e, ref)
+		}
+	}
+	st := got.stats
+	var wantCPU, wantStream, wantMapped, wantCPUTok, wantStreamTok, wantMappedTok int64
+	switch p.Run {
+	case HostCPU:
+		wantCPU, wantCPUTok = steps*H, tokens*H
+	case HostStream:
+		wantStream, wantStreamTok = steps*H, tokens*H
+	case HostMapped:
+		wantMapped, wantMappedTok = steps*H, tokens*H
+	case HostAuto:
+		wantStream, wantStreamTok = H, 100*H
+		wantMapped, wantMappedTok = (steps-1)*H, (tokens-100)*H
+	}
+	if !mapped {
+		wantCPU, wantCPUTok, wantMapped, wantMappedTok = wantCPU+wantMapped, wantCPUTok+wantMappedTok, 0, 0
+	}
+	if st.HostLayers != int(H) || st.CPUCalls != wantCPU || st.CPUTokens != wantCPUTok ||
+		st.StreamCalls != wantStream || st.StreamTokens != wantStreamTok || st.CacheHits+st.CacheMisses != wantStream ||
+		st.MappedCalls != wantMapped || st.MappedTokens != wantMappedTok {
+		t.Errorf("%s: stats %+v; want %d host layers, %d CPU calls of %d tokens, %d streamed of %d tokens, %d mapped of %d tokens",
+			name, st, H, wantCPU, wantCPUTok, wantStream, wantStreamTok, wantMapped, wantMappedTok)
+	}
+	if wantStream > 0 && st.StreamedBytes == 0 {
+		t.Errorf("%s: %d streamed calls but no streamed bytes", name, st.StreamCalls)
+	}
+	if wantStream > 0 && H <= 2 && (st.CacheMisses != 1 || st.StreamedBytes != st.HostBytes) {
+		t.Errorf("%s: stats %+v: with %d host layers each should be copied once", name, st, H)
+	}
+	// The CPU path splits a recorded step at each host round trip (more
+	// flushes); the mapped path issues the same launches as the device.
+	flushes := func(g GraphStats) int { return g.Captures + g.Replays + g.Direct }
+	if p.Run == HostMapped && mapped && flushes(got.graphs) != flushes(r0.graphs) {
+		t.Errorf("%s: graphs %+v, the all-device run %+v: mapped experts should not split the recorded steps", name, got.graphs, r0.graphs)
+	}
+	t.Logf("%s: %+v; graphs %+v (all-device %+v)", name, st, got.graphs, r0.graphs)
 }
 
 // TestHostMoEMatchesCPU checks, without a GPU, that the CPU path's

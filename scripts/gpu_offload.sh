@@ -15,13 +15,14 @@
 # Runs, each at the KV dtypes DTYPES (bf16,fp8_e4m3) and REPS times, medians
 # printed per (run, dtype, depth):
 #   auto       the planner's placement, --expert-run auto (prefill streams,
-#              decode on the host CPU), depths DEPTHS (4096,32768; LONG=1
-#              adds 131072)
+#              decode mapped: the GPU reads the selected experts in host
+#              RAM), depths DEPTHS (4096,32768; LONG=1 adds 131072)
+#   mapped     the same placement, every call mapped (--expert-run mapped)
 #   stream     the same placement, every call streamed (--expert-run stream)
 #   cpu        the same placement, every call on the CPU (--expert-run cpu),
 #              depths CPU_DEPTHS (0: filling a deep context on the CPU takes
 #              minutes; its decode is what auto's decode runs)
-#   auto-ref   auto with FTCHAT_HOST_MOE=reference: the CPU path through the
+#   auto-ref   cpu with FTCHAT_HOST_MOE=reference: the CPU path through the
 #              CPU backend's own MoE (same results, one parallel loop per
 #              expert matmul) instead of the phased one, to compare
 #   cpu-moe    every block's experts in host RAM (--cpu-moe), auto run
@@ -32,7 +33,7 @@
 #
 # Environment: OUT (.gpu/out/offload), GPU_MEMORY (8GiB), PREFILL (512),
 # DECODE (64), REPS (3), T_BENCH (seconds per bench command, 300),
-# RUNS ("auto auto-ref stream cpu cpu-moe"), LLAMA_BENCH, LLAMA_NCMOE, LLAMA_REPS (3).
+# RUNS ("auto mapped auto-ref stream cpu cpu-moe"), LLAMA_BENCH, LLAMA_NCMOE, LLAMA_REPS (3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FTCHAT=${1:-.gpu/ftchat}
@@ -48,7 +49,7 @@ PREFILL=${PREFILL:-512}
 DECODE=${DECODE:-64}
 REPS=${REPS:-3}
 T_BENCH=${T_BENCH:-300}
-RUNS=${RUNS:-auto auto-ref stream cpu cpu-moe}
+RUNS=${RUNS:-auto mapped auto-ref stream cpu cpu-moe}
 mkdir -p "$OUT"
 stamp() { echo "[offload $(date -u +%T)] $*"; }
 
@@ -79,10 +80,11 @@ for run in $RUNS; do
   case $run in
   auto) ;;
   stream) flags=(--expert-run stream) ;;
+  mapped) flags=(--expert-run mapped) ;;
   cpu) flags=(--expert-run cpu); depths=$CPU_DEPTHS ;;
   cpu-moe) flags=(--cpu-moe --expert-run auto) ;;
-  auto-ref) ;;
-  *) echo "gpu_offload: unknown run $run (auto, auto-ref, stream, cpu, cpu-moe)" >&2; continue ;;
+  auto-ref) flags=(--expert-run cpu); depths=$CPU_DEPTHS ;; # decode no longer runs on the CPU under auto
+  *) echo "gpu_offload: unknown run $run (auto, mapped, auto-ref, stream, cpu, cpu-moe)" >&2; continue ;;
   esac
   env=()
   [ "$run" = auto-ref ] && env=(FTCHAT_HOST_MOE=reference)
