@@ -1236,6 +1236,7 @@ func (o *outbox) stream(ctx context.Context) <-chan BatchEvent {
 type callStreamer struct {
 	thinking bool   // inside <think>...</think>: calls there are not streamed
 	mode     int    // csText, csHeader, csArgs, csSkip
+	opens    int    // <tool_call> tags seen
 	buf      string // unconsumed text (tag search, call header)
 	scan     jsonDepth
 }
@@ -1285,6 +1286,7 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 			c.buf = c.buf[i+len(tag):]
 			if c.mode == csText {
 				c.mode = csHeader
+				c.opens++
 			} else {
 				c.mode = csText
 			}
@@ -1298,7 +1300,10 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 				return d
 			}
 			var name string
-			if json.Unmarshal([]byte(c.buf[m[2]:m[3]]), &name) != nil || name == "" {
+			// index != opens-1: an earlier <tool_call> is not (yet) a call to
+			// the parser (a malformed one, or tag text inside a skipped
+			// call's value), so this one may be a part of it: not streamed.
+			if index != c.opens-1 || json.Unmarshal([]byte(c.buf[m[2]:m[3]]), &name) != nil || name == "" {
 				c.mode = csSkip
 				continue
 			}

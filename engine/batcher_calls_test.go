@@ -27,6 +27,19 @@ func TestCallStreamer(t *testing.T) {
 			[]call{{"b", `{"y": 2}`}}},
 		{"no call", false, `{"name": "a", "arguments": {}} is JSON`, nil},
 	}
+	// An earlier <tool_call> that the parser did not count as a call (its
+	// index stays 0: malformed, or still open because the tag was inside a
+	// value): the next one is not streamed, since it may be part of it.
+	cs := &callStreamer{}
+	var deltas []*ToolCallDelta
+	for _, chunk := range []string{`<tool_call>{"arguments": {"text": "`, `</tool_call> <tool_call>{"name": "x", "arguments": {"a": 1}}`, `"}, "name": "w"}</tool_call>`} {
+		if d := cs.feed(chunk, 0); d != nil {
+			deltas = append(deltas, d)
+		}
+	}
+	if len(deltas) != 0 {
+		t.Errorf("deltas %+v inside an unparsed call", deltas[0])
+	}
 	for _, tc := range cases {
 		for seed := range uint64(50) {
 			r := rand.New(rand.NewPCG(seed, 1))
