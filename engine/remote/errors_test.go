@@ -367,6 +367,37 @@ func TestRemoteToolsModes(t *testing.T) {
 	}
 }
 
+// TestThinkingInContent: <think> in the content (a server without a
+// reasoning parser) becomes thinking, as with the local engine; a
+// reasoning_content field does too.
+func TestThinkingInContent(t *testing.T) {
+	ts := fakeServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{`{"choices":[{"delta":{"reasoning_content":"first. "}}]}`, `{"choices":[{"delta":{"content":"<thi"}}]}`,
+			`{"choices":[{"delta":{"content":"nk>hmm</think>\n\nHel"}}]}`, `{"choices":[{"delta":{"content":"lo"},"finish_reason":"stop"}]}`} {
+			sseChunk(w, c)
+		}
+	})
+	e, err := Dial(context.Background(), Options{URL: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, thinking string
+	for ev := range e.NewSession().Generate(context.Background(), hello) {
+		switch ev.Kind {
+		case engine.EventText:
+			text += ev.Text
+		case engine.EventThinking:
+			thinking += ev.Text
+		case engine.EventError:
+			t.Fatal(ev.Err)
+		}
+	}
+	if text != "Hello" || thinking != "first. hmm" {
+		t.Fatalf("text %q, thinking %q", text, thinking)
+	}
+}
+
 func TestRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {

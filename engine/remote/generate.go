@@ -220,7 +220,7 @@ type generation struct {
 	chunks    int // content-bearing chunks (a token count when usage is missing)
 	usage     *oaUsage
 	finish    string
-	parser    *chat.StreamParser // prompt-format tool calls in the text
+	parser    *chat.StreamParser // thinking and prompt-format tool calls in the text
 	calls     []*pendingCall     // native tool_calls, by index
 	textCalls int                // calls the parser found in the text
 	nextStats time.Time
@@ -289,11 +289,11 @@ func (g *generation) run(ctx context.Context) error {
 		}
 		return e.statusErr(resp, body)
 	}
-	if len(g.req.Tools) > 0 {
-		// Calls the server did not parse (no tool parser, or tools
-		// inlined) come as text in the model's format.
-		g.parser = newParser(e.model, g.req.Tools, inline)
-	}
+	// The text goes through ftchat's stream parser, as the local engine's
+	// does: a server without a reasoning parser sends <think> blocks in the
+	// content, and one without a tool parser (or with the tools inlined)
+	// sends the calls as text in the model's format.
+	g.parser = newParser(e.model, g.req.Tools, inline)
 	ct := resp.Header.Get("Content-Type")
 	if strings.HasPrefix(ct, "application/json") {
 		err = g.readJSON(resp.Body)
@@ -364,7 +364,11 @@ func retryAfter(h string, now time.Time) (time.Duration, bool) {
 
 // newParser reads the tool calls the model wrote as text.
 func newParser(model string, tools []engine.Tool, inline bool) *chat.StreamParser {
-	p := chat.NewStreamParser(toolFormatFor(model, inline), false)
+	format := chat.ToolNone
+	if len(tools) > 0 {
+		format = toolFormatFor(model, inline)
+	}
+	p := chat.NewStreamParser(format, false)
 	p.SetTools(tools)
 	return p
 }
@@ -532,11 +536,7 @@ func (g *generation) delta(d *oaDelta) error {
 	}
 	if d.Content != nil && *d.Content != "" {
 		got = true
-		if g.parser != nil {
-			g.segments(g.parser.Feed(*d.Content))
-		} else {
-			g.send(engine.Event{Kind: engine.EventText, Text: *d.Content})
-		}
+		g.segments(g.parser.Feed(*d.Content))
 	}
 	for _, tc := range d.ToolCalls {
 		got = true
@@ -593,9 +593,7 @@ func (g *generation) segments(segs []chat.Segment) {
 // finishTurn emits the native tool calls, refreshes the server's numbers
 // and ends with EventDone.
 func (g *generation) finishTurn(ctx context.Context) error {
-	if g.parser != nil {
-		g.segments(g.parser.Flush())
-	}
+	g.segments(g.parser.Flush())
 	calls := g.textCalls
 	for _, pc := range g.calls {
 		if pc.name == "" {

@@ -39,9 +39,7 @@ func FuzzStream(f *testing.F) {
 		}
 		var events []engine.Event
 		g := &generation{e: e, req: req, send: func(ev engine.Event) { events = append(events, ev) }, start: time.Now()}
-		if tools {
-			g.parser = newParser(e.model, req.Tools, false)
-		}
+		g.parser = newParser(e.model, req.Tools, false)
 		err := g.readSSE(context.Background(), io.NopCloser(bytes.NewReader(body)))
 		if err == nil {
 			err = g.finishTurn(context.Background())
