@@ -32,7 +32,7 @@ func RemoteFlags(f *pflag.FlagSet) {
 	f.String("api-key", "", "--engine: the server's API key, sent as 'Authorization: Bearer KEY'")
 	f.String("remote-model", "", "--engine: the model to ask the server for (default: the first one its /v1/models lists)")
 	f.String("remote-tools", "auto", "--engine: how the agent's tools reach the model: auto (the API's tools field, in the prompt if the server refuses it) | native | inline (always in the prompt, for servers that drop the field)")
-	f.Duration("remote-timeout", 5*time.Minute, "--engine: give up when the server is silent this long (connecting, before the first token, between tokens)")
+	f.Duration("remote-timeout", 5*time.Minute, "--engine: give up when the server sends nothing this long (before the response, between streamed tokens; connecting has its own 10s limit)")
 }
 
 func init() {
