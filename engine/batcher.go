@@ -342,9 +342,13 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 		}
 		s.json = sample.NewJSONConstraint(b.jsonVocab(), req.JSON)
 	}
-	if ct, ok := e.tmpl.(*chatTemplate); ok && len(req.Tools) > 0 &&
-		(ct.format == chat.ToolHermes || ct.format == chat.ToolNone) { // ToolNone: Hermes, inlined
-		s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text)}
+	if ct, ok := e.tmpl.(*chatTemplate); ok && len(req.Tools) > 0 {
+		switch ct.format {
+		case chat.ToolHermes, chat.ToolNone: // ToolNone: Hermes, inlined
+			s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text)}
+		case chat.ToolQwenXML:
+			s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text), xml: true}
+		}
 	}
 	b.mu.Lock()
 	switch {
@@ -1235,6 +1239,7 @@ func (o *outbox) stream(ctx context.Context) <-chan BatchEvent {
 // to the parser's complete EventToolCall.
 type callStreamer struct {
 	thinking bool   // inside <think>...</think>: calls there are not streamed
+	xml      bool   // Qwen's XML calls: the name is streamed, the arguments come whole
 	mode     int    // csText, csHeader, csArgs, csSkip
 	opens    int    // <tool_call> tags seen
 	buf      string // unconsumed text (tag search, call header)
@@ -1255,6 +1260,10 @@ const (
 	maxCallHead  = 512 // header bytes read before giving up on streaming a call
 	callNameHead = `"name"`
 )
+
+const xmlFunctionTag = "<function="
+
+var xmlCallHeader = regexp.MustCompile(`^\s*<function=([^<>\n]*)>`)
 
 var callHeader = regexp.MustCompile(`^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*`)
 
@@ -1290,6 +1299,24 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 			} else {
 				c.mode = csText
 			}
+		case c.mode == csHeader && c.xml:
+			// <function=NAME>: typed values need the whole call, so only
+			// the name goes ahead (the arguments follow in one piece).
+			m := xmlCallHeader.FindStringSubmatchIndex(c.buf)
+			if m == nil {
+				t := strings.TrimLeft(c.buf, " \t\r\n")
+				if k := min(len(t), len(xmlFunctionTag)); len(c.buf) > maxCallHead || t[:k] != xmlFunctionTag[:k] ||
+					len(t) > k && strings.ContainsAny(t[k:], "<\n") {
+					c.mode = csSkip
+					continue
+				}
+				return d
+			}
+			if name := strings.TrimSpace(c.buf[m[2]:m[3]]); name != "" && index == c.opens-1 {
+				d = &ToolCallDelta{Index: index, Name: name}
+			}
+			c.buf = c.buf[m[1]:]
+			c.mode = csSkip
 		case c.mode == csHeader:
 			m := callHeader.FindStringSubmatchIndex(c.buf)
 			if m == nil {

@@ -13,19 +13,24 @@ func TestCallStreamer(t *testing.T) {
 	cases := []struct {
 		name     string
 		thinking bool
+		xml      bool
 		text     string
 		want     []call
 	}{
-		{"one call", false, `Let me look.<tool_call>
+		{"one call", false, false, `Let me look.<tool_call>
 {"name": "read_file", "arguments": {"path": "a.go", "lines": [1, 2], "q": "x}\"{"}}
 </tool_call>`, []call{{"read_file", `{"path": "a.go", "lines": [1, 2], "q": "x}\"{"}`}}},
-		{"two calls", false, `<tool_call>{"name":"a","arguments":{}}</tool_call> and <tool_call>{"name": "b\u0021", "parameters": {"n": {"m": 1}}}</tool_call>`,
+		{"two calls", false, false, `<tool_call>{"name":"a","arguments":{}}</tool_call> and <tool_call>{"name": "b\u0021", "parameters": {"n": {"m": 1}}}</tool_call>`,
 			[]call{{"a", `{}`}, {"b!", `{"n": {"m": 1}}`}}},
-		{"arguments first", false, `<tool_call>{"arguments": {"x": 1}, "name": "a"}</tool_call>`, nil},
-		{"arguments a string", false, `<tool_call>{"name": "a", "arguments": "{\"x\": 1}"}</tool_call>`, []call{{"a", ``}}},
-		{"in thinking", true, `<tool_call>{"name": "a", "arguments": {}}</tool_call></think>ok<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>`,
+		{"arguments first", false, false, `<tool_call>{"arguments": {"x": 1}, "name": "a"}</tool_call>`, nil},
+		{"arguments a string", false, false, `<tool_call>{"name": "a", "arguments": "{\"x\": 1}"}</tool_call>`, []call{{"a", ``}}},
+		{"in thinking", true, false, `<tool_call>{"name": "a", "arguments": {}}</tool_call></think>ok<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>`,
 			[]call{{"b", `{"y": 2}`}}},
-		{"no call", false, `{"name": "a", "arguments": {}} is JSON`, nil},
+		{"no call", false, false, `{"name": "a", "arguments": {}} is JSON`, nil},
+		// Qwen's XML calls: the name goes ahead, the arguments come whole.
+		{"xml", true, true, "<think>x</think>\n\n<tool_call>\n<function=read_file>\n<parameter=path>\n</tool_call>\n</parameter>\n</function>\n</tool_call> and <tool_call>\n<function= ls >\n</function>\n</tool_call>",
+			[]call{{"read_file", ""}, {"ls", ""}}},
+		{"xml malformed", false, true, "<tool_call>\n<function=a\nb>\n</function>\n</tool_call><tool_call><parameter=x>", nil},
 	}
 	// An earlier <tool_call> that the parser did not count as a call (its
 	// index stays 0: malformed, or still open because the tag was inside a
@@ -43,7 +48,7 @@ func TestCallStreamer(t *testing.T) {
 	for _, tc := range cases {
 		for seed := range uint64(50) {
 			r := rand.New(rand.NewPCG(seed, 1))
-			cs := &callStreamer{thinking: tc.thinking}
+			cs := &callStreamer{thinking: tc.thinking, xml: tc.xml}
 			var got []call
 			for rest := tc.text; rest != ""; {
 				n := min(len(rest), 1+r.IntN(6))
