@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/ui"
 )
 
 // `ftchat models` lists the GGUF files in the cache (what /model offers in
@@ -37,3 +41,31 @@ func TestModelsListsTheCache(t *testing.T) {
 		t.Errorf("listing:\n%s", got)
 	}
 }
+
+// The chat gets a /model source for an in-process engine (it then owns the
+// engine and the session) and none for another engine (a remote one).
+func TestChatModelsOnlyForTheInProcessEngine(t *testing.T) {
+	t.Setenv("FTCHAT_CACHE_DIR", t.TempDir())
+	o := engine.Options{Model: filepath.Join("..", "engine", "model", "testdata", "tiny_qwen35.gguf"), Device: "cpu", KVTokens: 1024}
+	eng, err := engine.Load(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, closeModels := chatModels(Config{Engine: o}, eng, eng.NewSession())
+	if src == nil {
+		t.Fatal("no /model source for the in-process engine")
+	}
+	list, err := src.Models()
+	if err != nil || len(list) == 0 || !list[0].Current {
+		t.Errorf("Models() = %+v, %v: want the model in use listed first", list, err)
+	}
+	closeModels()
+	eng.Close() // as Chat's own defer does: harmless after closeModels
+	if src, closeModels := chatModels(Config{}, otherEngine{}, nil); src != nil {
+		t.Error("a /model source for an engine that is not in-process")
+	} else {
+		closeModels()
+	}
+}
+
+type otherEngine struct{ ui.Engine }
