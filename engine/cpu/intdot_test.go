@@ -141,6 +141,43 @@ func randQ4K(t *testing.T, r *rand.Rand, nb int) []byte {
 	return append(raw, rest...)
 }
 
+// randWeights returns nb blocks of typ: the first half from gguf.Quantize
+// of random data, the rest random bytes (every code, and for Q4_K every
+// 6-bit scale and min) with finite random f16 scales.
+func randWeights(t *testing.T, r *rand.Rand, typ gguf.Type, nb int) []byte {
+	t.Helper()
+	if typ == gguf.Q4_K {
+		return randQ4K(t, r, nb)
+	}
+	half := nb / 2
+	raw, err := gguf.Quantize(typ, randVec(r, half*typ.BlockElems(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := typ.BlockBytes()
+	rest := make([]byte, (nb-half)*bb)
+	for i := range rest {
+		rest[i] = byte(r.Uint32())
+	}
+	scales := 1 // f16 fields at the block start: d, and m for Q4_1
+	if typ == gguf.Q4_1 {
+		scales = 2
+	}
+	for i := 0; i < len(rest); i += bb {
+		for k := 0; k < scales; k++ {
+			binary.LittleEndian.PutUint16(rest[i+2*k:], gguf.F32ToF16(float32(r.NormFloat64()*0.05)))
+		}
+	}
+	return append(raw, rest...)
+}
+
+// extremeCodes sets every code of qs to ±127.
+func extremeCodes(r *rand.Rand, qs []int8) {
+	for j := range qs {
+		qs[j] = int8(127 - 254*int(r.Uint32()&1))
+	}
+}
+
 // TestIntKernelsBitExact: the assembly kernels equal the Go reference to
 // the last bit (their integer sums are exact and the float ops run in the
 // same order), including blocks of extreme ±127 codes.
@@ -150,34 +187,58 @@ func TestIntKernelsBitExact(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(43, 44))
 	for typ, fast := range fastIntKernels {
-		for _, nb := range []int{1, 2, 7, 16} {
-			var raw []byte
-			switch typ {
-			case gguf.Q4_K:
-				raw = randQ4K(t, r, nb)
-			default:
-				t.Fatalf("no test weights for %s", typ)
-			}
-			x := make([]q8Block, nb)
-			q8Quantize(x, randVec(r, nb*256, 1))
-			// Extremes: every code ±127 in the last block.
-			last := &x[nb-1]
-			for j := range last.qs {
-				last.qs[j] = int8(127 - 254*int(r.Uint32()&1))
-			}
-			for k := range last.bsums {
-				var s int16
-				for _, q := range last.qs[16*k : 16*k+16] {
-					s += int16(q)
+		ref := intKernels[typ]
+		for _, nb := range []int{1, 2, 7, 16, 18} {
+			raw := randWeights(t, r, typ, nb)
+			cols := nb * typ.BlockElems()
+			xv := randVec(r, cols, 1)
+			xs := make([]float32, cols/32)
+			blockSums(xs, xv)
+			var got, want float32
+			if fast.k256 != nil {
+				x := make([]q8Block, nb)
+				q8Quantize(x, xv)
+				last := &x[nb-1]
+				extremeCodes(r, last.qs[:])
+				for k := range last.bsums {
+					var s int16
+					for _, q := range last.qs[16*k : 16*k+16] {
+						s += int16(q)
+					}
+					last.bsums[k] = s
 				}
-				last.bsums[k] = s
+				got, want = fast.k256(raw, x, xs), ref.k256(raw, x, xs)
+			} else {
+				x := make([]q8Block32, nb)
+				q8Quantize32(x, xv)
+				extremeCodes(r, x[nb-1].qs[:])
+				got, want = fast.k32(raw, x, xs), ref.k32(raw, x, xs)
 			}
-			got, want := fast(raw, x, nil), intKernels[typ](raw, x, nil)
 			if math.Float32bits(got) != math.Float32bits(want) {
 				t.Errorf("%s/%d blocks: asm %v (%#x), Go %v (%#x)", typ, nb, got, math.Float32bits(got), want, math.Float32bits(want))
 			}
 		}
 	}
+}
+
+// actScales returns, per element of x, the scale d8 its code got on typ's
+// integer path.
+func actScales(typ gguf.Type, x []float32) []float64 {
+	d := make([]float64, len(x))
+	if ip := intKernels[typ]; ip.k256 != nil {
+		q := make([]q8Block, len(x)/256)
+		q8Quantize(q, x)
+		for i := range d {
+			d[i] = float64(q[i/256].d)
+		}
+	} else {
+		q := make([]q8Block32, len(x)/32)
+		q8Quantize32(q, x)
+		for i := range d {
+			d[i] = float64(q[i/32].d)
+		}
+	}
+	return d
 }
 
 // TestMatMulIntDot checks the integer path of MatMul against the float64
@@ -206,15 +267,14 @@ func TestMatMulIntDot(t *testing.T) {
 			x := tensorOf(b, 2, cols, x2)
 			dst := poisoned(b, 2, rowsW)
 			b.MatMul(dst, x, w)
-			xq := make([]q8Block, cols/256)
 			for row := 0; row < 2; row++ {
 				xr := x2[row*cols : (row+1)*cols]
-				q8Quantize(xq, xr)
+				d8s := actScales(typ, xr)
 				for o := 0; o < rowsW; o++ {
 					var want, bound, scale float64
 					for i, xi := range xr {
 						wi := ref[o*cols+i]
-						d8 := float64(xq[i/256].d)
+						d8 := d8s[i]
 						want += wi * float64(xi)
 						bound += math.Abs(wi) * d8 * 0.50002
 						scale += math.Abs(wi) * (math.Abs(float64(xi)) + d8)

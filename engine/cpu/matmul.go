@@ -41,9 +41,9 @@ func (b *Backend) matmul(dst []float32, ds int, x []float32, n int, w *Weight, o
 	}
 	if w.f32 != nil && len(w.f32) == w.rows*w.cols {
 		kern = nil // decoded already: plain float dot below
-	} else if b.intDot && cols%256 == 0 {
-		if ik := intKernelFor(w.info.Type); ik != nil {
-			b.matmulInt(dst, ds, x, xs, n, w, o0, nOut, ik)
+	} else if b.intDot && xs != nil {
+		if ip, ok := intKernelFor(w.info.Type); ok {
+			b.matmulInt(dst, ds, x, xs, n, w, o0, nOut, ip)
 			return
 		}
 	}
