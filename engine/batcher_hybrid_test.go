@@ -223,3 +223,29 @@ func TestBatcherHybridPreemption(t *testing.T) {
 		t.Errorf("%d pages, %d live slots left", st.PagesUsed, st.StateSlotsLive)
 	}
 }
+
+// TestBatcherHybridNextTurn: the next turn of a conversation resumes from
+// what the previous turn left (its snapshots or its live state) and
+// answers what it answers cold, on both hybrid fixtures.
+func TestBatcherHybridNextTurn(t *testing.T) {
+	for _, name := range batchHybridFixtures {
+		t.Run(name, func(t *testing.T) {
+			sys := Message{Role: "system", Content: longText(60)}
+			turn1 := Request{Messages: []Message{sys, {Role: "user", Content: "Story 3 please."}}, MaxTokens: 24}
+			e, b := loadHybridBatcher(t, name, 8, BatcherOptions{})
+			ans, _ := hybridText(t, submit(t, b, context.Background(), turn1))
+			turn2 := Request{Messages: append(slices.Clone(turn1.Messages),
+				Message{Role: "assistant", Content: ans}, Message{Role: "user", Content: "And another one."}), MaxTokens: 12}
+			got, done := hybridText(t, submit(t, b, context.Background(), turn2))
+			_, cold := loadHybridBatcher(t, name, 8, BatcherOptions{PrefixCache: -1})
+			want, _ := hybridText(t, submit(t, cold, context.Background(), turn2))
+			if got != want {
+				t.Errorf("next turn %q, cold %q", got, want)
+			}
+			if done.Usage.CachedTokens < 60 {
+				t.Errorf("next turn reused %d of %d prompt tokens", done.Usage.CachedTokens, done.Usage.PromptTokens)
+			}
+			t.Logf("reused %d of %d prompt tokens, %d restores", done.Usage.CachedTokens, done.Usage.PromptTokens, e.Stats().StateRestores)
+		})
+	}
+}
