@@ -161,6 +161,9 @@ func agentConfig(cfg Config) agent.Config {
 		MaxTokens: cfg.MaxTokens, MaxTokensFlag: "--max-tokens",
 		Sampling: cfg.Sampling, NoToolHint: noToolHint,
 	}
+	if cfg.Remote.URL != "" {
+		ac.NoToolHint = remoteNoToolHint
+	}
 	if cfg.MaxTokens == 0 {
 		ac.MaxTokensFlag = "the agent's default when --max-tokens is 0; --max-tokens N raises it"
 	}

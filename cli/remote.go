@@ -52,6 +52,12 @@ func init() {
 	}
 }
 
+// remoteNoToolHint is the agent's note when a remote model answers its
+// first task without a tool call: some servers take the tools field and
+// drop it, which looks the same from here.
+const remoteNoToolHint = "the model answered without calling a tool. If the server drops the tools field (llama-server without --jinja, " +
+	"llama-cpp-python without a function-calling --chat_format), --remote-tools inline puts the tools in the prompt; small models rarely call tools either way"
+
 // RemoteFrom reads the --engine settings.
 func RemoteFrom(v *viper.Viper) RemoteConfig {
 	return RemoteConfig{
