@@ -98,6 +98,9 @@ func modelsCmd() *cobra.Command {
 				fmt.Fprintln(out, "  (empty)")
 			}
 			for _, m := range list {
+				if st, err := os.Stat(m.Path); err == nil {
+					m.Size, m.ModTime = st.Size(), st.ModTime() // a symlink's target
+				}
 				fmt.Fprintf(out, "  %-50s %10s  %s\n", m.Name, kvcache.FormatBytes(m.Size), m.ModTime.Format(time.DateOnly))
 			}
 			fmt.Fprintln(out, "known names (fetched on first use):")

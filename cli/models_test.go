@@ -35,9 +35,17 @@ func TestModelsListsTheCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A symlinked model shows its target's size.
+	target := filepath.Join(t.TempDir(), "c.gguf")
+	if err := os.WriteFile(target, make([]byte, 5<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "c-model.gguf")); err != nil {
+		t.Fatal(err)
+	}
 	got := run()
 	a, b := strings.Index(got, "a-model.GGUF"), strings.Index(got, "b-model.gguf")
-	if a < 0 || b < a || strings.Contains(got, "notes.txt") || !strings.Contains(got, "3.00 MiB") || !strings.Contains(got, "1.00 KiB") {
+	if a < 0 || b < a || strings.Contains(got, "notes.txt") || !strings.Contains(got, "3.00 MiB") || !strings.Contains(got, "1.00 KiB") || !strings.Contains(got, "5.00 MiB") {
 		t.Errorf("listing:\n%s", got)
 	}
 }
