@@ -154,6 +154,9 @@ func TestEngineFlagWithFtchatServe(t *testing.T) {
 		if s := tm.waitText("the remote server owns its KV cache", 10*time.Second); strings.Contains(s, "switching the KV cache") {
 			t.Errorf("/kvdtype started a switch on a remote engine:\n%s", s)
 		}
+		tm.typeText("/model other")
+		tm.keys("Enter")
+		tm.waitText("a remote engine's model is chosen at start", 10*time.Second)
 		quit(tm)
 	})
 }

@@ -191,9 +191,11 @@ func (m *model) modelInfo() string {
 	if m.cfg.ModelInfo != "" {
 		b.WriteString("\n" + strings.TrimRight(m.cfg.ModelInfo, "\n"))
 	}
-	if m.cfg.Models == nil || m.ag != nil {
+	switch {
+	case s.Remote != "": // the server's other models are in ModelInfo (--remote-model)
+	case m.cfg.Models == nil || m.ag != nil:
 		b.WriteString("\nother models: restart with ftchat --model <name or path>")
-	} else {
+	default:
 		b.WriteString("\n" + m.modelListText())
 	}
 	return b.String()

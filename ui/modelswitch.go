@@ -317,6 +317,10 @@ func (m *model) modelCommand(arg string) tea.Cmd {
 		m.addInfo(m.modelInfo())
 		return nil
 	}
+	if m.cfg.Models == nil && m.stats.Remote != "" {
+		m.addError(fmt.Sprintf("/model: a remote engine's model is chosen at start: ftchat --engine %s --remote-model %s", m.stats.Remote, arg))
+		return nil
+	}
 	if m.cfg.Models == nil {
 		m.addError(fmt.Sprintf("/model: switching models needs a restart: ftchat --model %s", arg))
 		return nil
@@ -435,6 +439,7 @@ func (m *model) onSwapLoaded(msg swapLoadedMsg) tea.Cmd {
 	}
 	lm := msg.lm
 	m.eng, m.sess = lm.Engine, lm.Session
+	// TMPX
 	m.cfg.ModelInfo = lm.Info
 	m.cfg.Models.Use(lm)
 	m.models.list = nil
