@@ -439,7 +439,6 @@ func (m *model) onSwapLoaded(msg swapLoadedMsg) tea.Cmd {
 	}
 	lm := msg.lm
 	m.eng, m.sess = lm.Engine, lm.Session
-	// TMPX
 	m.cfg.ModelInfo = lm.Info
 	m.cfg.Models.Use(lm)
 	m.models.list = nil
