@@ -439,6 +439,7 @@ func (m *model) onSwapLoaded(msg swapLoadedMsg) tea.Cmd {
 	}
 	lm := msg.lm
 	m.eng, m.sess = lm.Engine, lm.Session
+	m.drop = nil // an offer to drop turns was for the old model's pool
 	m.cfg.ModelInfo = lm.Info
 	m.cfg.Models.Use(lm)
 	m.models.list = nil

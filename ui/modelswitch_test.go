@@ -448,3 +448,24 @@ func TestCacheModels(t *testing.T) {
 		t.Errorf("Load of a missing model: %v", err)
 	}
 }
+
+// A message refused for the old model's full pool is sent whole to the new
+// model: the offer to drop turns was for the old pool.
+func TestModelSwitchForgetsTheDropOffer(t *testing.T) {
+	fm := newFakeModels()
+	d := newModelsDriver(t, fm, 80, 24)
+	d.eng.fitTokens = 14 // the conversation holds 13 words
+	d.submit("one two three")
+	if d.m.drop == nil || len(d.sess.reqs) != 1 {
+		t.Fatalf("no drop offer (requests %d)", len(d.sess.reqs))
+	}
+	d.m.input.Reset()
+	d.submit("/model tiny_qwen35")
+	d.settle()
+	fm.last.push(text("ok"), done(engine.StopEOS))
+	d.submit("one two three")
+	d.settle()
+	if ps := fm.last; len(ps.reqs) != 1 || len(ps.reqs[0].Messages) != 3 {
+		t.Fatalf("the new model got %+v, want the whole conversation and the message", ps.reqs)
+	}
+}
