@@ -1242,6 +1242,7 @@ type callStreamer struct {
 	xml      bool   // Qwen's XML calls: the name is streamed, the arguments come whole
 	mode     int    // csText, csHeader, csArgs, csSkip
 	opens    int    // <tool_call> tags seen
+	index    int    // the index of the call being streamed
 	buf      string // unconsumed text (tag search, call header)
 	scan     jsonDepth
 }
@@ -1336,7 +1337,7 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 			}
 			d = &ToolCallDelta{Index: index, Name: name}
 			c.buf = c.buf[m[1]:]
-			c.mode, c.scan = csArgs, jsonDepth{}
+			c.mode, c.scan, c.index = csArgs, jsonDepth{}, index
 		case c.mode == csArgs:
 			if !c.scan.started {
 				if c.buf = strings.TrimLeft(c.buf, " \t\r\n"); c.buf == "" {
@@ -1350,7 +1351,7 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 			}
 			if n > 0 {
 				if d == nil {
-					d = &ToolCallDelta{Index: index}
+					d = &ToolCallDelta{Index: c.index}
 				}
 				d.Args += c.buf[:n]
 			}

@@ -77,3 +77,49 @@ func TestCallStreamer(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCallStreamer: any answer text in any chunking never panics, every
+// call's first delta names it, indexes only grow, and the arguments
+// streamed for a call are one JSON object prefix (whole when closed).
+func FuzzCallStreamer(f *testing.F) {
+	f.Add(`<tool_call>{"name": "a", "arguments": {"x": [1, "}"]}}</tool_call>`, uint64(1), false)
+	f.Add(`<tool_call>{"name": "0", "arguments": {"0"000000"000`, uint64(57), false) // the parser completes mid-arguments
+	f.Add("<think>a</think><tool_call>\n<function=f>\n<parameter=p>\nv\n</parameter>\n</function>\n</tool_call>", uint64(2), true)
+	f.Fuzz(func(t *testing.T, text string, seed uint64, xml bool) {
+		if len(text) > 4096 {
+			return
+		}
+		r := rand.New(rand.NewPCG(seed, 7))
+		cs := &callStreamer{thinking: seed%2 == 0, xml: xml}
+		index, open := 0, -1
+		args := map[int]string{}
+		for rest := text; rest != ""; {
+			n := min(len(rest), 1+r.IntN(8))
+			d := cs.feed(rest[:n], index)
+			rest = rest[n:]
+			if d != nil {
+				if d.Name != "" {
+					if d.Index <= open {
+						t.Fatalf("call %d named after call %d", d.Index, open)
+					}
+					open = d.Index
+				} else if d.Index != open {
+					t.Fatalf("arguments for call %d while call %d is open", d.Index, open)
+				}
+				args[d.Index] += d.Args
+			}
+			if open == index && r.IntN(4) == 0 {
+				index++ // the parser completes the call at some point
+			}
+		}
+		for i, a := range args {
+			if a == "" {
+				continue
+			}
+			var j jsonDepth
+			if n, ok := j.feed(a); !ok || n != len(a) || xml {
+				t.Fatalf("call %d: arguments %q are not one object prefix", i, a)
+			}
+		}
+	})
+}
