@@ -223,9 +223,9 @@ func (in PlacementInput) plan(h int) PlacementPlan {
 			p.DeviceBlocks++
 		}
 	}
-	if p.HostBlocks > 0 && in.Run != HostCPU {
-		// HostCPU never streams, and the backend allocates the staging
-		// at the first streamed call.
+	if p.HostBlocks > 0 && in.Run != HostCPU && in.Run != HostMapped {
+		// HostCPU and HostMapped never stream, and the backend allocates
+		// the staging at the first streamed call.
 		p.Staging = StreamStagingBytes(largest)
 	}
 	p.Spare = in.Budget - p.DeviceBytes()

@@ -19,7 +19,7 @@ func deviceBytesRef(in PlacementInput, h int) int64 {
 			total += e
 		}
 	}
-	if largest > 0 && in.Run != HostCPU {
+	if largest > 0 && in.Run != HostCPU && in.Run != HostMapped {
 		total += StreamStagingBytes(largest) // the backend's staging for the largest host layer
 	}
 	return total
@@ -28,7 +28,7 @@ func deviceBytesRef(in PlacementInput, h int) int64 {
 func randomInput(r *rand.Rand) PlacementInput {
 	const mib = int64(1) << 20
 	blocks := r.IntN(64)
-	in := PlacementInput{ExpertsPerBlock: 1 + r.IntN(512), Run: HostRun(r.IntN(3)), Dense: r.Int64N(8 << 10 * mib), KV: r.Int64N(8 << 10 * mib),
+	in := PlacementInput{ExpertsPerBlock: 1 + r.IntN(512), Run: HostRun(r.IntN(4)), Dense: r.Int64N(8 << 10 * mib), KV: r.Int64N(8 << 10 * mib),
 		Workspace: r.Int64N(2 << 10 * mib), Reserve: r.Int64N(512 * mib)}
 	if r.IntN(2) == 0 {
 		in.State = r.Int64N(1 << 10 * mib)
@@ -93,7 +93,7 @@ func checkPlan(t *testing.T, in PlacementInput, p PlacementPlan, err error) {
 	if host != p.HostExperts || dev != p.DeviceExperts || p.HostBlocks != p.Placement.HostLayers() {
 		t.Fatalf("%+v: host %d/%d bytes, device %d/%d, host blocks %d/%d", in, p.HostExperts, host, p.DeviceExperts, dev, p.HostBlocks, p.Placement.HostLayers())
 	}
-	if (p.Staging > 0) != (p.HostBlocks > 0 && in.Run != HostCPU) {
+	if (p.Staging > 0) != (p.HostBlocks > 0 && in.Run != HostCPU && in.Run != HostMapped) {
 		t.Fatalf("staging %d with %d host blocks, run %d", p.Staging, p.HostBlocks, in.Run)
 	}
 }
@@ -198,6 +198,11 @@ func TestPlacementEdgeCases(t *testing.T) {
 			in.Budget = base.fixed() + 4*gib - 1
 			in.Run = HostCPU
 		}), "", 1, 3},
+		{"--expert-run mapped: no staging either", with(func(in *PlacementInput) {
+			in.Experts = []int64{gib, gib, gib, gib}
+			in.Budget = base.fixed() + 4*gib - 1
+			in.Run = HostMapped
+		}), "", 1, 3},
 		{"--cpu-moe", with(func(in *PlacementInput) {
 			in.Experts = []int64{gib, gib}
 			in.Budget = 100 * gib
@@ -282,7 +287,7 @@ func FuzzPlanPlacement(f *testing.F) {
 			return
 		}
 		in := PlacementInput{Budget: budget, Dense: dense, KV: kv, State: state, Workspace: ws, Reserve: reserve,
-			Mode: PlacementMode(mode % 4), HostBlocks: n, Run: HostRun(run % 3), ExpertsPerBlock: 8}
+			Mode: PlacementMode(mode % 4), HostBlocks: n, Run: HostRun(run % 4), ExpertsPerBlock: 8}
 		for l := range blocks {
 			in.Experts = append(in.Experts, layer+int64(l%3))
 		}
