@@ -142,6 +142,8 @@ type Stats struct {
 	// expert-cache lookups (0 without a cache).
 	ExpertCPUCalls, ExpertCPUTokens       int64
 	ExpertStreamCalls, ExpertStreamTokens int64
+	ExpertMappedCalls, ExpertMappedTokens int64  // the GPU read the selected experts in host RAM (--expert-run mapped)
+	ExpertMapError                        string // why mapped reads are off ("" when they work or never ran)
 	ExpertStreamedBytes                   int64
 	ExpertCacheHits, ExpertCacheMisses    int64
 	ExpertCPUTime, ExpertStreamTime       time.Duration // CPU calls' wall time; the copy stream's time

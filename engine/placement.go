@@ -282,6 +282,7 @@ func (e *Engine) placementStats(s *Stats) {
 		s.ExpertCPUCalls, s.ExpertCPUTokens, s.ExpertStreamCalls, s.ExpertStreamTokens = o.CPUCalls, o.CPUTokens, o.StreamCalls, o.StreamTokens
 		s.ExpertStreamedBytes, s.ExpertCacheHits, s.ExpertCacheMisses = o.StreamedBytes, o.CacheHits, o.CacheMisses
 		s.ExpertHostPinned = o.Pinned
+		s.ExpertMappedCalls, s.ExpertMappedTokens, s.ExpertMapError = o.MappedCalls, o.MappedTokens, o.MapError
 		s.ExpertCPUTime, s.ExpertStreamTime, s.ExpertStreamError, s.ExpertPinError = o.CPUTime, o.StreamTime, o.StreamError, o.PinError
 	}
 }

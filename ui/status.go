@@ -163,7 +163,7 @@ func placementSegments(s engine.Stats) []string {
 	segs := []string{
 		gpu,
 		fmt.Sprintf("RAM: experts %d %s (%s)", s.ExpertLayersHost, plural(s.ExpertLayersHost, "layer", "layers"), formatBytes(s.ExpertBytesHost)),
-		fmt.Sprintf("host experts %s cpu / %s streamed calls", formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls)),
+		hostCalls(s),
 		"PCIe " + streamedPerToken(s),
 	}
 	if hit, ok := expertHitRate(s); ok {
@@ -330,13 +330,15 @@ func placementRows(s engine.Stats) [][2]string {
 		{"experts on GPU", fmt.Sprintf("%d of %d layers × %d experts (%s)", s.ExpertLayers-s.ExpertLayersHost, s.ExpertLayers, s.ExpertsPerLayer, formatBytes(s.ExpertBytesDevice))},
 		{"experts in RAM", fmt.Sprintf("%d layers (%s, %s), run: %s", s.ExpertLayersHost, formatBytes(s.ExpertBytesHost), pinned, s.ExpertRun)},
 		{"staging (GPU)", formatBytes(s.StagingBytes)},
-		{"host expert calls", fmt.Sprintf("%s on the CPU (%s tokens), %s streamed (%s tokens)",
-			formatInt(s.ExpertCPUCalls), formatInt(s.ExpertCPUTokens), formatInt(s.ExpertStreamCalls), formatInt(s.ExpertStreamTokens))},
+		{"host expert calls", hostCallsDetail(s)},
 		{"streamed to GPU", fmt.Sprintf("%s (%s)", formatBytes(s.ExpertStreamedBytes), streamedPerToken(s))},
 		{"host expert time", fmt.Sprintf("%s on the CPU, %s copying", s.ExpertCPUTime.Round(time.Millisecond), s.ExpertStreamTime.Round(time.Millisecond))},
 	}
 	if s.ExpertStreamError != "" {
 		rows = append(rows, [2]string{"streaming off", s.ExpertStreamError + " (those calls ran on the CPU)"})
+	}
+	if s.ExpertMapError != "" {
+		rows = append(rows, [2]string{"mapped reads off", s.ExpertMapError + " (those calls ran on the CPU)"})
 	}
 	if s.ExpertPinError != "" {
 		rows = append(rows, [2]string{"host experts not pinned", s.ExpertPinError})
@@ -380,4 +382,25 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// hostCalls is the pane's count of host-expert MoE calls by how they ran;
+// mapped calls show only once there are some, so a pane without them reads
+// as before mapped reads existed.
+func hostCalls(s engine.Stats) string {
+	if s.ExpertMappedCalls > 0 {
+		return fmt.Sprintf("host experts %s mapped / %s cpu / %s streamed calls",
+			formatInt(s.ExpertMappedCalls), formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls))
+	}
+	return fmt.Sprintf("host experts %s cpu / %s streamed calls", formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls))
+}
+
+// hostCallsDetail is /stats' row of the same counts with their tokens.
+func hostCallsDetail(s engine.Stats) string {
+	d := fmt.Sprintf("%s on the CPU (%s tokens), %s streamed (%s tokens)",
+		formatInt(s.ExpertCPUCalls), formatInt(s.ExpertCPUTokens), formatInt(s.ExpertStreamCalls), formatInt(s.ExpertStreamTokens))
+	if s.ExpertMappedCalls > 0 {
+		d = fmt.Sprintf("%s mapped (%s tokens), ", formatInt(s.ExpertMappedCalls), formatInt(s.ExpertMappedTokens)) + d
+	}
+	return d
 }

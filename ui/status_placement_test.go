@@ -72,3 +72,22 @@ func TestStatsTablePlacementGolden(t *testing.T) {
 		}
 	}
 }
+
+// Mapped calls (the GPU reading experts in host RAM) are counted in the pane
+// and in /stats once there are some; a map error is one /stats row.
+func TestPlacementShowsMappedCalls(t *testing.T) {
+	s := offloadStats()
+	s.ExpertRun = "mapped"
+	s.ExpertMappedCalls, s.ExpertMappedTokens = 3100, 3100
+	pane := ansi.Strip(strings.Join(statusLines(s, 200, newStyles()), "\n"))
+	if w := "host experts 3,100 mapped / 10,850 cpu / 62 streamed calls"; !strings.Contains(pane, w) {
+		t.Errorf("status lacks %q:\n%s", w, pane)
+	}
+	s.ExpertMapError = "cuMemHostGetDevicePointer: CUDA_ERROR_NOT_SUPPORTED"
+	table := statsTable(s)
+	for _, w := range []string{"3,100 mapped (3,100 tokens), 10,850 on the CPU", "mapped reads off", "CUDA_ERROR_NOT_SUPPORTED (those calls ran on the CPU)"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("/stats lacks %q:\n%s", w, table)
+		}
+	}
+}
