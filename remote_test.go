@@ -179,7 +179,9 @@ func TestEngineFlagWithLlamaCppServer(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	var log bytes.Buffer
-	srv := exec.Command(py, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--n_ctx", "2048", "--n_threads", "2")
+	// One thread: llama.cpp's spinning worker threads crawl when the cores
+	// are shared with the other tests (51 s with two, 17 s with one here).
+	srv := exec.Command(py, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--n_ctx", "2048", "--n_threads", "1")
 	srv.Stdout, srv.Stderr = &log, &log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
