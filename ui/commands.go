@@ -319,6 +319,7 @@ func (m *model) onReconfDone(msg reconfDoneMsg) tea.Cmd {
 		}
 		m.addError(text)
 	default:
+		m.drop = nil // an offer to drop turns was for the old pool's capacity
 		s := m.stats
 		m.addInfo(fmt.Sprintf("KV cache is now %s: capacity %s → %s tokens, conversation %s tokens kept (%s → %s)",
 			s.KVDType, formatInt(int64(prev.TokensCapacity)), formatInt(int64(s.TokensCapacity)),

@@ -520,6 +520,23 @@ func TestKVDType(t *testing.T) {
 	}
 }
 
+// A /kvdtype switch that grows the pool withdraws an offer to drop turns
+// made for the old pool: the message that did not fit is then sent whole.
+func TestKVDTypeForgetsTheDropOffer(t *testing.T) {
+	d := newModelsDriver(t, newFakeModels(), 80, 24) // a conversation of 13 words
+	d.eng.fitTokens = 14
+	d.submit("one two three")
+	if d.m.drop == nil {
+		t.Fatal("no drop offer for a message over the pool")
+	}
+	d.m.input.Reset()
+	d.submit("/kvdtype fp8_e4m3")
+	d.settle()
+	if d.m.drop != nil {
+		t.Error("the drop offer for the old pool survived the switch")
+	}
+}
+
 func TestKVDTypeRefused(t *testing.T) {
 	d := newDriver(t, nil)
 	d.eng.reconfErr = errors.New("the conversation needs 70,000 tokens, a fp16 pool holds 65,536")
