@@ -73,7 +73,7 @@ type Engine struct {
 	key     string
 	model   string
 	models  []string // what /models listed
-	ctxLen  int      // the model's context length when /models says (vLLM's max_model_len), else 0
+	ctxLen  int      // the model's context length when /models says (vLLM, ftchat serve), else 0
 	hc      *http.Client
 	timeout time.Duration
 	maxWait time.Duration
@@ -203,8 +203,9 @@ func (e *Engine) listModels(ctx context.Context, want string) error {
 	}
 	var list struct {
 		Data []struct {
-			ID          string `json:"id"`
-			MaxModelLen int    `json:"max_model_len"`
+			ID            string `json:"id"`
+			MaxModelLen   int    `json:"max_model_len"`  // vLLM
+			ContextLength int    `json:"context_length"` // ftchat serve
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
@@ -216,7 +217,7 @@ func (e *Engine) listModels(ctx context.Context, want string) error {
 		}
 		e.models = append(e.models, m.ID)
 		if (want == "" && e.model == "") || m.ID == want {
-			e.model, e.ctxLen = m.ID, max(m.MaxModelLen, 0)
+			e.model, e.ctxLen = m.ID, max(m.MaxModelLen, m.ContextLength, 0)
 		}
 	}
 	switch {
@@ -368,7 +369,8 @@ func (e *Engine) Models() []string { return e.models }
 // URL is the API base requests go to.
 func (e *Engine) URL() string { return e.baseStr }
 
-// ContextLen is the model's context length when the server says (vLLM), else 0.
+// ContextLen is the model's context length when the server says (vLLM,
+// ftchat serve), else 0.
 func (e *Engine) ContextLen() int { return e.ctxLen }
 
 // Stats is the latest of what the server reported and the client measured.

@@ -88,8 +88,8 @@ func TestAgainstFtchatServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if e.Model() != "SmolLM2-135M-Instruct" {
-		t.Fatalf("model %q", e.Model())
+	if e.Model() != "SmolLM2-135M-Instruct" || e.ContextLen() != 8192 {
+		t.Fatalf("model %q, context %d", e.Model(), e.ContextLen())
 	}
 	st := e.Stats()
 	if st.RemoteKV != "ftchat serve" || st.TokensCapacity != 2048 || st.KVDType != "bf16" || st.RequestsRunning != 0 || st.PoolBytes == 0 {
