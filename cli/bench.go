@@ -222,7 +222,7 @@ and top-1 agreement (how often both caches' most likely next token is the same).
 			for i, r := range res {
 				reps[i] = QualityReport{
 					Model: e.Info().Name, Text: text, TextTokens: len(toks), Reference: ref.String(),
-					DType: tests[i].DType.String(), ScaleMode: tests[i].ScaleMode(), ScalesFile: tests[i].ScalesSource,
+					DType: kvcache.PairName(tests[i].DType, tests[i].VDType), ScaleMode: tests[i].ScaleMode(), ScalesFile: tests[i].ScalesSource,
 					Window: window, Stride: stride, SkipWindow: skip, Device: e.Stats().Device, Result: r, Seconds: secs,
 				}
 			}
@@ -761,6 +761,11 @@ force it). The pool of every dtype then gets what that plan leaves.`,
 			rows, err := capacityRows(l, budget, rep.Weights, rep.Workspace+staging, st)
 			if err != nil {
 				return err
+			}
+			if pr, ok, err := capacityPairRow(cfg.Engine, l, budget, rep.Weights, rep.Workspace+staging, st, rows[0].Tokens); err != nil {
+				return err
+			} else if ok {
+				rows = append(rows, pr) // --cache-type-k/-v: K and V apart
 			}
 			rep.Rows = rows
 			if asJSON {
