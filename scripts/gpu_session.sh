@@ -10,6 +10,11 @@
 #   `ftchat bench speed` and `bench capacity` on the generated files
 # There, call 2:     scripts/gpu_session.sh run2
 #   waits for the llama.cpp build and runs llama-bench on the same files
+# Issue 12 (experts in host RAM under --gpu-memory 8GiB), two calls back to
+# back after `bundle`: offload1 (tests, llama.cpp build, 35B-A3B file, ftchat
+# auto plan, full-GPU decode with/without the pinned logits copy) and
+# offload2 (llama-bench --n-cpu-moe on the same split, the mapped and
+# streamed modes, the serve load test).
 # Logs go to $OUT (default .gpu/out), one summary per call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,8 +78,64 @@ run2)
   tail -3 "$WORK/detached.log"
   REPS=${REPS:-2} FTCHAT_BENCH=0 OUT="$OUT" scripts/peer_llamacpp.sh bench
   ;;
+offload1)
+  # Issue 12's run, call 1: llama.cpp build (detached), the 35B-A3B-shaped
+  # file, the GPU tests of host experts / NVFP4 MoE / placement / whole
+  # models, then ftchat under --gpu-memory 8GiB (auto) and the full-GPU
+  # decode with and without the pinned logits copy.
+  L=/tmp/out/offload1; mkdir -p $L # many logs: packed into one file of $OUT at the end
+  for f in .gpu/*.xz; do xz -dc "$f" >"${f%.xz}" && chmod +x "${f%.xz}"; done
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv | tee "$L/gpu_info.txt"
+  date -u +%FT%TZ | tee -a "$L/gpu_info.txt"
+  JOBS=${JOBS:-12} DETACH=1 scripts/peer_llamacpp.sh build
+  model=/tmp/qwen3.6-35b-a3b-Q4_K.gguf
+  ( [ -s $model ] || .gpu/ftchat dev gen-model --preset qwen3.6-35b-a3b --type Q4_K -o $model >/tmp/gen35.log 2>&1
+    echo done >>/tmp/gen35.log ) &
+  stamp "gpu tests"
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout 170 ../.gpu/gpu.test -test.v -test.run "${GPU_TESTS:-HostExpert|HostMoE|NVFP4|MoE|Placement|Gemvr|Pinned|Profile|MatMul}" -test.timeout 300s) \
+    >"$L/gpu_test.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$L/gpu_test.log" | head -30
+  stamp "engine GPU tests"
+  (cd engine && timeout 200 ../.gpu/engine.test -test.v -test.run "${ENGINE_TESTS:-GPU|Placement}" -test.timeout 300s) \
+    >"$L/engine_test.log" 2>&1
+  echo "engine tests rc=$?"; grep -E '^(--- |FAIL|ok|PASS|panic)|greedy tokens identical' "$L/engine_test.log" | head -40
+  stamp "waiting for the model"
+  while ! grep -q '^done' /tmp/gen35.log 2>/dev/null; do sleep 2; done
+  tail -2 /tmp/gen35.log
+  REPS=1 RUNS="${RUNS1:-auto}" T_BENCH=200 OUT="$L/offload" scripts/gpu_offload.sh .gpu/ftchat $model
+  for pin in 1 0; do
+    stamp "full GPU, FTCHAT_PINNED_D2H=$pin" | tee -a "$L/fullgpu.txt"
+    FTCHAT_PINNED_D2H=$pin timeout 120 .gpu/ftchat bench speed --model $model --device cuda --ctx-size 8192 \
+      --depths 0,4096 --dtypes fp8_e4m3 --prefill 512 --decode 128 >>"$L/fullgpu.txt" 2>&1
+  done
+  cat "$L/fullgpu.txt"
+  scripts/peer_llamacpp.sh status | tail -3
+  tar -czf "$OUT/offload1-logs.tgz" -C /tmp/out offload1
+  ;;
+offload2)
+  # Call 2 (back to back): llama-bench with --n-cpu-moe on the same file and
+  # budget split, the other host-expert modes, and the serve load test.
+  L=/tmp/out/offload2; mkdir -p $L
+  model=/tmp/qwen3.6-35b-a3b-Q4_K.gguf
+  stamp "waiting for the llama.cpp build"
+  for _ in $(seq 1 100); do
+    [ -x "$WORK/llama.cpp/build/bin/llama-bench" ] && break
+    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
+    sleep 3
+  done
+  tail -2 "$WORK/detached.log"
+  lb=$WORK/llama.cpp/build/bin/llama-bench
+  stamp "llama-bench, all on the GPU"
+  timeout 120 $lb -m $model -ngl 99 -fa 1 -p 512 -n 128 -r 1 -d 0,4096 -ctk f16 -ctv f16 -o md 2>/dev/null | tee "$L/llama_fullgpu.md"
+  REPS=1 RUNS="${RUNS2:-mapped stream}" T_BENCH=150 LLAMA_BENCH=$lb LLAMA_REPS=1 LLAMA_NCMOE="${LLAMA_NCMOE:-}" \
+    OUT="$L/offload2" scripts/gpu_offload.sh .gpu/ftchat $model
+  stamp "serve load test"
+  timeout 200 python3 scripts/loadtest.py --ftchat .gpu/ftchat --model $model --device cuda --max-tokens 64 \
+    --kv-dtypes bf16,fp8_e4m3 --json "$L/loadtest.json" 2>&1 | tee "$L/loadtest.txt"
+  tar -czf "$OUT/offload2-logs.tgz" -C /tmp/out offload2
+  ;;
 *)
-  echo "usage: $0 bundle|run1|run2" >&2
+  echo "usage: $0 bundle|run1|run2|offload1|offload2" >&2
   exit 2
   ;;
 esac
