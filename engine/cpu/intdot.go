@@ -57,6 +57,7 @@ type intPath struct {
 // bit for bit.
 var intKernels = map[gguf.Type]intPath{
 	gguf.Q4_K: {k256: dotQ4KQ8},
+	gguf.Q6_K: {k256: dotQ6KQ8},
 	gguf.Q4_0: {k32: dotQ4_0Q8},
 	gguf.Q4_1: {k32: dotQ4_1Q8},
 	gguf.Q8_0: {k32: dotQ8_0Q8},
@@ -185,6 +186,42 @@ func dotQ4KQ8(w []byte, x []q8Block, _ []float32) float32 {
 		fs := float32(float32(sumi) * f16(b))
 		fm := float32(float32(summ) * f16(b[2:]))
 		s += float32((fs - fm) * xb.d)
+	}
+	return s
+}
+
+// dotQ6KQ8 is the reference Q6_K × q8 dot: per block, in exact integers,
+// sumi = Σ_k scale_k·(Σ (q+32)·q8 − 32·bsum_k) over the 16 sub-blocks of
+// 16 (q+32 is the stored unsigned code); then s += ((sumi·d)·d8).
+func dotQ6KQ8(w []byte, x []q8Block, _ []float32) float32 {
+	nb := len(w) / 210
+	x = x[:nb]
+	var s float32
+	for i := range x {
+		b := w[i*210 : i*210+210 : i*210+210]
+		xb := &x[i]
+		var u [256]int32 // unsigned codes in element order
+		for n := 0; n < 2; n++ {
+			ql := b[64*n : 64*n+64]
+			qh := b[128+32*n : 160+32*n]
+			e := u[128*n : 128*n+128]
+			for l := 0; l < 32; l++ {
+				h := qh[l]
+				e[l] = int32(ql[l]&0xf | (h&3)<<4)
+				e[l+32] = int32(ql[l+32]&0xf | (h>>2&3)<<4)
+				e[l+64] = int32(ql[l]>>4 | (h>>4&3)<<4)
+				e[l+96] = int32(ql[l+32]>>4 | (h>>6&3)<<4)
+			}
+		}
+		var sumi int32
+		for k := 0; k < 16; k++ {
+			var p int32
+			for j := 16 * k; j < 16*k+16; j++ {
+				p += u[j] * int32(xb.qs[j])
+			}
+			sumi += int32(int8(b[192+k])) * (p - 32*int32(xb.bsums[k]))
+		}
+		s += float32(float32(float32(sumi)*f16(b[208:])) * xb.d)
 	}
 	return s
 }

@@ -12,6 +12,9 @@ import (
 func dotQ4KQ8AVX2(w *byte, x *q8Block, nb int) float32
 
 //go:noescape
+func dotQ6KQ8AVX2(w *byte, x *q8Block, nb int) float32
+
+//go:noescape
 func dotQ4_1Q8AVX2(w *byte, x *q8Block32, xs *float32, nb int) float32
 
 //go:noescape
@@ -29,6 +32,15 @@ func dotQ4KQ8Fast(w []byte, x []q8Block, _ []float32) float32 {
 	}
 	_ = x[nb-1]
 	return dotQ4KQ8AVX2(&w[0], &x[0], nb)
+}
+
+func dotQ6KQ8Fast(w []byte, x []q8Block, _ []float32) float32 {
+	nb := len(w) / 210
+	if nb == 0 {
+		return 0
+	}
+	_ = x[nb-1]
+	return dotQ6KQ8AVX2(&w[0], &x[0], nb)
 }
 
 // q4Q8Fast adapts a Q4_0/Q4_1 kernel of blockBytes-long blocks.
@@ -60,6 +72,7 @@ func init() {
 	if hasAVX2 {
 		fastIntKernels = map[gguf.Type]intPath{
 			gguf.Q4_K: {k256: dotQ4KQ8Fast},
+			gguf.Q6_K: {k256: dotQ6KQ8Fast},
 			gguf.Q4_1: {k32: q4Q8Fast(dotQ4_1Q8AVX2, 20)},
 			gguf.Q4_0: {k32: q4Q8Fast(dotQ4_0Q8AVX2, 18)},
 			gguf.Q8_0: {k32: dotQ8_0Q8Fast},

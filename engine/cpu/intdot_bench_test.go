@@ -19,7 +19,7 @@ import (
 // (cpu-ns/op) and weight bytes per CPU second (cpu-MB/s).
 func BenchmarkIntDotGEMV(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q4_1, gguf.Q8_0} {
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q4_1, gguf.Q8_0} {
 		for _, sh := range [][2]int{{512, 2048}, {2048, 512}, {4096, 4096}} {
 			rows, cols := sh[0], sh[1]
 			raw, err := gguf.Quantize(typ, randVec(r, rows*cols, 1))

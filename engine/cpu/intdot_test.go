@@ -146,8 +146,23 @@ func randQ4K(t *testing.T, r *rand.Rand, nb int) []byte {
 // 6-bit scale and min) with finite random f16 scales.
 func randWeights(t *testing.T, r *rand.Rand, typ gguf.Type, nb int) []byte {
 	t.Helper()
-	if typ == gguf.Q4_K {
+	switch typ {
+	case gguf.Q4_K:
 		return randQ4K(t, r, nb)
+	case gguf.Q6_K:
+		half := nb / 2
+		raw, err := gguf.Quantize(typ, randVec(r, half*256, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := make([]byte, (nb-half)*210)
+		for i := range rest {
+			rest[i] = byte(r.Uint32()) // codes and int8 scales, -128 included
+		}
+		for i := 0; i < len(rest); i += 210 {
+			binary.LittleEndian.PutUint16(rest[i+208:], gguf.F32ToF16(float32(r.NormFloat64()*0.01)))
+		}
+		return append(raw, rest...)
 	}
 	half := nb / 2
 	raw, err := gguf.Quantize(typ, randVec(r, half*typ.BlockElems(), 1))
