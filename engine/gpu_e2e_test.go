@@ -200,15 +200,20 @@ func compareWholeModel(t *testing.T, device string) {
 		path func(t *testing.T) string
 		real bool // a real model: prompt with a chat message, not random ids
 		moe  bool
-		gpu  int64 // --gpu-memory; 0 = 2 GiB
+		gpu  int64   // --gpu-memory; 0 = 2 GiB
+		tol  float64 // logits bound per step; 0 = tol below
 	}
 	models := []model{
-		{"qwen3-tiny F32", func(t *testing.T) string { return synthModel(t, "qwen3-tiny", gguf.F32) }, false, false, 0},
-		{"qwen3moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen3moe-tiny", gguf.Q8_0) }, false, true, 0},
-		{"qwen2-tiny Q4_K", func(t *testing.T) string { return synthModel(t, "qwen2-tiny", gguf.Q4_K) }, false, false, 0},
-		{"smollm2-135m (real weights)", func(t *testing.T) string { return testModel(t) }, true, false, 0},
-		{"qwen35moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen35moe-tiny", gguf.Q8_0) }, false, true, 0},
-		{"qwen3.6-35b-a3b shape, 4 blocks, Q4_K", func(t *testing.T) string { return synthModel(t, "qwen3.6-35b-a3b-4l", gguf.Q4_K) }, false, true, 8 << 30},
+		{"qwen3-tiny F32", func(t *testing.T) string { return synthModel(t, "qwen3-tiny", gguf.F32) }, false, false, 0, 0},
+		{"qwen3moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen3moe-tiny", gguf.Q8_0) }, false, true, 0, 0},
+		{"qwen2-tiny Q4_K", func(t *testing.T) string { return synthModel(t, "qwen2-tiny", gguf.Q4_K) }, false, false, 0, 0},
+		{"smollm2-135m (real weights)", func(t *testing.T) string { return testModel(t) }, true, false, 0, 0},
+		{"qwen35moe-tiny Q8_0", func(t *testing.T) string { return synthModel(t, "qwen35moe-tiny", gguf.Q8_0) }, false, true, 0, 0},
+		{"qwen3.6-35b-a3b shape, 4 blocks, Q4_K", func(t *testing.T) string { return synthModel(t, "qwen3.6-35b-a3b-4l", gguf.Q4_K) }, false, true, 8 << 30,
+			// bf16 operands through 256-expert routing, the shared expert and
+			// 3 Gated DeltaNet recurrences of width 4096: measured up to 0.077
+			// on the H200 (2026-12-02) with all 32 greedy tokens identical.
+			0.1},
 	}
 	const steps = 32
 	const tol = 3e-2 // bf16 operands through 30 layers: measured up to 0.026 on SmolLM2
@@ -236,7 +241,11 @@ func compareWholeModel(t *testing.T, device string) {
 					prompt = append(prompt, int32(300+(i*7919)%2000)%vocab)
 				}
 			}
-			fixed := func(int) float64 { return tol }
+			bound := tol
+			if m.tol > 0 {
+				bound = m.tol
+			}
+			fixed := func(int) float64 { return bound }
 
 			c16, t16 := greedyRun(t, cpu16, prompt, steps, nil)
 			g16, _ := greedyRun(t, gpu16, prompt, steps, t16)
