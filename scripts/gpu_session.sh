@@ -134,8 +134,22 @@ offload2)
     --kv-dtypes bf16,fp8_e4m3 --json "$L/loadtest.json" 2>&1 | tee "$L/loadtest.txt"
   tar -czf "$OUT/offload2-logs.tgz" -C /tmp/out offload2
   ;;
+serveload)
+  # The serve load test on the GPU (issue 14): concurrency 1..16 against
+  # `ftchat serve` with a Qwen3.6-35B-A3B-shaped 4-block hybrid MoE (real
+  # block dims, state slots per sequence), bf16 vs fp8 KV; plus the NVFP4
+  # whole-model test.
+  for f in .gpu/ftchat.xz .gpu/gpu.test.xz; do xz -dc "$f" >"${f%.xz}" && chmod +x "${f%.xz}"; done
+  model=/tmp/qwen3.6-35b-a3b-4l.gguf
+  [ -s $model ] || .gpu/ftchat dev gen-model --preset qwen3.6-35b-a3b-4l --type Q4_K -o $model >/tmp/gen4l.log 2>&1 &
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout 60 ../.gpu/gpu.test -test.v -test.run 'NVFP4ModelGPUvsCPU' -test.timeout 120s) 2>&1 |
+    grep -E '^(--- |    --- |FAIL|ok|PASS)|hybrid prefill|> 3e-2' | head -20
+  wait
+  timeout "${LOAD_T:-170}" python3 scripts/loadtest.py --ftchat .gpu/ftchat --model $model --device cuda --max-tokens 64 \
+    --kv-dtypes bf16,fp8_e4m3 --json "$OUT/loadtest.json" 2>&1 | tee "$OUT/loadtest.txt"
+  ;;
 *)
-  echo "usage: $0 bundle|run1|run2|offload1|offload2" >&2
+  echo "usage: $0 bundle|run1|run2|offload1|offload2|serveload" >&2
   exit 2
   ;;
 esac
