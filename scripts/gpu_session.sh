@@ -148,8 +148,21 @@ serveload)
   timeout "${LOAD_T:-170}" python3 scripts/loadtest.py --ftchat .gpu/ftchat --model $model --device cuda --max-tokens 64 \
     --kv-dtypes bf16,fp8_e4m3 --json "$OUT/loadtest.json" 2>&1 | tee "$OUT/loadtest.txt"
   ;;
+intelcpu)
+  # The GPU machine's host is an Intel Xeon (AVX-512): CPU fp8 vs bf16 KV
+  # decode at depths 1024 and 4096 (issue 15), on the SmolLM2-135M shape
+  # written by gen-model (the real file is not carried), 3 runs with the
+  # dtype order alternating.
+  xz -dc .gpu/ftchat.xz >/tmp/ft && chmod +x /tmp/ft
+  grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'avx512f' /proc/cpuinfo; nproc
+  /tmp/ft dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1
+  for r in 1 2 3; do
+    order=fp8_e4m3,bf16; [ $r = 2 ] && order=bf16,fp8_e4m3
+    timeout 50 /tmp/ft bench speed --model /tmp/s.gguf --device cpu --depths 1024,4096 --prefill 256 --decode 32 --dtypes $order 2>&1 | grep -vE "…|^$"
+  done
+  ;;
 *)
-  echo "usage: $0 bundle|run1|run2|offload1|offload2|serveload" >&2
+  echo "usage: $0 bundle|run1|run2|offload1|offload2|serveload|intelcpu" >&2
   exit 2
   ;;
 esac
