@@ -114,29 +114,34 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 	l := moeLayer{router: router, gate: gate, up: up, down: down, E: E, K: K, dim: dim, ff: gate.rows / E, norm: m.NormTopK,
 		gateScale: gate.expertScales(), upScale: up.expertScales(), downScale: down.expertScales()}
 	mode := moeForce.Load()
+	b.post(func(c *Ctx) error { return b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, n, l, mode) })
+}
+
+// moeDevice runs an MoE call whose experts are in device memory (or, for
+// offload_stream.go and offload_mapped.go, viewed there) with mode as
+// moeForce gives it.
+func (b *Backend) moeDevice(c *Ctx, dst, x DevicePtr, n int, l moeLayer, mode int32) error {
 	// The device paths need whole 32-element units and one type for gate
 	// and up (the fused kernels decode both with one decoder).
-	fast := gate.info.Type == up.info.Type && dim%32 == 0 && l.ff%32 == 0 && K <= 32 && mode != 3
-	b.post(func(c *Ctx) error {
-		if !fast {
-			return b.moePairs(c, d.buf.Ptr, s.buf.Ptr, n, l)
+	fast := l.gate.info.Type == l.up.info.Type && l.dim%32 == 0 && l.ff%32 == 0 && l.K <= 32 && mode != 3
+	if !fast {
+		return b.moePairs(c, dst, x, n, l)
+	}
+	chunk := min(moeChunkTok, 65535/l.K) // grid.y of the pair-indexed launches
+	for t0 := 0; t0 < n; t0 += chunk {
+		nt := min(chunk, n-t0)
+		xp, dp := x.Add(int64(t0*l.dim*4)), dst.Add(int64(t0*l.dim*4))
+		var err error
+		if mode == 1 || (mode == 0 && nt <= moeGemvMaxTok) {
+			err = b.moeDecode(c, dp, xp, nt, l)
+		} else {
+			err = b.moeGrouped(c, dp, xp, nt, l)
 		}
-		chunk := min(moeChunkTok, 65535/K) // grid.y of the pair-indexed launches
-		for t0 := 0; t0 < n; t0 += chunk {
-			nt := min(chunk, n-t0)
-			xp, dp := s.buf.Ptr.Add(int64(t0*dim*4)), d.buf.Ptr.Add(int64(t0*dim*4))
-			var err error
-			if mode == 1 || (mode == 0 && nt <= moeGemvMaxTok) {
-				err = b.moeDecode(c, dp, xp, nt, l)
-			} else {
-				err = b.moeGrouped(c, dp, xp, nt, l)
-			}
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // moeLayer is one MoE call's weights and shape. gateScale, upScale and

@@ -75,7 +75,7 @@ func (b *Backend) moeMapped(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight,
 	l := moeLayer{router: router, gate: g, up: u, down: dn, E: m.Experts, K: m.TopK, dim: s.cols,
 		ff: g.rows / m.Experts, norm: m.NormTopK,
 		gateScale: g.expertScales(), upScale: u.expertScales(), downScale: dn.expertScales()}
-	if err := b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, s.rows, l); err != nil {
+	if err := b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, s.rows, l, moeForce.Load()); err != nil {
 		return true, err
 	}
 	h.mu.Lock()

@@ -263,7 +263,7 @@ func (b *Backend) moeStreamed(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weigh
 	l := moeLayer{router: router, gate: &slot.gate, up: &slot.up, down: &slot.down, E: m.Experts, K: m.TopK, dim: dim,
 		ff: slot.gate.rows / m.Experts, norm: m.NormTopK,
 		gateScale: slot.gate.expertScales(), upScale: slot.up.expertScales(), downScale: slot.down.expertScales()}
-	if err := b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, n, l); err != nil {
+	if err := b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, n, l, moeForce.Load()); err != nil {
 		return true, err
 	}
 	if err := c.Record(slot.done, c.stream); err != nil {
@@ -286,32 +286,6 @@ func (b *Backend) moeStreamed(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weigh
 	h.stats.Prefetches++
 	h.mu.Unlock()
 	return true, nil
-}
-
-// moeDevice runs the device MoE paths on l as Backend.MoE does (same
-// choice of decode GEMVs, grouped GEMMs or the per-pair path, in the same
-// chunks), for weights that are staging views.
-func (b *Backend) moeDevice(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
-	mode := moeForce.Load()
-	fast := l.gate.info.Type == l.up.info.Type && l.dim%32 == 0 && l.ff%32 == 0 && l.K <= 32 && mode != 3
-	if !fast {
-		return b.moePairs(c, dst, x, n, l)
-	}
-	chunk := min(moeChunkTok, 65535/l.K)
-	for t0 := 0; t0 < n; t0 += chunk {
-		nt := min(chunk, n-t0)
-		xp, dp := x.Add(int64(t0*l.dim*4)), dst.Add(int64(t0*l.dim*4))
-		var err error
-		if mode == 1 || (mode == 0 && nt <= moeGemvMaxTok) {
-			err = b.moeDecode(c, dp, xp, nt, l)
-		} else {
-			err = b.moeGrouped(c, dp, xp, nt, l)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // deviceScales uploads, once, the weight's second-level scale for each
