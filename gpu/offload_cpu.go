@@ -1,9 +1,7 @@
 package gpu
 
 import (
-	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -230,7 +228,10 @@ func (h *hostExperts) hostMoE(y, x *cpu.Tensor, l *hostLayer, m *model.MoE) erro
 	h.cpu.MatMul(lt, x, l.router)
 	st.ids, st.wts = grow(st.ids, n*K), grow(st.wts, n*K)
 	p.parallel(n, func(w *hostWorker, r int) {
-		routeRow(w, st.logits[r*E:(r+1)*E], K, m.NormTopK, st.ids[r*K:(r+1)*K], st.wts[r*K:(r+1)*K])
+		if len(w.prob) < E {
+			w.prob, w.idx = make([]float64, E), make([]int, E)
+		}
+		cpu.RouteTopK(st.logits[r*E:(r+1)*E], K, m.NormTopK, w.prob, w.idx, st.ids[r*K:(r+1)*K], st.wts[r*K:(r+1)*K])
 	})
 	if len(st.rowsOf) < E {
 		st.rowsOf, st.wOf = make([][]int32, E), make([][]float32, E)
@@ -303,45 +304,4 @@ func (h *hostExperts) hostMoE(y, x *cpu.Tensor, l *hostLayer, m *model.MoE) erro
 		}
 	}
 	return nil
-}
-
-// routeRow is the reference's routing of one row: softmax over the
-// logits in float64, a stable sort by probability (ties to the lower
-// expert), the top k, renormalised when norm.
-func routeRow(w *hostWorker, lg []float32, k int, norm bool, ids []int32, wts []float32) {
-	E := len(lg)
-	if len(w.prob) < E {
-		w.prob, w.idx = make([]float64, E), make([]int, E)
-	}
-	probs, idx := w.prob[:E], w.idx[:E]
-	mx := float64(slices.Max(lg))
-	var sum float64
-	for e, v := range lg {
-		probs[e] = math.Exp(float64(v) - mx)
-		sum += probs[e]
-	}
-	for e := range idx {
-		idx[e] = e
-		probs[e] /= sum
-	}
-	slices.SortStableFunc(idx, func(a, c int) int {
-		switch {
-		case probs[a] > probs[c]:
-			return -1
-		case probs[a] < probs[c]:
-			return 1
-		}
-		return 0
-	})
-	var tot float64
-	for _, e := range idx[:k] {
-		tot += probs[e]
-	}
-	for j, e := range idx[:k] {
-		p := probs[e]
-		if norm {
-			p /= tot
-		}
-		ids[j], wts[j] = int32(e), float32(p)
-	}
 }

@@ -127,39 +127,12 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 	wOf := make([][]float32, E)
 	probs := make([]float64, E)
 	idx := make([]int, E)
+	ids, wts := make([]int32, K), make([]float32, K)
 	for r := 0; r < n; r++ {
-		lg := logits[r*E : (r+1)*E]
-		mx := float64(slices.Max(lg))
-		var sum float64
-		for e, v := range lg {
-			probs[e] = math.Exp(float64(v) - mx)
-			sum += probs[e]
-		}
-		for e := range idx {
-			idx[e] = e
-			probs[e] /= sum
-		}
-		// Stable sort: ties go to the lower expert id, as torch.topk does in practice.
-		slices.SortStableFunc(idx, func(a, c int) int {
-			switch {
-			case probs[a] > probs[c]:
-				return -1
-			case probs[a] < probs[c]:
-				return 1
-			}
-			return 0
-		})
-		var tot float64
-		for _, e := range idx[:K] {
-			tot += probs[e]
-		}
-		for _, e := range idx[:K] {
-			p := probs[e]
-			if m.NormTopK {
-				p /= tot
-			}
+		RouteTopK(logits[r*E:(r+1)*E], K, m.NormTopK, probs, idx, ids, wts)
+		for j, e := range ids {
 			rowsOf[e] = append(rowsOf[e], int32(r))
-			wOf[e] = append(wOf[e], float32(p))
+			wOf[e] = append(wOf[e], wts[j])
 		}
 	}
 
@@ -187,5 +160,46 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 				out[j] += p * yr[j]
 			}
 		}
+	}
+}
+
+// RouteTopK is the MoE router for one row: the softmax of its E = len(lg)
+// logits (float64), the k most probable experts into ids and their
+// probabilities into wts (renormalised to sum to 1 when norm). probs and
+// idx are scratch of at least E entries. Ties go to the lower expert id,
+// as torch.topk does in practice (a stable sort). Every host-side MoE
+// (this backend's, the GPU backend's host experts) routes through it.
+func RouteTopK(lg []float32, k int, norm bool, probs []float64, idx []int, ids []int32, wts []float32) {
+	E := len(lg)
+	probs, idx = probs[:E], idx[:E]
+	mx := float64(slices.Max(lg))
+	var sum float64
+	for e, v := range lg {
+		probs[e] = math.Exp(float64(v) - mx)
+		sum += probs[e]
+	}
+	for e := range idx {
+		idx[e] = e
+		probs[e] /= sum
+	}
+	slices.SortStableFunc(idx, func(a, c int) int {
+		switch {
+		case probs[a] > probs[c]:
+			return -1
+		case probs[a] < probs[c]:
+			return 1
+		}
+		return 0
+	})
+	var tot float64
+	for _, e := range idx[:k] {
+		tot += probs[e]
+	}
+	for j, e := range idx[:k] {
+		p := probs[e]
+		if norm {
+			p /= tot
+		}
+		ids[j], wts[j] = int32(e), float32(p)
 	}
 }
