@@ -118,12 +118,8 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 		// than the K/V holds.
 		defer e.syncState(seq, st)
 	}
-	start, err := e.resume(seq, st, prompt)
+	start, err := e.resumeTurn(seq, st, prompt)
 	if err != nil {
-		var full *kvcache.PoolFullError
-		if errors.As(err, &full) && full.E4M3Capacity == 0 && e.layout.DType != kvcache.FP8E4M3 {
-			full.E4M3Capacity = e.fp8Capacity()
-		}
 		return err
 	}
 	// computed is how many history tokens have K/V; on any early return the
@@ -310,4 +306,15 @@ func (s *Session) Close() {
 		s.e.state.release(s.st)
 	}
 	delete(s.e.sessions, s)
+}
+
+// resumeTurn is resume for a new turn: a pool-full refusal also says how
+// many tokens an fp8_e4m3 pool would hold, when the pool is not fp8 already.
+func (e *Engine) resumeTurn(seq *kvcache.Sequence, st *seqState, prompt []int32) (int, error) {
+	start, err := e.resume(seq, st, prompt)
+	var full *kvcache.PoolFullError
+	if errors.As(err, &full) && full.E4M3Capacity == 0 && e.layout.DType != kvcache.FP8E4M3 {
+		full.E4M3Capacity = e.fp8Capacity()
+	}
+	return start, err
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -37,12 +36,8 @@ func (s *Session) Prefill(ctx context.Context, req Request, progress func(done, 
 		defer e.syncState(seq, st)
 	}
 	t0 := time.Now()
-	start, err := e.resume(seq, st, prompt)
+	start, err := e.resumeTurn(seq, st, prompt)
 	if err != nil {
-		var full *kvcache.PoolFullError
-		if errors.As(err, &full) && full.E4M3Capacity == 0 && e.layout.DType != kvcache.FP8E4M3 {
-			full.E4M3Capacity = e.fp8Capacity()
-		}
 		return err
 	}
 	computed := start
