@@ -172,7 +172,8 @@ func quantizeStatic(dst []byte, src []float32, scale float32, enc func(float32) 
 // attendBufs is per-call scratch so Attend needs no locks.
 type attendBufs struct {
 	scores []float32 // [group][n]
-	row    []float32 // one decoded row, [head_dim]
+	row    []float32 // decoded rows of one page, [page_size][head_dim]
+	rs     []float32 // their scales, [page_size]
 }
 
 var attendPool = sync.Pool{New: func() any { return new(attendBufs) }}
@@ -229,22 +230,28 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 	if cap(bufs.scores) < group*n {
 		bufs.scores = make([]float32, group*n)
 	}
-	if cap(bufs.row) < d {
-		bufs.row = make([]float32, d)
+	if cap(bufs.row) < l.PageSize*d {
+		bufs.row = make([]float32, l.PageSize*d)
 	}
-	scores, row := bufs.scores[:group*n], bufs.row[:d]
+	if cap(bufs.rs) < l.PageSize {
+		bufs.rs = make([]float32, l.PageSize)
+	}
+	scores, blk, rsb := bufs.scores[:group*n], bufs.row[:l.PageSize*d], bufs.rs[:l.PageSize]
 	hl := &s.layers[layer]
 	shift := pageShift(l.PageSize)
-	mask := l.PageSize - 1
 
 	for kh := kh0; kh < kh1; kh++ {
 		q0 := kh * group // first query head of this group
-		// Pass 1: scores for all tokens, each K row decoded once per group.
-		for t := range n {
-			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, s.l.KType(), hl.k, hl.ks, hl.kStatic, page, kh, slot)
-			for g := range group {
-				scores[g*n+t] = dot(q[(q0+g)*d:(q0+g+1)*d], row) * rs * scale
+		// Pass 1: scores for all tokens, each K row decoded once per group,
+		// a page's rows at a time.
+		for t0 := 0; t0 < n; t0 += l.PageSize {
+			cnt := min(l.PageSize, n-t0)
+			s.decodeRows(blk[:cnt*d], rsb[:cnt], l.KType(), hl.k, hl.ks, hl.kStatic, int(pages[t0>>shift]), kh, 0)
+			for i := range cnt {
+				row, t := blk[i*d:(i+1)*d], t0+i
+				for g := range group {
+					scores[g*n+t] = dot(q[(q0+g)*d:(q0+g+1)*d], row) * rsb[i] * scale
+				}
 			}
 		}
 		// Softmax per query head, float32, max-subtracted.
@@ -269,11 +276,14 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 			clear(out[(q0+g)*d : (q0+g+1)*d])
 		}
 		// Pass 2: weighted sum of V rows, each decoded once per group.
-		for t := range n {
-			page, slot := int(pages[t>>shift]), t&mask
-			rs := s.decodeRow(row, s.l.VType(), hl.v, hl.vs, hl.vStatic, page, kh, slot)
-			for g := range group {
-				axpy(out[(q0+g)*d:(q0+g+1)*d], row, scores[g*n+t]*rs)
+		for t0 := 0; t0 < n; t0 += l.PageSize {
+			cnt := min(l.PageSize, n-t0)
+			s.decodeRows(blk[:cnt*d], rsb[:cnt], l.VType(), hl.v, hl.vs, hl.vStatic, int(pages[t0>>shift]), kh, 0)
+			for i := range cnt {
+				row, t := blk[i*d:(i+1)*d], t0+i
+				for g := range group {
+					axpy(out[(q0+g)*d:(q0+g+1)*d], row, scores[g*n+t]*rsb[i])
+				}
 			}
 		}
 	}
@@ -284,25 +294,43 @@ func (s *HostStore) AttendKVHeads(out, q []float32, layer int, pages []int32, n,
 // dtypes). K and V go through it separately, each in its own dtype, so
 // the dot and axpy loops of Attend are the same for every K/V pairing.
 func (s *HostStore) decodeRow(row []float32, dt DType, codes []byte, tokScales, static []float32, page, kvHead, slot int) float32 {
-	idx := s.l.CodeIndex(page, kvHead, slot)
-	d := len(row)
+	var rs [1]float32
+	s.decodeRows(row, rs[:], dt, codes, tokScales, static, page, kvHead, slot)
+	return rs[0]
+}
+
+// decodeRows is decodeRow for len(rs) consecutive slots from slot0 of one
+// (page, kvHead), contiguous in the pool: rows gets len(rs) rows of
+// head_dim values, rs their scales. One call per page instead of one per
+// token keeps the per-call work (the kernels' constant set-up, the checks)
+// off the per-token path of decode attention; the values are the same.
+func (s *HostStore) decodeRows(rows, rs []float32, dt DType, codes []byte, tokScales, static []float32, page, kvHead, slot0 int) {
+	idx := s.l.CodeIndex(page, kvHead, slot0)
+	d := len(rows)
 	switch dt {
 	case BF16:
-		decodeBF16(row, codes[2*idx:2*(idx+d)])
-		return 1
+		decodeBF16(rows, codes[2*idx:2*(idx+d)])
 	case F16:
 		src := codes[2*idx : 2*(idx+d)]
 		lut := f16Table()
-		for i := range row {
-			row[i] = lut[binary.LittleEndian.Uint16(src[2*i:])]
+		for i := range rows {
+			rows[i] = lut[binary.LittleEndian.Uint16(src[2*i:])]
 		}
-		return 1
+	default:
+		decodeFP8(rows, codes[idx:idx+d], dt == FP8E4M3)
+		if tokScales != nil {
+			si := s.l.ScaleIndex(page, kvHead, slot0)
+			copy(rs, tokScales[si:si+len(rs)])
+		} else {
+			for i := range rs {
+				rs[i] = static[kvHead]
+			}
+		}
+		return
 	}
-	decodeFP8(row, codes[idx:idx+d], dt == FP8E4M3)
-	if tokScales != nil {
-		return tokScales[s.l.ScaleIndex(page, kvHead, slot)]
+	for i := range rs {
+		rs[i] = 1
 	}
-	return static[kvHead]
 }
 
 func pageShift(p int) int {
