@@ -406,11 +406,14 @@ func (b *Batcher) jsonVocab() *sample.Vocab {
 func (e *Engine) fitsAlone(n int) error {
 	e.poolMu.RLock()
 	ps := e.pool.Stats()
-	dt := e.layout.DType
+	kt, vt := e.layout.KType(), e.layout.VType()
 	e.poolMu.RUnlock()
+	if vt == kt {
+		vt = kvcache.Auto
+	}
 	need := n + 1
 	full := &kvcache.PoolFullError{Asked: need, Fit: ps.TokensCapacity, Capacity: ps.TokensCapacity, Used: ps.TokensUsed,
-		DType: dt, BytesPerToken: ps.BytesPerToken, NoChat: true}
+		DType: kt, VDType: vt, BytesPerToken: ps.BytesPerToken, NoChat: true}
 	if need > e.info.ContextLen {
 		full.Fit = min(full.Fit, e.info.ContextLen)
 		return &ContextFullError{Need: need, ContextLen: e.info.ContextLen, NoChat: true, pool: full}

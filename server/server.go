@@ -301,7 +301,7 @@ func (s *Server) engineError(err error, maxTokens int) *apiError {
 	case errors.As(err, &pf):
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "context_length_exceeded",
 			Message: fmt.Sprintf("the prompt needs %d tokens but the server's whole KV pool holds %d (%s); start the server with a larger --kv-tokens (CPU) or --gpu-memory, or --kv-cache-dtype fp8_e4m3",
-				pf.Asked, pf.Capacity, pf.DType)}
+				pf.Asked, pf.Capacity, kvcache.PairName(pf.DType, pf.VDType))}
 	}
 	return &apiError{Status: http.StatusBadRequest, Message: err.Error()}
 }
