@@ -706,15 +706,22 @@ func (b *Batcher) place(s *batchSeq, nrun int) bool {
 			return true
 		}
 		kv.Free()
-		var full *kvcache.PoolFullError
-		if err != nil && !errors.As(err, &full) {
-			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
-			return false
-		}
-		if !b.evictIdle() {
+		if !b.retryAfterEvict(s, err) {
 			return false
 		}
 	}
+}
+
+// retryAfterEvict follows an admission attempt that did not fit: an error
+// other than a full pool ends s; otherwise the oldest idle sequence is
+// evicted and the caller tries again (false when none is left to evict).
+func (b *Batcher) retryAfterEvict(s *batchSeq, err error) bool {
+	var full *kvcache.PoolFullError
+	if err != nil && !errors.As(err, &full) {
+		b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
+		return false
+	}
+	return b.evictIdle()
 }
 
 // admitted reports s's first admission (with start prompt tokens reused).
@@ -837,12 +844,7 @@ func (b *Batcher) placeHybrid(s *batchSeq, nrun int) bool {
 			return true
 		}
 		b.freeIdle(idleSeq{kv: kv, st: st})
-		var full *kvcache.PoolFullError
-		if err != nil && !errors.As(err, &full) {
-			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
-			return false
-		}
-		if !b.evictIdle() {
+		if !b.retryAfterEvict(s, err) {
 			return false
 		}
 	}

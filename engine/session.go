@@ -95,13 +95,9 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 	if err != nil {
 		return err
 	}
-	promptText, spans, prompt, err := e.renderPromptSpans(req)
+	promptText, spans, prompt, err := e.renderTurn(req)
 	if err != nil {
 		return err
-	}
-	if len(prompt) >= e.info.ContextLen {
-		return &ContextFullError{Need: len(prompt) + 1, ContextLen: e.info.ContextLen,
-			pool: &kvcache.PoolFullError{Asked: len(prompt) + 1, Fit: e.info.ContextLen, DType: e.layout.DType}}
 	}
 
 	var snapAt []int // hybrid models: where the prefill snapshots the state
@@ -317,4 +313,15 @@ func (e *Engine) resumeTurn(seq *kvcache.Sequence, st *seqState, prompt []int32)
 		full.E4M3Capacity = e.fp8Capacity()
 	}
 	return start, err
+}
+
+// renderTurn renders req's conversation for a new turn and refuses one
+// that leaves no room in the context for a token of answer.
+func (e *Engine) renderTurn(req Request) (text string, spans [][2]int, prompt []int32, err error) {
+	text, spans, prompt, err = e.renderPromptSpans(req)
+	if err == nil && len(prompt) >= e.info.ContextLen {
+		err = &ContextFullError{Need: len(prompt) + 1, ContextLen: e.info.ContextLen,
+			pool: &kvcache.PoolFullError{Asked: len(prompt) + 1, Fit: e.info.ContextLen, DType: e.layout.DType}}
+	}
+	return text, spans, prompt, err
 }

@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"time"
-
-	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // Prefill computes the K/V (and, on a hybrid model, the recurrent state)
@@ -17,13 +15,9 @@ import (
 // and the rest is prefilled by the next Generate.
 func (s *Session) Prefill(ctx context.Context, req Request, progress func(done, total int)) error {
 	e := s.e
-	promptText, spans, prompt, err := e.renderPromptSpans(req)
+	promptText, spans, prompt, err := e.renderTurn(req)
 	if err != nil {
 		return err
-	}
-	if len(prompt) >= e.info.ContextLen {
-		return &ContextFullError{Need: len(prompt) + 1, ContextLen: e.info.ContextLen,
-			pool: &kvcache.PoolFullError{Asked: len(prompt) + 1, Fit: e.info.ContextLen, DType: e.layout.DType}}
 	}
 	var snapAt []int
 	if s.st != nil {
