@@ -101,11 +101,9 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 		return
 	}
 	E, K, n, dim := m.Experts, m.TopK, s.rows, s.cols
-	if E <= 0 || K <= 0 || K > E || E > 1024 || router.rows != E || router.cols != dim ||
-		gate.rows%E != 0 || up.rows != gate.rows || gate.cols != dim || up.cols != dim ||
-		down.rows != E*dim || down.cols != gate.rows/E || d.rows != n || d.cols != dim {
-		b.fail(fmt.Errorf("gpu: MoE shapes: x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
-			n, dim, E, K, router.rows, router.cols, gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols, d.rows, d.cols))
+	if err := checkMoEShapes("", E, K, [2]int{n, dim}, [2]int{router.rows, router.cols}, [2]int{gate.rows, gate.cols},
+		[2]int{up.rows, up.cols}, [2]int{down.rows, down.cols}, [2]int{d.rows, d.cols}); err != nil {
+		b.fail(err)
 		return
 	}
 	if n == 0 {
@@ -115,6 +113,20 @@ func (b *Backend) MoE(dst, x model.Tensor, m *model.MoE) {
 		gateScale: gate.expertScales(), upScale: up.expertScales(), downScale: down.expertScales()}
 	mode := moeForce.Load()
 	b.post(func(c *Ctx) error { return b.moeDevice(c, d.buf.Ptr, s.buf.Ptr, n, l, mode) })
+}
+
+// checkMoEShapes checks an MoE call's shapes ([rows, cols] of x, the
+// router, the stacked gate, up and down, and dst) for E experts, top-K;
+// note follows "MoE shapes" in the error.
+func checkMoEShapes(note string, E, K int, x, router, gate, up, down, dst [2]int) error {
+	n, dim := x[0], x[1]
+	if E <= 0 || K <= 0 || K > E || E > 1024 || router[0] != E || router[1] != dim ||
+		gate[0]%E != 0 || up[0] != gate[0] || gate[1] != dim || up[1] != dim ||
+		down[0] != E*dim || down[1] != gate[0]/E || dst[0] != n || dst[1] != dim {
+		return fmt.Errorf("gpu: MoE shapes%s: x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
+			note, n, dim, E, K, router[0], router[1], gate[0], gate[1], up[0], up[1], down[0], down[1], dst[0], dst[1])
+	}
+	return nil
 }
 
 // moeDevice runs an MoE call whose experts are in device memory (or, for

@@ -658,11 +658,9 @@ func (b *Backend) moeHost(dst, x model.Tensor, m *model.MoE) bool {
 		return true
 	}
 	E, K, n, dim := m.Experts, m.TopK, s.rows, s.cols
-	if E <= 0 || K <= 0 || K > E || E > 1024 || router.rows != E || router.cols != dim ||
-		gate.rows%E != 0 || up.rows != gate.rows || gate.cols != dim || up.cols != dim ||
-		down.rows != E*dim || down.cols != gate.rows/E || d.rows != n || d.cols != dim {
-		b.fail(fmt.Errorf("gpu: MoE shapes (host experts): x %dx%d, %d experts top-%d, router %dx%d, gate %dx%d, up %dx%d, down %dx%d, dst %dx%d",
-			n, dim, E, K, router.rows, router.cols, gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols, d.rows, d.cols))
+	if err := checkMoEShapes(" (host experts)", E, K, [2]int{n, dim}, [2]int{router.rows, router.cols}, [2]int{gate.rows, gate.cols},
+		[2]int{up.rows, up.cols}, [2]int{down.rows, down.cols}, [2]int{d.rows, d.cols}); err != nil {
+		b.fail(err)
 		return true
 	}
 	h.mu.Lock()
