@@ -44,7 +44,7 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			var results []engine.SpeedResult
 			w := cmd.OutOrStdout()
 			if !asJSON {
-				fmt.Fprintf(w, "%-10s %8s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "device")
+				fmt.Fprintf(w, "%-10s %8s %12s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "fill t/s", "device")
 			}
 			prog := newSpeedProgress(cmd.ErrOrStderr(), kinds, ds, prefillN, decodeN)
 			defer prog.stop()
@@ -63,7 +63,12 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 					}
 					results = append(results, r)
 					if !asJSON {
-						fmt.Fprintf(w, "%-10s %8d %12.1f %12.1f %s\n", r.KVDType, r.Depth, r.PrefillPerS, r.DecodePerS, r.Device)
+						// fill: the whole depth as one long prompt, in prefill chunks.
+						fill := "-"
+						if r.Depth > 0 && r.FillSeconds > 0 {
+							fill = fmt.Sprintf("%.1f", float64(r.Depth)/r.FillSeconds)
+						}
+						fmt.Fprintf(w, "%-10s %8d %12.1f %12.1f %12s %s\n", r.KVDType, r.Depth, r.PrefillPerS, r.DecodePerS, fill, r.Device)
 					}
 				}
 			}
