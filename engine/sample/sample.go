@@ -51,6 +51,7 @@ type Sampler struct {
 	work []float32
 	cand []cand
 	seen map[int32]bool
+	ids  []int32 // the penalised ids of the last call
 }
 
 type cand struct {
@@ -78,30 +79,10 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	}
 	p := s.p
 	lg := logits
-	if p.RepeatPenalty > 0 && p.RepeatPenalty != 1 && len(history) > 0 {
+	if pen, ids := s.penalty(history, len(logits)); ids != nil {
 		s.work = append(s.work[:0], logits...)
 		lg = s.work
-		n := p.RepeatLastN
-		if n == 0 {
-			n = 64
-		}
-		h := history
-		if n > 0 && len(h) > n {
-			h = h[len(h)-n:]
-		}
-		clear(s.seen)
-		for _, t := range h {
-			if t < 0 || int(t) >= len(lg) || s.seen[t] {
-				continue
-			}
-			s.seen[t] = true
-			// CTRL-style: shrink positive logits, push negative ones further down.
-			if lg[t] > 0 {
-				lg[t] /= p.RepeatPenalty
-			} else {
-				lg[t] *= p.RepeatPenalty
-			}
-		}
+		penalise(lg, pen, ids)
 	}
 	if p.Temperature == 0 {
 		return Argmax(lg)
@@ -115,6 +96,89 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 			c = append(c, cand{int32(i), v})
 		}
 	}
+	return s.draw(c, len(lg))
+}
+
+// SampleFrom is Sample over a logits source that may hold the row
+// elsewhere (on a device): greedy asks it for the penalised argmax, and a
+// top-k of 0 < TopK < Len for the penalised candidates; the rest of the
+// draw is Sample's own code, so for the same seed the token is the one
+// Sample would pick from src.All(). Whatever the source declines (ok
+// false) falls back to Sample(src.All(), history).
+func (s *Sampler) SampleFrom(src Logits, history []int32) int32 {
+	n := src.Len()
+	if n == 0 {
+		return -1
+	}
+	p := s.p
+	pen, ids := s.penalty(history, n)
+	switch {
+	case p.Temperature == 0:
+		if id, ok := src.Argmax(pen, ids); ok {
+			return id
+		}
+	case p.TopK > 0 && p.TopK < n:
+		if cids, vals, ok := src.TopK(p.TopK, pen, ids); ok && len(cids) == p.TopK && len(vals) == p.TopK {
+			c := s.cand[:0]
+			for i, id := range cids {
+				c = append(c, cand{id, vals[i]})
+			}
+			slices.SortFunc(c, func(a, b cand) int { return cmp.Compare(a.id, b.id) }) // topK's order
+			return s.draw(c, n)
+		}
+	}
+	return s.Sample(src.All(), history)
+}
+
+// penalty returns the repetition penalty and the distinct vocabulary ids
+// of history's window it applies to (ids outside [0, n) dropped, first
+// occurrences in order); ids is nil when the penalty is off.
+func (s *Sampler) penalty(history []int32, n int) (float32, []int32) {
+	p := s.p
+	if p.RepeatPenalty <= 0 || p.RepeatPenalty == 1 || len(history) == 0 {
+		return 1, nil
+	}
+	w := p.RepeatLastN
+	if w == 0 {
+		w = 64
+	}
+	h := history
+	if w > 0 && len(h) > w {
+		h = h[len(h)-w:]
+	}
+	clear(s.seen)
+	ids := s.ids[:0]
+	for _, t := range h {
+		if t < 0 || int(t) >= n || s.seen[t] {
+			continue
+		}
+		s.seen[t] = true
+		ids = append(ids, t)
+	}
+	s.ids = ids
+	if ids == nil {
+		ids = []int32{} // off only when the penalty is
+	}
+	return p.RepeatPenalty, ids
+}
+
+// penalise applies the CTRL-style repetition penalty in place to each of
+// the distinct ids: positive logits shrink, negative ones go further down.
+func penalise(lg []float32, pen float32, ids []int32) {
+	for _, t := range ids {
+		if lg[t] > 0 {
+			lg[t] /= pen
+		} else {
+			lg[t] *= pen
+		}
+	}
+}
+
+// draw finishes a temperature draw from the candidates (logits, in id
+// order) of an n-entry vocabulary: softmax of logits/T, min-p, top-p,
+// renormalise and draw.
+func (s *Sampler) draw(c []cand, n int) int32 {
+	p := s.p
 	// Softmax of logits/T, max-subtracted, in float64.
 	inv := 1 / float64(p.Temperature)
 	mx := float64(math.Inf(-1))
@@ -139,7 +203,7 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if p.TopP > 0 && p.TopP < 1 {
 		// Tokens below (1-TopP)/V together hold less than 1-TopP, so the
 		// nucleus lies entirely above that bound: filter before sorting.
-		th := (1 - p.TopP) / float32(len(lg))
+		th := (1 - p.TopP) / float32(n)
 		c = slices.DeleteFunc(c, func(x cand) bool { return x.p < th })
 		slices.SortStableFunc(c, func(a, b cand) int { return cmp.Compare(b.p, a.p) })
 		var acc float32
