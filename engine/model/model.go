@@ -27,6 +27,9 @@ type Model struct {
 	// (a chunk, its remainder, decode rows) never pile up in memory the KV
 	// pool was given.
 	CacheRows int
+
+	devLogits Tensor // the last ForwardLogits' rows (logits.go)
+	gen       uint64 // forward steps so far: tells stale Logits
 }
 
 // Load reads the configuration and uploads every weight through be. The
@@ -164,8 +167,10 @@ func (m *Model) buffers(n int) *buffers {
 	return b
 }
 
-// Free releases the cached activation buffers (weights stay loaded).
+// Free releases the cached activation buffers and the device logits of
+// the last ForwardLogits (weights stay loaded).
 func (m *Model) Free() {
+	m.dropDeviceLogits()
 	for n, b := range m.bufs {
 		for _, t := range b.all {
 			m.be.FreeTensor(t)
@@ -204,17 +209,25 @@ const maxRecordedRows = 16
 // never clears or copies slots (ClearState before position 0 is the
 // caller's). The state must have been allocated with
 // StateBackend.AllocState(Config.StateLayout(slots)).
-func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error) {
+func (m *Model) Forward(b *Batch, logitsRows []int) ([]float32, error) {
+	_, host, err := m.forward(b, logitsRows, false)
+	return host, err
+}
+
+// forward is Forward; with keep the logits stay in a backend tensor
+// (m.devLogits, returned) instead of being copied to the host.
+func (m *Model) forward(b *Batch, logitsRows []int, keep bool) (dev Tensor, host []float32, err error) {
 	if err := m.checkBatch(b, logitsRows); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Backends panic on states the batch check cannot see (a page table too
 	// short for the pool's page size, no KV pool): report them as errors.
 	defer func() {
 		if r := recover(); r != nil {
-			logits, err = nil, fmt.Errorf("model: forward: %v", r)
+			dev, host, err = nil, nil, fmt.Errorf("model: forward: %v", r)
 		}
 	}()
+	m.dropDeviceLogits()
 	be := m.be
 	n := len(b.Tokens)
 	if r, ok := be.(StepRecorder); ok && n <= maxRecordedRows {
@@ -230,13 +243,22 @@ func (m *Model) Forward(b *Batch, logitsRows []int) (logits []float32, err error
 		m.forwardDense(b, t)
 	}
 	if len(logitsRows) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return m.logits(t.x, logitsRows), nil
+	out := m.logits(t.x, logitsRows)
+	if keep {
+		m.devLogits = out
+		return out, nil, nil
+	}
+	defer be.FreeTensor(out)
+	host = make([]float32, len(logitsRows)*m.Config.Vocab)
+	be.ToHost(out, host)
+	return nil, host, nil
 }
 
-// logits normalises the selected rows of x and projects them to the vocabulary.
-func (m *Model) logits(x Tensor, rows []int) []float32 {
+// logits normalises the selected rows of x and projects them to the
+// vocabulary, into a new tensor the caller frees.
+func (m *Model) logits(x Tensor, rows []int) Tensor {
 	c, be := m.Config, m.be
 	sel := x
 	if !isIdentity(rows, x.Rows()) {
@@ -257,12 +279,9 @@ func (m *Model) logits(x Tensor, rows []int) []float32 {
 	h := be.NewTensor(len(rows), c.Dim)
 	out := be.NewTensor(len(rows), c.Vocab)
 	defer be.FreeTensor(h)
-	defer be.FreeTensor(out)
 	be.RMSNorm(h, sel, m.outNorm, c.NormEps)
 	be.MatMul(out, h, m.outW)
-	res := make([]float32, len(rows)*c.Vocab)
-	be.ToHost(out, res)
-	return res
+	return out
 }
 
 func isIdentity(rows []int, n int) bool {
