@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 
@@ -21,7 +22,9 @@ import (
 //   - Decode (at most moeGemvMaxTok rows): moe_gemv_gu (gate and up of
 //     every (token, slot) pair in one launch, silu(gate)*up) and
 //     moe_gemv_dn (down for every token, summing its top-k experts with
-//     their weights into dst): 4 launches with the router.
+//     their weights into dst): 4 launches with the router. FTCHAT_MOEV=2
+//     takes moe_gemv2_gu / moe_gemv2_dn instead (same arguments, a warp
+//     per 2 rows, activation staged in shared memory; moe_gemv2.cuh).
 //   - Prefill: moe_sort groups the (token, slot) pairs by expert (histogram,
 //     scan, permutation and a list of tiles of at most moeBM pairs of one
 //     expert), moe_gemm_gu runs gate and up of all active experts as one
@@ -56,11 +59,27 @@ const (
 // 1 decode GEMVs, 2 grouped GEMMs, 3 the older per-pair GEMV path.
 var moeForce atomic.Int32
 
+// moeGemv2 selects the second decode-GEMV pair (kernels/moe_gemv2.cuh:
+// a warp per MOE2_RW rows, the activation staged in shared memory):
+// FTCHAT_MOEV=2, or tests. Either kernel falls back to the first pair
+// when its staged activation would not fit moe2MaxShared.
+var moeGemv2 atomic.Bool
+
+func init() { moeGemv2.Store(os.Getenv("FTCHAT_MOEV") == "2") }
+
+const (
+	moe2Rows      = 16       // MOE2_ROWS in kernels/moe_gemv2.cuh: output rows per CTA
+	moe2UnitBytes = 36 * 4   // MOE2_UP floats per staged 32-element unit
+	moe2MaxShared = 47 << 10 // dynamic shared memory without opting in (48 KiB), less the static arrays
+)
+
 // moeTyped maps the typed MoE kernel families to their module prefix:
-// moe_<type> holds the grouped GEMMs, moev_<type> the decode GEMVs (two
-// modules so each PTX stays small).
+// moe_<type> holds the grouped GEMMs, moev_<type> the decode GEMVs,
+// moev2_<type> the second decode GEMVs (separate modules so each PTX stays
+// small and the default path loads none of moev2).
 var moeTyped = []struct{ prefix, module string }{
 	{"moe_gemm_gu_", "moe_"}, {"moe_gemm_dn_", "moe_"}, {"moe_gemv_gu_", "moev_"}, {"moe_gemv_dn_", "moev_"},
+	{"moe_gemv2_gu_", "moev2_"}, {"moe_gemv2_dn_", "moev2_"},
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
@@ -267,11 +286,20 @@ func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	if err := b.moeRoute(c, x, n, l, logits, ids, wts); err != nil {
 		return err
 	}
-	if err := b.launch(c, "moe_gemv_gu_"+kernelSuffix[l.gate.info.Type], Dim3{X: cdiv(l.ff, moeRows), Y: pairs}, Dim3{X: 256},
+	v2 := moeGemv2.Load()
+	gu, guGrid, guShared := "moe_gemv_gu_", Dim3{X: cdiv(l.ff, moeRows), Y: pairs}, 0
+	if sh := l.dim / 32 * moe2UnitBytes; v2 && sh <= moe2MaxShared {
+		gu, guGrid, guShared = "moe_gemv2_gu_", Dim3{X: cdiv(l.ff, moe2Rows), Y: pairs}, sh
+	}
+	if err := b.launchShared(c, gu+kernelSuffix[l.gate.info.Type], guGrid, Dim3{X: 256}, guShared,
 		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, ids, h, l.gateScale, l.upScale); err != nil {
 		return err
 	}
-	return b.launch(c, "moe_gemv_dn_"+kernelSuffix[l.down.info.Type], Dim3{X: cdiv(l.dim, moeRows), Y: n}, Dim3{X: 256},
+	dn, dnGrid, dnShared := "moe_gemv_dn_", Dim3{X: cdiv(l.dim, moeRows), Y: n}, 0
+	if sh := l.K * l.ff / 32 * moe2UnitBytes; v2 && sh <= moe2MaxShared {
+		dn, dnGrid, dnShared = "moe_gemv2_dn_", Dim3{X: cdiv(l.dim, moe2Rows), Y: n}, sh
+	}
+	return b.launchShared(c, dn+kernelSuffix[l.down.info.Type], dnGrid, Dim3{X: 256}, dnShared,
 		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, l.K, ids, wts, dst, l.downScale)
 }
 
@@ -375,4 +403,13 @@ func (b *Backend) moeGemv(c *Ctx, w *Weight, rowsPerExpert int, x DevicePtr, xDi
 	}
 	return b.launch(c, "moe_gemv_"+kernelSuffix[w.info.Type], Dim3{X: cdiv(rowsPerExpert, gemvWarps), Y: pairs}, Dim3{X: 32 * gemvWarps},
 		w.raw, w.rowBytes, rowsPerExpert, w.cols, x, xDiv, ids, y)
+}
+
+// launchShared is launch with shmem bytes of dynamic shared memory.
+func (b *Backend) launchShared(c *Ctx, name string, grid, block Dim3, shmem int, args ...any) error {
+	f, err := b.fn(c, name)
+	if err != nil {
+		return err
+	}
+	return c.Launch(f, grid, block, shmem, c.Stream(), args...)
 }

@@ -1,0 +1,207 @@
+// Decode MoE GEMVs, variant 2 (FTCHAT_MOEV=2, gpu/moe.go): instantiated
+// by moev2_<type>.cu (modules of their own, so the default path loads no
+// extra PTX), same arguments and results as moe.cuh's moe_gemv_gu /
+// moe_gemv_dn, for any type deq32 decodes.
+//
+// Why a second pair: the first keeps 4 warps on one output row, one unit
+// per lane, and reads the unit's 32 floats of x from global memory at a
+// 128-byte lane stride (a float4 load touches 32 lines), then syncs the CTA
+// for the reduction; at the Qwen3.6-35B-A3B decode shape it reaches about
+// 320 GB/s. Here a warp owns MOE2_RW output rows end to end (no CTA
+// reduction), the activation is staged once per CTA in shared memory with
+// each 32-float unit padded to 36 floats (lanes read consecutive units
+// without bank conflicts), and one lane's x unit is dotted with every W row
+// the warp owns (gate and up of MOE2_RW rows, resp. MOE2_RW down rows of
+// the same expert), so each x read feeds several weight units and a thread
+// has several independent weight loads in flight. Before staging, each
+// thread prefetches its first weight units into L2 so DRAM latency overlaps
+// the copy.
+#pragma once
+#include "common.cuh"
+
+#define MOE2_RW 2                 // output rows per warp
+#define MOE2_ROWS (8 * MOE2_RW)   // output rows per CTA of 8 warps
+#define MOE2_UP 36                // floats per staged 32-float unit
+
+// Same formula as ops.cu's swiglu and moe.cuh's moe_silu_mul.
+__device__ __forceinline__ float moe2_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// Copies n floats (n % 32 == 0) of x into xs, unit u at xs + MOE2_UP*u.
+__device__ __forceinline__ void moe2_stage(float* xs, const float* __restrict__ x, int n) {
+    const float4* s = reinterpret_cast<const float4*>(x);
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+        float4 v = __ldg(s + i);
+        *reinterpret_cast<float4*>(xs + MOE2_UP * (i >> 3) + 4 * (i & 7)) = v;
+    }
+}
+
+// Staged unit u into registers.
+__device__ __forceinline__ void moe2_ldx(const float* xs, int u, float* x) {
+    const float4* p = reinterpret_cast<const float4*>(xs + MOE2_UP * u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float4 v = p[i];
+        x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
+    }
+}
+
+__device__ __forceinline__ float moe2_dot(const float* w, const float* x) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) s = fmaf(w[i], x[i], s);
+    return s;
+}
+
+// Decoded unit u of row times x.
+template <int T>
+__device__ __forceinline__ float moe2_unit(const uint8_t* row, int u, const float* x) {
+    float w[32];
+    int c;
+    deq32<T>(unit_ptr<T>(row, u, c), c, w);
+    return moe2_dot(w, x);
+}
+
+// L2 prefetch of about where unit u of row lies.
+template <int T>
+__device__ __forceinline__ void moe2_prefetch(const uint8_t* row, int u) {
+    int c;
+    const uint8_t* b = unit_ptr<T>(row, u, c);
+    b += (c * 32 * TypeInfo<T>::bb) / TypeInfo<T>::be;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(b));
+}
+
+// Gate+up: grid (cdiv(ff, MOE2_ROWS), npairs), 256 threads, cols/32 *
+// MOE2_UP floats of dynamic shared memory. Warp w of CTA (bx, p) computes
+// rows r0 .. r0+MOE2_RW-1, r0 = (8 bx + w) MOE2_RW, of pair p.
+template <int T>
+__device__ void moe_gemv2_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, long long rowBytes,
+                                  int ff, int cols, const float* __restrict__ X, int topk, const int* __restrict__ ids,
+                                  float* __restrict__ H, const float* __restrict__ Sg, const float* __restrict__ Su) {
+    extern __shared__ __align__(16) float moe2_xs[];
+    int p = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = (blockIdx.x * 8 + warp) * MOE2_RW;
+    int e = ids[p], units = cols >> 5;
+    const uint8_t* g[MOE2_RW];
+    const uint8_t* up[MOE2_RW];
+#pragma unroll
+    for (int j = 0; j < MOE2_RW; j++) {
+        size_t off = ((size_t)e * ff + min(r0 + j, ff - 1)) * rowBytes;  // rows past ff read row ff-1, unwritten
+        g[j] = Wg + off;
+        up[j] = Wu + off;
+    }
+    if (r0 < ff && lane < units) {
+#pragma unroll
+        for (int j = 0; j < MOE2_RW; j++) {
+            moe2_prefetch<T>(g[j], lane);
+            moe2_prefetch<T>(up[j], lane);
+        }
+    }
+    moe2_stage(moe2_xs, X + (size_t)(p / topk) * cols, cols);
+    __syncthreads();
+    if (r0 >= ff) return;  // no barrier follows
+    float sg[MOE2_RW], su[MOE2_RW];
+#pragma unroll
+    for (int j = 0; j < MOE2_RW; j++) sg[j] = su[j] = 0.f;
+    // Two units per lane per step, the second predicated (a lane past the
+    // end rereads its first unit and drops the result), so all loads of a
+    // step are independent and there is no remainder loop.
+#pragma unroll 1
+    for (int u0 = lane; u0 < units; u0 += 64) {
+        bool ok1 = u0 + 32 < units;
+        int u1 = ok1 ? u0 + 32 : u0;
+        float x0[32], x1[32];
+        moe2_ldx(moe2_xs, u0, x0);
+        moe2_ldx(moe2_xs, u1, x1);
+#pragma unroll
+        for (int j = 0; j < MOE2_RW; j++) {
+            float a0 = moe2_unit<T>(g[j], u0, x0), a1 = moe2_unit<T>(g[j], u1, x1);
+            float b0 = moe2_unit<T>(up[j], u0, x0), b1 = moe2_unit<T>(up[j], u1, x1);
+            sg[j] += a0 + (ok1 ? a1 : 0.f);
+            su[j] += b0 + (ok1 ? b1 : 0.f);
+        }
+    }
+    float fg = Sg ? Sg[e] : 1.f, fu = Su ? Su[e] : 1.f;
+#pragma unroll
+    for (int j = 0; j < MOE2_RW; j++) {
+        float a = warp_sum(sg[j]), b = warp_sum(su[j]);
+        if (lane == 0 && r0 + j < ff) H[(size_t)p * ff + r0 + j] = moe2_silu_mul(Sg ? a * fg : a, Su ? b * fu : b);
+    }
+}
+
+// Down + combine: grid (cdiv(dim, MOE2_ROWS), ntok), 256 threads, topk *
+// ff/32 * MOE2_UP floats of dynamic shared memory (the token's topk rows
+// of h, which are consecutive). Lanes stride over the (slot, unit) pairs
+// q of the staged h; each adds wts * (down rows of slot q's expert . h unit q)
+// for the warp's MOE2_RW rows.
+template <int T>
+__device__ void moe_gemv2_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
+                                  const float* __restrict__ H, int topk, const int* __restrict__ ids,
+                                  const float* __restrict__ wts, float* __restrict__ out, const float* __restrict__ Sd) {
+    extern __shared__ __align__(16) float moe2_xs[];
+    __shared__ int se[32];
+    __shared__ float sw[32], ss[32];
+    int t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = (blockIdx.x * 8 + warp) * MOE2_RW;
+    int units = ff >> 5, total = topk * units;
+    const int* tid = ids + (size_t)t * topk;
+    if (r0 < dim && lane < total) {
+        int k = lane / units, u = lane - k * units;
+        size_t base = (size_t)tid[k] * dim;
+#pragma unroll
+        for (int j = 0; j < MOE2_RW; j++) moe2_prefetch<T>(W + (base + min(r0 + j, dim - 1)) * rowBytes, u);
+    }
+    if (threadIdx.x < topk) {
+        int p = t * topk + threadIdx.x, e = ids[p];
+        se[threadIdx.x] = e;
+        sw[threadIdx.x] = wts[p];
+        ss[threadIdx.x] = Sd ? Sd[e] : 1.f;
+    }
+    moe2_stage(moe2_xs, H + (size_t)t * topk * ff, topk * ff);
+    __syncthreads();
+    if (r0 >= dim) return;  // no barrier follows
+    float acc[MOE2_RW];
+#pragma unroll
+    for (int j = 0; j < MOE2_RW; j++) acc[j] = 0.f;
+    // Two (slot, unit) pairs per lane per step, as in the gate+up kernel.
+#pragma unroll 1
+    for (int q0 = lane; q0 < total; q0 += 64) {
+        bool ok1 = q0 + 32 < total;
+        int qs[2] = {q0, ok1 ? q0 + 32 : q0};
+        float d[2][MOE2_RW], wk[2], sk[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int k = qs[i] / units, u = qs[i] - k * units;
+            size_t base = (size_t)se[k] * dim;
+            wk[i] = sw[k];
+            sk[i] = ss[k];
+            float x[32];
+            moe2_ldx(moe2_xs, qs[i], x);
+#pragma unroll
+            for (int j = 0; j < MOE2_RW; j++) d[i][j] = moe2_unit<T>(W + (base + min(r0 + j, dim - 1)) * rowBytes, u, x);
+        }
+#pragma unroll
+        for (int j = 0; j < MOE2_RW; j++) {
+            acc[j] = fmaf(wk[0], Sd ? d[0][j] * sk[0] : d[0][j], acc[j]);
+            if (ok1) acc[j] = fmaf(wk[1], Sd ? d[1][j] * sk[1] : d[1][j], acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MOE2_RW; j++) {
+        float a = warp_sum(acc[j]);
+        if (lane == 0 && r0 + j < dim) out[(size_t)t * dim + r0 + j] = a;
+    }
+}
+
+#define MOEV2_KERNELS(T_, NAME) MOEV2_KERNELS_(T_, NAME)
+#define MOEV2_KERNELS_(T_, NAME)                                                                               \
+    extern "C" __global__ void __launch_bounds__(256, 2) moe_gemv2_gu_##NAME(                                  \
+        const uint8_t* Wg, const uint8_t* Wu, long long rowBytes, int ff, int cols, const float* X, int topk,  \
+        const int* ids, float* H, const float* Sg, const float* Su) {                                          \
+        moe_gemv2_gu_body<T_>(Wg, Wu, rowBytes, ff, cols, X, topk, ids, H, Sg, Su);                            \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 2) moe_gemv2_dn_##NAME(                                  \
+        const uint8_t* W, long long rowBytes, int dim, int ff, const float* H, int topk, const int* ids,       \
+        const float* wts, float* out, const float* Sd) {                                                       \
+        moe_gemv2_dn_body<T_>(W, rowBytes, dim, ff, H, topk, ids, wts, out, Sd);                               \
+    }
+MOEV2_KERNELS(MOE_T, MOE_NAME)

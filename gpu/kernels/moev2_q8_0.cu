@@ -1,0 +1,5 @@
+// Decode MoE GEMVs, variant 2 (FTCHAT_MOEV=2), for T_Q8_0 expert weights: see
+// moe_gemv2.cuh. Built without --use_fast_math.
+#define MOE_T T_Q8_0
+#define MOE_NAME q8_0
+#include "moe_gemv2.cuh"
