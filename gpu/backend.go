@@ -600,7 +600,7 @@ func (b *Backend) RMSNorm(dst, x model.Tensor, w model.Weight, eps float32) {
 		return
 	}
 	b.post(func(c *Ctx) error {
-		return b.launch(c, "rmsnorm", Dim3{X: s.rows}, Dim3{X: 256}, d.buf, s.buf, g.f32, s.cols, eps)
+		return b.launch(c, rmsnormKernel(), Dim3{X: s.rows}, Dim3{X: 256}, d.buf, s.buf, g.f32, s.cols, eps)
 	})
 }
 

@@ -105,7 +105,9 @@ func (m *Model) forwardDense(b *Batch, t *buffers) {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	for i := range m.layers {
 		l := &m.layers[i]
-		be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
+		if i == 0 { // later blocks' attention norm is fused with the residual add before it
+			be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
+		}
 		be.MatMul(t.q, t.h, l.wq)
 		be.MatMul(t.k, t.h, l.wk)
 		be.MatMul(t.v, t.h, l.wv)
@@ -122,10 +124,12 @@ func (m *Model) forwardDense(b *Batch, t *buffers) {
 		be.KVWrite(i, t.k, t.v, b, c.Rope)
 		be.Attention(t.att, t.q, i, b, c.Heads, scale)
 		be.MatMul(t.o, t.att, l.wo)
-		be.Add(t.x, t.o)
-
-		be.RMSNorm(t.h, t.x, l.ffnNorm, c.NormEps)
+		addRMSNorm(be, t.h, t.x, t.o, l.ffnNorm, c.NormEps)
 		l.ffn.forward(be, t)
-		be.Add(t.x, t.ffo)
+		if i+1 < len(m.layers) {
+			addRMSNorm(be, t.h, t.x, t.ffo, m.layers[i+1].attnNorm, c.NormEps)
+		} else {
+			be.Add(t.x, t.ffo)
+		}
 	}
 }

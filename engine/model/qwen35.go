@@ -293,7 +293,9 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	for i := range m.hlayers {
 		l := &m.hlayers[i]
-		be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
+		if i == 0 { // later blocks' attention norm is fused with the residual add before it
+			be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
+		}
 		if l.recurrent {
 			be.MatMul(t.qkv, t.h, l.wqkv)
 			be.MatMul(t.z, t.h, l.wz)
@@ -316,9 +318,7 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 			sb.SigmoidMul(t.att, t.gate)
 			be.MatMul(t.o, t.att, l.wo)
 		}
-		be.Add(t.x, t.o)
-
-		be.RMSNorm(t.h, t.x, l.postNorm, c.NormEps)
+		addRMSNorm(be, t.h, t.x, t.o, l.postNorm, c.NormEps)
 		l.ffn.forward(be, t)
 		if l.moe != nil && l.shGate != nil {
 			be.MatMul(t.sg, t.h, l.shGate)
@@ -329,6 +329,10 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 			sb.SigmoidMul(t.o, t.sgate)
 			be.Add(t.ffo, t.o)
 		}
-		be.Add(t.x, t.ffo)
+		if i+1 < len(m.hlayers) {
+			addRMSNorm(be, t.h, t.x, t.ffo, m.hlayers[i+1].attnNorm, c.NormEps)
+		} else {
+			be.Add(t.x, t.ffo)
+		}
 	}
 }

@@ -79,6 +79,93 @@ extern "C" __global__ void rmsnorm(float* dst, const float* x, const float* g, i
     for (int i = threadIdx.x; i < cols; i += blockDim.x) dr[i] = xr[i] * inv * g[i];
 }
 
+// RMSNorm, second kernel (FTCHAT_FUSE=1, gpu/norm.go): the first one's
+// loops are not unrolled, so each thread waits for its loads one after
+// another, twice (a 2048-float row took ~10 µs on the H200). Here every
+// thread issues all its loads of x (and delta, and g) at once as float4,
+// keeps the values in registers across the block sum and writes from
+// them. Rows of cols % 4 == 0, at most 4 * RMS_T * RMS_V floats and
+// 16-byte aligned x, dst and g take that path, others a loop that does the
+// same arithmetic per element. add_rmsnorm first adds delta into x (as add
+// does) and writes x back; rmsnorm2 and add_rmsnorm share rms_row, so
+// add then rmsnorm2 and add_rmsnorm give the same bits.
+#define RMS_T 256
+#define RMS_V 8
+
+__device__ __forceinline__ bool rms_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+template <bool ADD>
+__device__ __forceinline__ void rms_row(float* dr, float* xr, const float* delta, const float* g, int cols, float eps) {
+    float ss = 0.f;
+    if ((cols & 3) == 0 && cols <= 4 * RMS_T * RMS_V && rms_aligned(dr) && rms_aligned(xr) && rms_aligned(g)) {
+        int n4 = cols >> 2;
+        bool dv = ADD && rms_aligned(delta);
+        float4 v[RMS_V], gv[RMS_V];
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        const float4* g4 = reinterpret_cast<const float4*>(g);
+#pragma unroll
+        for (int j = 0; j < RMS_V; j++) {
+            int i = threadIdx.x + RMS_T * j;
+            v[j] = gv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < n4) {
+                v[j] = x4[i];
+                gv[j] = __ldg(g4 + i);
+                if (ADD) {
+                    float4 d;
+                    if (dv) {
+                        d = reinterpret_cast<const float4*>(delta)[i];
+                    } else {
+                        d = make_float4(delta[4 * i], delta[4 * i + 1], delta[4 * i + 2], delta[4 * i + 3]);
+                    }
+                    v[j].x += d.x; v[j].y += d.y; v[j].z += d.z; v[j].w += d.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_V; j++) {
+            ss = fmaf(v[j].x, v[j].x, ss);
+            ss = fmaf(v[j].y, v[j].y, ss);
+            ss = fmaf(v[j].z, v[j].z, ss);
+            ss = fmaf(v[j].w, v[j].w, ss);
+            if (ADD && threadIdx.x + RMS_T * j < n4) reinterpret_cast<float4*>(xr)[threadIdx.x + RMS_T * j] = v[j];
+        }
+        ss = block_sum(ss);
+        float inv = (float)(1.0 / sqrt((double)ss / cols + (double)eps));
+#pragma unroll
+        for (int j = 0; j < RMS_V; j++) {
+            int i = threadIdx.x + RMS_T * j;
+            if (i < n4)
+                reinterpret_cast<float4*>(dr)[i] = make_float4(v[j].x * inv * gv[j].x, v[j].y * inv * gv[j].y,
+                                                               v[j].z * inv * gv[j].z, v[j].w * inv * gv[j].w);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        float a = xr[i];
+        if (ADD) {
+            a += delta[i];
+            xr[i] = a;
+        }
+        ss = fmaf(a, a, ss);
+    }
+    ss = block_sum(ss);
+    float inv = (float)(1.0 / sqrt((double)ss / cols + (double)eps));
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) dr[i] = xr[i] * inv * g[i];
+}
+
+// One CTA of RMS_T threads per row; dst == x allowed.
+extern "C" __global__ void __launch_bounds__(RMS_T) rmsnorm2(float* dst, float* x, const float* g, int cols, float eps) {
+    size_t o = (size_t)blockIdx.x * cols;
+    rms_row<false>(dst + o, x + o, nullptr, g, cols, eps);
+}
+
+// x += delta, then dst = rmsnorm(x) * g; one CTA of RMS_T threads per row.
+extern "C" __global__ void __launch_bounds__(RMS_T) add_rmsnorm(float* dst, float* x, const float* delta, const float* g,
+                                                                int cols, float eps) {
+    size_t o = (size_t)blockIdx.x * cols;
+    rms_row<true>(dst + o, x + o, delta + o, g, cols, eps);
+}
+
 // HeadRMSNorm: each headDim slice of every row, in place; one warp per (row, head).
 extern "C" __global__ void head_rmsnorm(float* x, const float* g, int nslices, int headDim, float eps) {
     int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
