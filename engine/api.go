@@ -149,6 +149,12 @@ type Stats struct {
 	ExpertCPUTime, ExpertStreamTime       time.Duration // CPU calls' wall time; the copy stream's time
 	ExpertStreamError                     string        // why streaming is off ("" when it works or never ran)
 	ExpertPinError                        string        // why the host experts are not page-locked ("" when they are)
+	// --expert-run split: decode calls whose selected experts the GPU
+	// (mapped) and the host cores computed together; the CPU's slots per
+	// token (latest call); those calls' wall time and the CPU's share.
+	ExpertSplitCalls, ExpertSplitTokens int64
+	ExpertSplitCPUSlots                 int
+	ExpertSplitTime, ExpertSplitCPUTime time.Duration
 
 	// Remote engines (ftchat --engine URL): the server that answers, and
 	// what it reports. The KV numbers above are then the server's, from its

@@ -83,8 +83,10 @@ func ParseExpertRun(s string) (gpu.HostRun, error) {
 		return gpu.HostStream, nil
 	case "mapped":
 		return gpu.HostMapped, nil
+	case "split":
+		return gpu.HostSplit, nil
 	}
-	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores), stream (copied to the GPU per call) and mapped (the GPU reads the selected experts in host RAM)", s)
+	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores), stream (copied to the GPU per call), mapped (the GPU reads the selected experts in host RAM) and split (decode: the GPU reads some of the selected experts while the host cores compute the others)", s)
 }
 
 // validateExperts checks the placement flags (Options.Validate).
@@ -284,6 +286,8 @@ func (e *Engine) placementStats(s *Stats) {
 		s.ExpertHostPinned = o.Pinned
 		s.ExpertMappedCalls, s.ExpertMappedTokens, s.ExpertMapError = o.MappedCalls, o.MappedTokens, o.MapError
 		s.ExpertCPUTime, s.ExpertStreamTime, s.ExpertStreamError, s.ExpertPinError = o.CPUTime, o.StreamTime, o.StreamError, o.PinError
+		s.ExpertSplitCalls, s.ExpertSplitTokens, s.ExpertSplitCPUSlots = o.SplitCalls, o.SplitTokens, o.SplitCPUSlots
+		s.ExpertSplitTime, s.ExpertSplitCPUTime = o.SplitTime, o.SplitCPUTime
 	}
 }
 
@@ -295,6 +299,8 @@ func hostRunName(r gpu.HostRun) string {
 		return "stream"
 	case gpu.HostMapped:
 		return "mapped"
+	case gpu.HostSplit:
+		return "split"
 	}
 	return "auto"
 }

@@ -12,7 +12,9 @@ import (
 // of routed experts per block) under budgets and flags that keep experts
 // in host RAM: the load fits the plan (the allocator would refuse
 // otherwise), the stats carry the plan, and a decode runs the host blocks
-// through the backend's host path (its counters move).
+// through the backend's host path (its counters move); with --expert-run
+// split the decode steps split each host call between the GPU and the
+// host cores (the split counters move, the 64-token prefill streams).
 func TestGPUExpertPlacement(t *testing.T) {
 	needGPU(t)
 	path := synthModel(t, "qwen3.6-35b-a3b-4l", gguf.Q4_K)
@@ -25,6 +27,7 @@ func TestGPUExpertPlacement(t *testing.T) {
 		{"auto in 2.5 GiB", Options{GPUMemory: 5 * gib / 2, ContextLen: 4096}, 0}, // dense 0.62 GiB, 0.42 GiB a layer: 1 layer fits beside the staging
 		{"--n-cpu-moe 2", Options{GPUMemory: 8 * gib, ContextLen: 4096, NCPUMoE: 2}, 2},
 		{"--cpu-moe --expert-run cpu", Options{GPUMemory: 8 * gib, ContextLen: 4096, CPUMoE: true, ExpertRun: "cpu"}, 4},
+		{"--n-cpu-moe 2 --expert-run split", Options{GPUMemory: 8 * gib, ContextLen: 4096, NCPUMoE: 2, ExpertRun: "split"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := loadOn(t, path, "cuda", "fp8_e4m3", tc.o)
@@ -47,6 +50,13 @@ func TestGPUExpertPlacement(t *testing.T) {
 			}
 			if tc.o.ExpertRun == "cpu" && st.ExpertStreamCalls != 0 {
 				t.Errorf("--expert-run cpu streamed %d calls", st.ExpertStreamCalls)
+			}
+			if tc.o.ExpertRun == "split" {
+				// 8 decode steps (greedyRun), each one call per host layer.
+				if st.ExpertRun != "split" || st.ExpertSplitCalls != int64(8*tc.host) || st.ExpertSplitTokens != st.ExpertSplitCalls ||
+					st.ExpertSplitCPUSlots < 1 || st.ExpertSplitCPUTime <= 0 || st.ExpertMappedCalls != 0 || st.ExpertCPUCalls != 0 {
+					t.Errorf("--expert-run split: stats %+v; want the decode calls split (%d host layers), none mapped or on the CPU", st, tc.host)
+				}
 			}
 			ms := e.be.(*gpu.Backend).Device().MemStats()
 			if ms.Peak > e.budget {

@@ -27,7 +27,7 @@ import (
 // (ffn_gate_inp) is loaded on the device as usual and also viewed by the
 // CPU backend, so either side can route.
 //
-// An MoE call over host-resident experts runs one of three ways, chosen
+// An MoE call over host-resident experts runs one of four ways, chosen
 // per call (Placement.Run, StreamMinRows):
 //
 //   - Mapped (offload_mapped.go): the host experts are registered with
@@ -47,6 +47,11 @@ import (
 //     the synchronous download flushes the recording, so the step becomes
 //     several graphs split at each host round trip, each replayed like a
 //     whole step would be.
+//   - Split (offload_split.go, HostSplit, decode calls only): the device
+//     routes, the ids and x come down to pinned memory, then the device
+//     runs the mapped GEMVs over some of each token's slots while the host
+//     cores compute the others (the CPU path's machinery); the CPU's
+//     partial sum is uploaded and added on the device.
 //   - Stream: the layer's expert tensors are copied host-to-device on a
 //     second stream into one of two staging slots (StreamStagingBytes),
 //     and the device MoE kernels run on views of the slot. After issuing a
@@ -111,6 +116,17 @@ type OffloadStats struct {
 	// CopiedBytes is host-expert bytes copied at load into pinned, mapped
 	// host memory because registering them in place failed (PinError).
 	CopiedBytes int64
+	// SplitCalls and SplitTokens count MoE calls split between the device
+	// (mapped) and the host CPU (HostSplit); SplitCPUSlots is the slots per
+	// token the CPU took in the latest one; SplitTime is those calls' wall
+	// time on the device thread (from routing to the partial sum queued),
+	// SplitCPUTime the host CPU's share of it (the device runs its slots
+	// meanwhile).
+	SplitCalls    int64
+	SplitTokens   int64
+	SplitCPUSlots int
+	SplitTime     time.Duration
+	SplitCPUTime  time.Duration
 }
 
 // defaultStreamMinRows is StreamMinRows when the placement leaves it 0:
@@ -148,6 +164,7 @@ const (
 	pathCPU    hostPath = iota // the host CPU (offload_cpu.go)
 	pathStream                 // the layer copied to a staging slot (offload_stream.go)
 	pathMapped                 // device kernels over mapped host memory (offload_mapped.go); the CPU where unavailable
+	pathSplit                  // mapped device kernels and the CPU, each over some slots (offload_split.go); the CPU where unmappable
 )
 
 // path chooses how an MoE call of rows rows runs.
@@ -167,11 +184,20 @@ func (p Placement) path(rows int) hostPath {
 	if rows >= least {
 		return pathStream
 	}
+	if p.Run == HostSplit {
+		return pathSplit
+	}
 	return pathMapped
 }
 
 // mapWanted reports whether some call may read the experts mapped.
-func (p Placement) mapWanted() bool { return p.Run == HostAuto || p.Run == HostMapped }
+func (p Placement) mapWanted() bool {
+	return p.Run == HostAuto || p.Run == HostMapped || p.Run == HostSplit
+}
+
+// intDot reports whether the host CPU's expert matmuls take the integer
+// path (Placement.CPUIntDot, or FTCHAT_CPU_INTDOT=1 as for cpu.New).
+func (p Placement) intDot() bool { return p.CPUIntDot || os.Getenv("FTCHAT_CPU_INTDOT") == "1" }
 
 // expertPart is which tensor of a block's MoE a name is.
 type expertPart int
@@ -244,6 +270,7 @@ type hostExperts struct {
 
 	// Device-thread state.
 	pinX, pinY HostBuffer             // the CPU path's activations and results
+	pinS       HostBuffer             // the split path's ids and weights (offload_split.go)
 	cpuTen     map[int][2]*cpu.Tensor // views of pinX, pinY by row count
 	stage      *stager
 	stageErr   error
@@ -293,10 +320,12 @@ func (w *hostWeight) bytes() int64 { return int64(w.rows) * w.rowBytes }
 // SetPlacement must be called before the model's weights are loaded.
 func (b *Backend) SetPlacement(p Placement) error {
 	switch {
-	case p.Run < HostAuto || p.Run > HostMapped:
+	case p.Run < HostAuto || p.Run > HostSplit:
 		return fmt.Errorf("gpu: placement: unknown expert run mode %d", p.Run)
 	case p.StreamMinRows < 0:
 		return fmt.Errorf("gpu: placement: StreamMinRows %d is negative", p.StreamMinRows)
+	case p.SplitCPU < 0:
+		return fmt.Errorf("gpu: placement: SplitCPU %d is negative", p.SplitCPU)
 	case b.host != nil && len(b.host.layers) > 0:
 		return fmt.Errorf("gpu: placement set after host-resident experts were loaded; set it before model.Load")
 	}
@@ -327,7 +356,7 @@ func (b *Backend) OffloadStats() OffloadStats {
 // the first host tensor: one worker per host core.
 func (h *hostExperts) cpuBackend() *cpu.Backend {
 	if h.cpu == nil {
-		h.cpu = cpu.New(cpu.Options{Threads: runtime.NumCPU()})
+		h.cpu = cpu.New(cpu.Options{Threads: runtime.NumCPU(), IntDot: h.place.intDot()})
 	}
 	return h.cpu
 }
@@ -620,7 +649,7 @@ func (b *Backend) closeHost(c *Ctx) {
 			}
 		}
 	}
-	for _, p := range []*HostBuffer{&h.pinX, &h.pinY} {
+	for _, p := range []*HostBuffer{&h.pinX, &h.pinY, &h.pinS} {
 		if p.p != nil {
 			c.FreeHost(*p)
 			*p = HostBuffer{}
@@ -685,6 +714,8 @@ func (b *Backend) moeHost(dst, x model.Tensor, m *model.MoE) bool {
 			}
 		case pathMapped:
 			ran, err = b.moeMapped(c, d, s, l, router, &mm)
+		case pathSplit:
+			ran, err = b.moeSplit(c, d, s, l, router, &mm)
 		}
 		if ran || err != nil {
 			return err

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -16,9 +18,12 @@ import (
 // BenchmarkHostExperts times one MoE call at the Qwen3.6-35B-A3B expert
 // shape (256 experts of 2048x512, top-8, Q4_K: 453 MB per block) for n
 // rows, with the experts on the device, read in place over PCIe by the
-// device kernels (mapped), streamed from host RAM, and on the host CPU
-// (the phased path, and cpu-ref: the CPU backend's own MoE; rows 1 and 8
-// only, being slow). Three host blocks are cycled so every streamed call
+// device kernels (mapped), streamed from host RAM, on the host CPU (the
+// phased path, cpu-intdot: the same on the integer-dot kernels, and
+// cpu-ref: the CPU backend's own MoE; rows 1 and 8 only, being slow), and
+// split between mapped device GEMVs and the host CPU (split, split-intdot,
+// up to 8 rows: the default CPU share of the slots; at 1 row also
+// split-c<N>, split-intdot-c<N>: N of the 8 slots on the CPU). Three host blocks are cycled so every streamed call
 // copies its block (the next one's copy overlapping the call, as in a
 // prefill) and no mapped call finds its experts in L2; the device case is
 // the same block every call. The mapped case reports GB/s: the bytes of
@@ -64,22 +69,42 @@ func BenchmarkHostExperts(b *testing.B) {
 		selected := distinctExperts(router, x, E, dim, K)
 		modes := []string{"device", "mapped", "stream"}
 		if n == 1 || n == 8 {
-			modes = append(modes, "cpu", "cpu-ref")
+			modes = append(modes, "cpu", "cpu-intdot", "cpu-ref")
+		}
+		if n <= 8 {
+			modes = append(modes, "split", "split-intdot")
+		}
+		if n == 1 {
+			for c := 1; c <= 4; c++ {
+				modes = append(modes, fmt.Sprintf("split-c%d", c), fmt.Sprintf("split-intdot-c%d", c))
+			}
 		}
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("%s/rows=%d", mode, n), func(b *testing.B) {
 				be, m := g, ms[:]
-				switch mode {
+				g.host.place.CPUIntDot = strings.Contains(mode, "-intdot")
+				g.host.place.SplitCPU = 0
+				defer func() { g.host.place.CPUIntDot, g.host.place.SplitCPU = false, 0 }()
+				switch base, _, _ := strings.Cut(mode, "-"); base {
 				case "device":
 					be, m = dev, []*model.MoE{devm}
 				case "mapped":
 					g.host.place.Run = HostMapped
-				case "cpu", "cpu-ref":
+				case "cpu":
 					g.host.place.Run = HostCPU
 					hostMoEReference = mode == "cpu-ref"
 					defer func() { hostMoEReference = false }()
 				case "stream":
 					g.host.place.Run = HostStream
+				case "split":
+					g.host.place.Run = HostSplit
+					if i := strings.LastIndex(mode, "-c"); i >= 0 {
+						c, err := strconv.Atoi(mode[i+2:])
+						if err != nil {
+							b.Fatal(err)
+						}
+						g.host.place.SplitCPU = c
+					}
 				}
 				gx, gy := be.NewTensor(n, dim), be.NewTensor(n, dim)
 				defer be.FreeTensor(gx)
@@ -98,7 +123,7 @@ func BenchmarkHostExperts(b *testing.B) {
 				}
 				us := float64(b.Elapsed().Nanoseconds()) / 1e3 / float64(b.N)
 				b.ReportMetric(us, "µs/call")
-				if mode == "mapped" {
+				if mode == "mapped" || strings.HasPrefix(mode, "cpu") {
 					b.ReportMetric(float64(int64(selected)*expertBytes)/us/1e3, "GB/s")
 					b.ReportMetric(float64(selected), "experts")
 				}
@@ -182,15 +207,23 @@ func distinctExperts(router, x []float32, E, dim, K int) int {
 
 // BenchmarkHostMoECPU times the CPU path's MoE (hostMoE) against the CPU
 // backend's MoE over the same Qwen3.6-35B-A3B-shaped Q4_K block (no GPU
-// needed), on all host cores. On one core both take the same time (the
-// same dots); the phases are for many cores (fewer, larger parallel
-// loops).
+// needed), on all host cores, on the float kernels (phases, reference)
+// and the integer-dot ones (phases-intdot, reference-intdot: a CPU
+// backend with IntDot). On one core phases and reference take the same
+// time (the same dots); the phases are for many cores (fewer, larger
+// parallel loops). The GB/s metric is the bytes of the distinct experts
+// the rows select over the call's time (for 1 row: 8 experts, 14.2 MB),
+// the rate the split path's default is derived from (offload_split.go).
 func BenchmarkHostMoECPU(b *testing.B) {
 	const E, dim, ff, K = 256, 2048, 512, 8
 	r := rand.New(rand.NewPCG(9, 10))
 	hm := newHostMoE(r, 0, moeCase{gguf.Q4_K, gguf.Q4_K}, E, dim, ff)
-	h := &hostExperts{cpu: cpu.New(cpu.Options{Threads: runtime.NumCPU()}), pool: newHostPool(runtime.NumCPU())}
+	h := &hostExperts{cpu: cpu.New(cpu.Options{Threads: runtime.NumCPU()})}
 	defer h.cpu.Close()
+	refInt := cpu.New(cpu.Options{Threads: runtime.NumCPU(), IntDot: true})
+	defer refInt.Close()
+	expertBytes := int64(len(hm.raws[1])+len(hm.raws[2])+len(hm.raws[3])) / E
+	router := unsafe.Slice((*float32)(unsafe.Pointer(&hm.raws[0][0])), E*dim)
 	l := &hostLayer{}
 	var ws [4]model.Weight
 	for i := range 4 {
@@ -210,21 +243,39 @@ func BenchmarkHostMoECPU(b *testing.B) {
 	}
 	m := &model.MoE{Router: ws[0], Gate: ws[1], Up: ws[2], Down: ws[3], Experts: E, TopK: K, NormTopK: true}
 	for _, n := range []int{1, 8, 64} {
+		xv := randVec(r, n*dim, 1)
 		x := h.cpu.NewTensor(n, dim).(*cpu.Tensor)
-		copy(x.Data, randVec(r, n*dim, 1))
+		copy(x.Data, xv)
 		y := h.cpu.NewTensor(n, dim).(*cpu.Tensor)
-		b.Run(fmt.Sprintf("phases/rows=%d", n), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				if err := h.hostMoE(y, x, l, m); err != nil {
-					b.Fatal(err)
+		selected := int64(distinctExperts(router, xv, E, dim, K))
+		rate := func(b *testing.B) {
+			us := float64(b.Elapsed().Nanoseconds()) / 1e3 / float64(b.N)
+			b.ReportMetric(us, "µs/call")
+			b.ReportMetric(float64(selected*expertBytes)/us/1e3, "GB/s")
+		}
+		for _, intDot := range []bool{false, true} {
+			suffix, ref := "", h.cpu
+			if intDot {
+				suffix, ref = "-intdot", refInt
+			}
+			b.Run(fmt.Sprintf("phases%s/rows=%d", suffix, n), func(b *testing.B) {
+				h.place.CPUIntDot = intDot
+				h.workers() // started outside the timing
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := h.hostMoE(y, x, l, m); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
-		b.Run(fmt.Sprintf("reference/rows=%d", n), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				h.cpu.MoE(y, x, m)
-			}
-		})
+				rate(b)
+			})
+			b.Run(fmt.Sprintf("reference%s/rows=%d", suffix, n), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					ref.MoE(y, x, m)
+				}
+				rate(b)
+			})
+		}
 	}
 	if h.pool != nil {
 		h.pool.close()

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,10 @@ import (
 // is a matmul of the CPU backend over a view of the expert's rows, so each
 // output is the very dot the reference computes, and the sum runs in the
 // reference's expert order: the result is bit-identical to cpu.MoE
-// (TestHostMoEMatchesCPU).
+// (TestHostMoEMatchesCPU), also on the integer-dot path
+// (Placement.CPUIntDot, FTCHAT_CPU_INTDOT=1) against a CPU backend with
+// IntDot: each activation row is quantized whole by every item's matmul,
+// as by the reference's, so every output is again the same dot.
 
 // hostSliceRows is the rows of an expert's gate/up (ff) or down (dim) a
 // work item takes: a few items per expert, so that a decode token's 8
@@ -43,6 +47,7 @@ func hostSliceRows(rows int) int {
 type hostPool struct {
 	workers []*hostWorker
 	start   []chan *hostPhase
+	intDot  bool // the workers' backends take the integer-dot path
 }
 
 type hostPhase struct {
@@ -60,11 +65,11 @@ type hostWorker struct {
 	idx  []int
 }
 
-func newHostPool(n int) *hostPool {
+func newHostPool(n int, intDot bool) *hostPool {
 	n = max(n, 1)
-	p := &hostPool{}
+	p := &hostPool{intDot: intDot}
 	for i := range n {
-		p.workers = append(p.workers, &hostWorker{cb: cpu.New(cpu.Options{Threads: 1}), ten: map[[3]int]*cpu.Tensor{}})
+		p.workers = append(p.workers, &hostWorker{cb: cpu.New(cpu.Options{Threads: 1, IntDot: intDot}), ten: map[[3]int]*cpu.Tensor{}})
 		if i > 0 {
 			ch := make(chan *hostPhase, 1)
 			p.start = append(p.start, ch)
@@ -153,6 +158,8 @@ type hostMoEState struct {
 	active             []int
 	off                []int // arena offset (in rows) of each active expert's rows
 	xe, he, ye, logits []float32
+	splitIds           []int32   // the split path's CPU slots (offload_split.go)
+	splitW             []float32 // and their weights
 }
 
 // viewOf is the CPU weight over rows [r0, r0+rows) of stacked weight w
@@ -206,21 +213,34 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// workers returns the CPU path's pool, started at its first use (again
+// when the integer-dot choice changed: benchmarks compare both).
+func (h *hostExperts) workers() *hostPool {
+	if id := h.place.intDot(); h.pool == nil || h.pool.intDot != id {
+		if h.pool != nil {
+			h.pool.close()
+		}
+		h.pool = newHostPool(runtime.NumCPU(), id)
+	}
+	return h.pool
+}
+
+// state returns layer l's CPU-path state, made at its first use.
+func (l *hostLayer) state(E, dim int) *hostMoEState {
+	if l.cpuState == nil {
+		ff := l.gate.rows / E
+		l.cpuState = &hostMoEState{views: make([]*expertViews, E), ffSlice: hostSliceRows(ff), dimSlice: hostSliceRows(dim)}
+	}
+	return l.cpuState
+}
+
 // hostMoE writes y = MoE(x) over layer l's host experts (the CPU
 // backend's MoE semantics), x and y being n×dim tensors of cb's.
 func (h *hostExperts) hostMoE(y, x *cpu.Tensor, l *hostLayer, m *model.MoE) error {
-	if h.pool == nil {
-		h.pool = newHostPool(runtime.NumCPU())
-	}
-	p := h.pool
-	n, dim := x.Rows(), x.Cols()
+	p := h.workers()
+	n := x.Rows()
 	E, K := m.Experts, m.TopK
-	ff := l.gate.rows / E
-	st := l.cpuState
-	if st == nil {
-		st = &hostMoEState{views: make([]*expertViews, E), ffSlice: hostSliceRows(ff), dimSlice: hostSliceRows(dim)}
-		l.cpuState = st
-	}
+	st := l.state(E, x.Cols())
 
 	// Router logits on the multi-threaded backend, then top-k per row.
 	st.logits = grow(st.logits, n*E)
@@ -233,6 +253,22 @@ func (h *hostExperts) hostMoE(y, x *cpu.Tensor, l *hostLayer, m *model.MoE) erro
 		}
 		cpu.RouteTopK(st.logits[r*E:(r+1)*E], K, m.NormTopK, w.prob, w.idx, st.ids[r*K:(r+1)*K], st.wts[r*K:(r+1)*K])
 	})
+	return h.expertSum(y, x, l, E, st.ids, st.wts, K)
+}
+
+// expertSum writes y[r] = the sum over j < k of wts[r*k+j] times expert
+// ids[r*k+j]'s SwiGLU FFN of x[r], adding in expert order (as the CPU
+// backend's MoE does): hostMoE after routing, and the split path's CPU
+// share with the device's ids (k of each row's slots). ids and wts may be
+// the layer state's own.
+func (h *hostExperts) expertSum(y, x *cpu.Tensor, l *hostLayer, E int, ids []int32, wts []float32, K int) error {
+	p := h.workers()
+	n, dim := x.Rows(), x.Cols()
+	ff := l.gate.rows / E
+	st := l.state(E, dim)
+	if len(ids) < n*K || len(wts) < n*K {
+		return fmt.Errorf("gpu: host MoE: %d ids and %d weights for %d rows of top-%d", len(ids), len(wts), n, K)
+	}
 	if len(st.rowsOf) < E {
 		st.rowsOf, st.wOf = make([][]int32, E), make([][]float32, E)
 	}
@@ -241,9 +277,12 @@ func (h *hostExperts) hostMoE(y, x *cpu.Tensor, l *hostLayer, m *model.MoE) erro
 	}
 	for r := range n {
 		for j := range K {
-			e := st.ids[r*K+j]
+			e := ids[r*K+j]
+			if e < 0 || int(e) >= E {
+				return fmt.Errorf("gpu: host MoE: row %d slot %d routed to expert %d of %d", r, j, e, E)
+			}
 			st.rowsOf[e] = append(st.rowsOf[e], int32(r))
-			st.wOf[e] = append(st.wOf[e], st.wts[r*K+j])
+			st.wOf[e] = append(st.wOf[e], wts[r*K+j])
 		}
 	}
 	st.active, st.off = st.active[:0], st.off[:0]

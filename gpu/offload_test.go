@@ -411,11 +411,16 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 //     wrong, stale or misplaced expert output is an O(1) error. The op
 //     itself is checked exactly by TestHostExpertMoE;
 //   - automatic (StreamMinRows 32): the prefill streams, the decode steps
-//     are mapped: bit-identical to the all-device run.
+//     are mapped: bit-identical to the all-device run;
+//   - split (StreamMinRows 32): the prefill streams (bit-identical), the
+//     decode steps split each call's slots between mapped device GEMVs
+//     and the CPU (float32 throughout, another summation order): within
+//     5e-2 of the float32-MoE run, as the CPU path.
 //
 // The stats must count every call where it ran.
 func TestHostExpertModel(t *testing.T) {
 	openTestDevice(t)
+	t.Setenv("FTCHAT_SPLIT_CPU", "") // the default CPU share: 1 of the tiny models' 2 slots
 	for _, c := range []struct {
 		preset string
 		typ    gguf.Type
@@ -429,7 +434,7 @@ func TestHostExpertModel(t *testing.T) {
 			f := synthModel(t, c.preset, c.typ, 9)
 			r0 := runHostModel(t, f, nil, 0)
 			r1 := runHostModel(t, f, nil, 1)
-			for _, run := range []HostRun{HostStream, HostCPU, HostAuto, HostMapped} {
+			for _, run := range []HostRun{HostStream, HostCPU, HostAuto, HostMapped, HostSplit} {
 				p := Placement{HostExperts: c.host, Run: run, StreamMinRows: 32}
 				got := runHostModel(t, f, &p, 0)
 				checkHostModel(t, fmt.Sprintf("run %d", run), got, r0, r1, p)
@@ -497,12 +502,12 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 	const steps, tokens = 5, 104
 	H := int64(p.HostLayers())
 	mapped := got.stats.MappedLayers == int(H) && H > 0
-	if (p.Run == HostMapped || p.Run == HostAuto) && !mapped {
+	if (p.Run == HostMapped || p.Run == HostAuto || p.Run == HostSplit) && !mapped {
 		t.Errorf("%s: %d of %d host layers mapped: %s %s", name, got.stats.MappedLayers, H, got.stats.MapError, got.stats.PinError)
 	}
 	for s := range got.logits {
 		want, tol, ref := r0.logits[s], 0.0, "all-device"
-		if p.Run == HostCPU || (!mapped && (p.Run == HostMapped || (p.Run == HostAuto && s > 0))) {
+		if p.Run == HostCPU || (p.Run == HostSplit && s > 0) || (!mapped && (p.Run == HostMapped || (p.Run == HostAuto && s > 0))) {
 			want, tol, ref = r1.logits[s], 5e-2, "all-device float32 MoE"
 		}
 		e, err := relErr(got.logits[s], want)
@@ -513,7 +518,7 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 		}
 	}
 	st := got.stats
-	var wantCPU, wantStream, wantMapped, wantCPUTok, wantStreamTok, wantMappedTok int64
+	var wantCPU, wantStream, wantMapped, wantSplit, wantCPUTok, wantStreamTok, wantMappedTok, wantSplitTok int64
 	switch p.Run {
 	case HostCPU:
 		wantCPU, wantCPUTok = steps*H, tokens*H
@@ -524,15 +529,19 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 	case HostAuto:
 		wantStream, wantStreamTok = H, 100*H
 		wantMapped, wantMappedTok = (steps-1)*H, (tokens-100)*H
+	case HostSplit:
+		wantStream, wantStreamTok = H, 100*H
+		wantSplit, wantSplitTok = (steps-1)*H, (tokens-100)*H
 	}
 	if !mapped {
-		wantCPU, wantCPUTok, wantMapped, wantMappedTok = wantCPU+wantMapped, wantCPUTok+wantMappedTok, 0, 0
+		wantCPU, wantCPUTok = wantCPU+wantMapped+wantSplit, wantCPUTok+wantMappedTok+wantSplitTok
+		wantMapped, wantMappedTok, wantSplit, wantSplitTok = 0, 0, 0, 0
 	}
 	if st.HostLayers != int(H) || st.CPUCalls != wantCPU || st.CPUTokens != wantCPUTok ||
 		st.StreamCalls != wantStream || st.StreamTokens != wantStreamTok || st.CacheHits+st.CacheMisses != wantStream ||
-		st.MappedCalls != wantMapped || st.MappedTokens != wantMappedTok {
-		t.Errorf("%s: stats %+v; want %d host layers, %d CPU calls of %d tokens, %d streamed of %d tokens, %d mapped of %d tokens",
-			name, st, H, wantCPU, wantCPUTok, wantStream, wantStreamTok, wantMapped, wantMappedTok)
+		st.MappedCalls != wantMapped || st.MappedTokens != wantMappedTok || st.SplitCalls != wantSplit || st.SplitTokens != wantSplitTok {
+		t.Errorf("%s: stats %+v; want %d host layers, %d CPU calls of %d tokens, %d streamed of %d tokens, %d mapped of %d tokens, %d split of %d tokens",
+			name, st, H, wantCPU, wantCPUTok, wantStream, wantStreamTok, wantMapped, wantMappedTok, wantSplit, wantSplitTok)
 	}
 	if wantStream > 0 && st.StreamedBytes == 0 {
 		t.Errorf("%s: %d streamed calls but no streamed bytes", name, st.StreamCalls)
@@ -554,9 +563,18 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 // the same bytes: real quant types (gate/up and down may differ), NVFP4
 // with per-expert second-level scales, slices that do and do not divide
 // the expert, 1 to 100 rows, top-1 and top-4, renormalised or not, the
-// output poisoned with NaN first, on pools of 1, 3 and 8 workers.
+// output poisoned with NaN first, on pools of 1, 3 and 8 workers; and on
+// the integer-dot path (Placement.CPUIntDot) against a CPU backend with
+// IntDot (Q4_K, Q6_K and Q8_0 have integer kernels; F16 and NVFP4 stay
+// float there too).
 func TestHostMoEMatchesCPU(t *testing.T) {
-	ref := cpu.New(cpu.Options{Threads: 2})
+	for _, intDot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("intdot=%v", intDot), func(t *testing.T) { testHostMoEMatchesCPU(t, intDot) })
+	}
+}
+
+func testHostMoEMatchesCPU(t *testing.T, intDot bool) {
+	ref := cpu.New(cpu.Options{Threads: 2, IntDot: intDot})
 	t.Cleanup(ref.Close)
 	r := rand.New(rand.NewPCG(51, 52))
 	const E = 16
@@ -574,7 +592,7 @@ func TestHostMoEMatchesCPU(t *testing.T) {
 		hm := newHostMoE(r, 0, c.tc, E, c.dim, c.ff)
 		for _, workers := range []int{1, 3, 8} {
 			name := fmt.Sprintf("%s-%s dim %d ff %d, %d workers", c.tc.gu, c.tc.down, c.dim, c.ff, workers)
-			h := &hostExperts{cpu: cpu.New(cpu.Options{Threads: 2}), pool: newHostPool(workers)}
+			h := &hostExperts{place: Placement{CPUIntDot: intDot}, cpu: cpu.New(cpu.Options{Threads: 2, IntDot: intDot}), pool: newHostPool(workers, intDot)}
 			l := &hostLayer{}
 			var refW [4]model.Weight
 			for i := range 4 {

@@ -26,6 +26,15 @@ type Placement struct {
 	// stream the layer's experts to the device; smaller ones (decode) run
 	// on the CPU. 0 means the backend's default.
 	StreamMinRows int
+	// SplitCPU is, under HostSplit, how many of each token's top-k slots
+	// the host CPU computes (the device the rest); 0 takes FTCHAT_SPLIT_CPU
+	// or the default derived from the measured rates (splitCPUSlots).
+	SplitCPU int
+	// CPUIntDot runs the host CPU's expert matmuls on the CPU backend's
+	// integer-dot path (cpu.Options.IntDot: activations quantized to 8
+	// bits once per matmul); FTCHAT_CPU_INTDOT=1 also sets it, as for the
+	// CPU backend.
+	CPUIntDot bool
 }
 
 // HostRun is how host-resident experts are computed.
@@ -36,6 +45,11 @@ const (
 	HostCPU                   // always on the CPU (host cores, the CPU backend's kernels)
 	HostStream                // always streamed over PCIe into a device staging buffer
 	HostMapped                // the device's MoE kernels read the selected experts in host RAM over PCIe (zero-copy mapped)
+	// HostSplit: calls below StreamMinRows (decode) route on the device,
+	// then the device reads some of each token's selected experts mapped
+	// while the host CPU computes the others, and the CPU's partial sum is
+	// added on the device (offload_split.go); larger calls stream.
+	HostSplit
 )
 
 // OnHost reports whether block layer's experts stay in host RAM.
@@ -224,7 +238,8 @@ func (in PlacementInput) plan(h int) PlacementPlan {
 		}
 	}
 	if p.HostBlocks > 0 && in.Run != HostCPU && in.Run != HostMapped {
-		// HostCPU and HostMapped never stream, and the backend allocates
+		// HostCPU and HostMapped never stream (HostSplit streams prefill
+		// like HostAuto), and the backend allocates
 		// the staging at the first streamed call.
 		p.Staging = StreamStagingBytes(largest)
 	}

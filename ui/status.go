@@ -388,6 +388,10 @@ func plural(n int, one, many string) string {
 // mapped calls show only once there are some, so a pane without them reads
 // as before mapped reads existed.
 func hostCalls(s engine.Stats) string {
+	if s.ExpertSplitCalls > 0 {
+		return fmt.Sprintf("host experts %s split / %s mapped / %s cpu / %s streamed calls",
+			formatInt(s.ExpertSplitCalls), formatInt(s.ExpertMappedCalls), formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls))
+	}
 	if s.ExpertMappedCalls > 0 {
 		return fmt.Sprintf("host experts %s mapped / %s cpu / %s streamed calls",
 			formatInt(s.ExpertMappedCalls), formatInt(s.ExpertCPUCalls), formatInt(s.ExpertStreamCalls))
@@ -401,6 +405,10 @@ func hostCallsDetail(s engine.Stats) string {
 		formatInt(s.ExpertCPUCalls), formatInt(s.ExpertCPUTokens), formatInt(s.ExpertStreamCalls), formatInt(s.ExpertStreamTokens))
 	if s.ExpertMappedCalls > 0 {
 		d = fmt.Sprintf("%s mapped (%s tokens), ", formatInt(s.ExpertMappedCalls), formatInt(s.ExpertMappedTokens)) + d
+	}
+	if s.ExpertSplitCalls > 0 {
+		d = fmt.Sprintf("%s split GPU/CPU (%s tokens, %d slots a token on the CPU, CPU %s of %s), ", formatInt(s.ExpertSplitCalls),
+			formatInt(s.ExpertSplitTokens), s.ExpertSplitCPUSlots, s.ExpertSplitCPUTime.Round(time.Millisecond), s.ExpertSplitTime.Round(time.Millisecond)) + d
 	}
 	return d
 }

@@ -91,3 +91,20 @@ func TestPlacementShowsMappedCalls(t *testing.T) {
 		}
 	}
 }
+
+// Split calls (--expert-run split) are counted in the pane and in /stats,
+// with the CPU's share, once there are some.
+func TestPlacementShowsSplitCalls(t *testing.T) {
+	s := offloadStats()
+	s.ExpertRun = "split"
+	s.ExpertSplitCalls, s.ExpertSplitTokens, s.ExpertSplitCPUSlots = 2900, 3000, 3
+	s.ExpertSplitTime, s.ExpertSplitCPUTime = 1200*time.Millisecond, 700*time.Millisecond
+	pane := ansi.Strip(strings.Join(statusLines(s, 200, newStyles()), "\n"))
+	if w := "host experts 2,900 split / 0 mapped / 10,850 cpu / 62 streamed calls"; !strings.Contains(pane, w) {
+		t.Errorf("status lacks %q:\n%s", w, pane)
+	}
+	table := statsTable(s)
+	if w := "2,900 split GPU/CPU (3,000 tokens, 3 slots a token on the CPU, CPU 700ms of 1.2s), 10,850 on the CPU"; !strings.Contains(table, w) {
+		t.Errorf("/stats lacks %q:\n%s", w, table)
+	}
+}
