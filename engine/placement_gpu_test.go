@@ -52,8 +52,9 @@ func TestGPUExpertPlacement(t *testing.T) {
 				t.Errorf("--expert-run cpu streamed %d calls", st.ExpertStreamCalls)
 			}
 			if tc.o.ExpertRun == "split" {
-				// 8 decode steps (greedyRun), each one call per host layer.
-				if st.ExpertRun != "split" || st.ExpertSplitCalls != int64(8*tc.host) || st.ExpertSplitTokens != st.ExpertSplitCalls ||
+				// 8 decode steps (greedyRun), each one 1-row call per host
+				// layer (a prefill chunk under 12 rows would add more).
+				if st.ExpertRun != "split" || st.ExpertSplitCalls < int64(8*tc.host) || st.ExpertSplitTokens < st.ExpertSplitCalls ||
 					st.ExpertSplitCPUSlots < 1 || st.ExpertSplitCPUTime <= 0 || st.ExpertMappedCalls != 0 || st.ExpertCPUCalls != 0 {
 					t.Errorf("--expert-run split: stats %+v; want the decode calls split (%d host layers), none mapped or on the CPU", st, tc.host)
 				}
