@@ -62,7 +62,8 @@ var moeForce atomic.Int32
 // moeGemv2 selects the second decode-GEMV pair (kernels/moe_gemv2.cuh:
 // a warp per MOE2_RW rows, the activation staged in shared memory):
 // FTCHAT_MOEV=2, or tests. Either kernel falls back to the first pair
-// when its staged activation would not fit moe2MaxShared.
+// when its staged activation would not fit moe2MaxShared. It also selects
+// moe_topk2 for the routing (moeTopkKernel).
 var moeGemv2 atomic.Bool
 
 func init() { moeGemv2.Store(os.Getenv("FTCHAT_MOEV") == "2") }
@@ -83,7 +84,7 @@ var moeTyped = []struct{ prefix, module string }{
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
-var moeKernels = []string{"moe_topk", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows", "moe_scale_pairs"}
+var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows", "moe_scale_pairs"}
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {
@@ -271,7 +272,16 @@ func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, 
 	} else if err := b.matmul(c, logits, x, n, r); err != nil {
 		return err
 	}
-	return b.launch(c, "moe_topk", Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, logits, n, l.E, l.K, l.norm, ids, wts)
+	return b.launch(c, moeTopkKernel(), Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, logits, n, l.E, l.K, l.norm, ids, wts)
+}
+
+// moeTopkKernel is the softmax/top-k kernel moeRoute launches: moe_topk2
+// (logits in registers, same bits) with moeGemv2, else moe_topk.
+func moeTopkKernel() string {
+	if moeGemv2.Load() {
+		return "moe_topk2"
+	}
+	return "moe_topk"
 }
 
 // moeDecode: the GEMV path (n*K pairs <= 65535).

@@ -2,8 +2,10 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/model"
@@ -168,6 +170,87 @@ func BenchmarkMoEDecode(b *testing.B) {
 		}
 		for _, w := range []*Weight{router, gate, up, down} {
 			g.FreeWeight(w)
+		}
+	}
+}
+
+// TestMoETopk runs moe_topk and moe_topk2 on the same logits and requires
+// the same ids and weights bit for bit: expert counts below, at and above
+// a warp's lanes up to the 1024 maximum, top-1 to top-32, renormalised or
+// not, and rows that stress the order: many ties (logits on a coarse
+// grid), ±0, -inf, NaN among the logits, and a row all NaN.
+func TestMoETopk(t *testing.T) {
+	g := newTestBackend(t)
+	r := rand.New(rand.NewPCG(85, 86))
+	for _, E := range []int{8, 37, 128, 256, 1024} {
+		for _, K := range []int{1, 8, min(32, E)} {
+			for _, norm := range []bool{false, true} {
+				const n = 6
+				lg := make([]float32, n*E)
+				for i := range lg {
+					lg[i] = float32(r.IntN(9)-4) * 0.5 // ties
+				}
+				row := func(t int) []float32 { return lg[t*E : (t+1)*E] }
+				for i, v := range row(1) {
+					row(1)[i] = v * float32(r.Float64())
+				}
+				row(2)[0], row(2)[E-1] = float32(math.Copysign(0, -1)), 0
+				for i := range row(3) {
+					if r.IntN(3) == 0 {
+						row(3)[i] = float32(math.Inf(-1))
+					}
+				}
+				row(4)[E/2] = float32(math.NaN())
+				row(4)[0] = float32(math.NaN())
+				for i := range row(5) {
+					row(5)[i] = float32(math.NaN())
+				}
+				var out [2]struct {
+					ids []int32
+					wts []float32
+				}
+				for v, name := range []string{"moe_topk", "moe_topk2"} {
+					ids, wts := make([]int32, n*K), make([]float32, n*K)
+					err := g.dev.Do(func(c *Ctx) error {
+						bl, err := c.Alloc(int64(4*len(lg)), "test logits")
+						if err != nil {
+							return err
+						}
+						defer c.Free(bl)
+						bi, err := c.Alloc(int64(4*n*K), "test ids")
+						if err != nil {
+							return err
+						}
+						defer c.Free(bi)
+						bw, err := c.Alloc(int64(4*n*K), "test weights")
+						if err != nil {
+							return err
+						}
+						defer c.Free(bw)
+						if err := c.CopyToDevice(bl.Ptr, unsafe.Pointer(&lg[0]), int64(4*len(lg))); err != nil {
+							return err
+						}
+						if err := g.launch(c, name, Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, bl.Ptr, n, E, K, norm, bi.Ptr, bw.Ptr); err != nil {
+							return err
+						}
+						if err := c.CopyToHost(unsafe.Pointer(&ids[0]), bi.Ptr, int64(4*n*K)); err != nil {
+							return err
+						}
+						return c.CopyToHost(unsafe.Pointer(&wts[0]), bw.Ptr, int64(4*n*K))
+					})
+					if err != nil {
+						t.Fatalf("%s E=%d K=%d: %v", name, E, K, err)
+					}
+					out[v].ids, out[v].wts = ids, wts
+				}
+				for i := range out[0].ids {
+					if out[0].ids[i] != out[1].ids[i] || math.Float32bits(out[0].wts[i]) != math.Float32bits(out[1].wts[i]) {
+						t.Errorf("E=%d K=%d norm=%v token %d slot %d: moe_topk2 gives expert %d weight %v, moe_topk %d %v",
+							E, K, norm, i/K, i%K, out[1].ids[i], out[1].wts[i], out[0].ids[i], out[0].wts[i])
+						break
+					}
+				}
+			}
 		}
 	}
 }

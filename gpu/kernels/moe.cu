@@ -57,6 +57,79 @@ extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ntok, 
     if (lane < topk) wts[t * topk + lane] = norm ? mine / tot : mine;
 }
 
+// moe_topk2 (FTCHAT_MOEV=2): moe_topk with the token's logits loaded once
+// into registers (lane holds experts lane + 32j, nexp <= 1024) instead of
+// re-read from memory by every pass, and the per-k warp argmax done with
+// two redux.sync (max of an order-preserving key, then min id among the
+// lanes holding it) instead of five rounds of paired shuffles. The same
+// max, sum order, candidate rule and (value desc, id asc) order as
+// moe_topk, so it writes the same ids and weights bit for bit (TestMoETopk).
+#define TOPK_PL 32
+
+// Unsigned key whose order is the float order of v (not NaN; -0 as +0,
+// which the float comparisons treat as equal). Never 0.
+__device__ __forceinline__ unsigned topk_key(float v) {
+    unsigned u = __float_as_uint(v == 0.f ? 0.f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float topk_val(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+extern "C" __global__ void moe_topk2(const float* __restrict__ logits, int ntok, int nexp, int topk, int norm,
+                                     int* __restrict__ ids, float* __restrict__ wts) {
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (t >= ntok) return;
+    const float* l = logits + (size_t)t * nexp;
+    float v[TOPK_PL];
+#pragma unroll
+    for (int j = 0; j < TOPK_PL; j++) v[j] = lane + 32 * j < nexp ? l[lane + 32 * j] : -INFINITY;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < TOPK_PL; j++) mx = fmaxf(mx, v[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < TOPK_PL; j++)
+        if (lane + 32 * j < nexp) sum += expf(v[j] - mx);
+    sum = warp_sum(sum);
+    float prev = INFINITY, tot = 0.f, mine = 0.f;
+    int prevId = -1;
+    for (int k = 0; k < topk; k++) {
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < TOPK_PL; j++) {
+            int e = lane + 32 * j;
+            float x = v[j];
+            bool after = x < prev || (x == prev && e > prevId);
+            if (e < nexp && after && (bi == 0x7fffffff || x > best)) {
+                best = x;
+                bi = e;
+            }
+        }
+        unsigned key = bi != 0x7fffffff ? topk_key(best) : 0u;
+        unsigned mk = __reduce_max_sync(0xffffffffu, key);
+        unsigned id = __reduce_min_sync(0xffffffffu, mk != 0u && key == mk ? (unsigned)bi : 0xffffffffu);
+        if (mk == 0u) {  // no candidate left (NaN logits): keep the id in range, as moe_topk
+            best = -INFINITY;
+            bi = 0;
+        } else {
+            best = topk_val(mk);
+            bi = (int)id;
+        }
+        float pr = expf(best - mx) / sum;
+        if (lane == k) mine = pr;
+        if (lane == 0) ids[t * topk + k] = bi;
+        tot += pr;
+        prev = best;
+        prevId = bi;
+    }
+    if (lane < topk) wts[t * topk + lane] = norm ? mine / tot : mine;
+}
+
 // Group the npairs (token, slot) pairs by expert, in one CTA of 1024
 // threads (nexp <= 1024): histogram of ids, exclusive scan, then each pair
 // takes a slot in its expert's run: sorted[pos] = pair, inv[pair] = pos.
