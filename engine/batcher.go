@@ -576,21 +576,7 @@ func (b *Batcher) step() bool {
 		}
 	}
 	t0 := time.Now()
-	// row r's logits: left on the device, where sampleNext asks only for
-	// what it needs, unless FTCHAT_DEVICE_SAMPLING=0 copies them all.
-	var rowLogits func(r int) sample.Logits
-	var err error
-	if deviceSampling() {
-		var l *model.Logits
-		if l, err = e.mdl.ForwardLogits(batch, rows); err == nil {
-			rowLogits = l.Row
-		}
-	} else {
-		var logits []float32
-		logits, err = e.mdl.Forward(batch, rows)
-		V := e.mdl.Config.Vocab
-		rowLogits = func(r int) sample.Logits { return sample.Slice(logits[r*V : (r+1)*V]) }
-	}
+	logits, err := e.mdl.Forward(batch, rows)
 	if err == nil {
 		err = backendErr(e.be)
 	}
@@ -603,6 +589,7 @@ func (b *Batcher) step() bool {
 		}
 		return true
 	}
+	V := e.mdl.Config.Vocab
 	var cont []*batchSeq
 	r := 0
 	for _, p := range parts {
@@ -616,7 +603,7 @@ func (b *Batcher) step() bool {
 		if !p.last {
 			continue
 		}
-		lg := rowLogits(r)
+		lg := logits[r*V : (r+1)*V]
 		r++
 		decode++
 		if b.sampleNext(p.s, lg) {
@@ -1020,23 +1007,12 @@ func (b *Batcher) preempt(s *batchSeq) {
 	b.mu.Unlock()
 }
 
-// sampleNext samples s's next token from src and handles it as Session
-// does; it reports whether s goes on (its token was added to hist). A JSON
-// constraint (it masks the row) and logprobs read the whole row; other
-// requests sample where the row lives (Sampler.SampleFrom).
-func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
+// sampleNext samples s's next token from lg and handles it as Session
+// does; it reports whether s goes on (its token was added to hist).
+func (b *Batcher) sampleNext(s *batchSeq, lg []float32) bool {
 	e := b.e
 	var id int32
-	var lg []float32
-	if s.json != nil || s.req.Logprobs {
-		lg = src.All()
-	}
-	if err := sourceErr(src); err != nil {
-		b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
-		return false
-	}
-	switch {
-	case s.json != nil:
+	if s.json != nil {
 		s.masked = append(s.masked[:0], lg...)
 		s.json.Mask(s.masked)
 		id = s.sampler.Sample(s.masked, s.hist)
@@ -1044,14 +1020,8 @@ func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
 			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
 			return false
 		}
-	case lg != nil:
+	} else {
 		id = s.sampler.Sample(lg, s.hist)
-	default:
-		id = s.sampler.SampleFrom(src, s.hist)
-		if err := sourceErr(src); err != nil {
-			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
-			return false
-		}
 	}
 	if s.req.Logprobs {
 		s.logprobs = append(s.logprobs, tokenLogprob(e.tok, lg, id, s.req.TopLogprobs))

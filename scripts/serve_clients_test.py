@@ -142,6 +142,64 @@ def openai_tools_stream():
     assert final.choices[0].finish_reason == "tool_calls", final
 
 
+# A prompt that asks for no tool, and a second tool: tool_choice must force
+# the call (SmolLM2-135M answers this in text otherwise).
+STORY = [{"role": "user", "content": "Tell me a short story about a cat."}]
+OA_ADD = {"type": "function", "function": {"name": "add", "description": "Add two integers", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+AN_ADD = {"name": "add", "description": "Add two integers", "input_schema": OA_ADD["function"]["parameters"]}
+
+
+def check_forced_args(name, args):
+    if name == "get_weather":
+        assert set(args) == {"city"} and isinstance(args["city"], str), args
+    else:
+        assert name == "add" and set(args) == {"a", "b"} and all(isinstance(args[k], int) for k in "ab"), (name, args)
+
+
+@check
+def openai_tool_choice():
+    tools = OA_TOOLS + [OA_ADD]
+    for choice, want in [("required", None), ({"type": "function", "function": {"name": "add"}}, "add"),
+                         ({"type": "function", "function": {"name": "get_weather"}}, "get_weather")]:
+        r = oa.chat.completions.create(model=MODEL, messages=STORY, tools=tools, tool_choice=choice, temperature=0, max_tokens=80)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, (choice, c)
+        call = c.message.tool_calls[0]
+        assert want is None or call.function.name == want, (choice, call)
+        check_forced_args(call.function.name, json.loads(call.function.arguments))
+        with oa.chat.completions.stream(model=MODEL, messages=STORY, tools=tools, tool_choice=choice, temperature=0, max_tokens=80) as s:
+            final = s.get_final_completion()
+        sc = final.choices[0].message.tool_calls[0]
+        assert sc.function.name == call.function.name and json.loads(sc.function.arguments) == json.loads(call.function.arguments), (sc, call)
+    try:
+        oa.chat.completions.create(model=MODEL, messages=STORY, tools=tools, max_tokens=5,
+                                   tool_choice={"type": "function", "function": {"name": "get_time"}})
+        raise AssertionError("tool_choice naming an unknown tool accepted")
+    except openai.BadRequestError as e:
+        assert "get_time" in str(e), e
+
+
+@check
+def anthropic_tool_choice():
+    tools = AN_TOOLS + [AN_ADD]
+    for choice, want in [({"type": "any"}, None), ({"type": "tool", "name": "add"}, "add"),
+                         ({"type": "tool", "name": "get_weather"}, "get_weather")]:
+        r = an.messages.create(model=MODEL, max_tokens=80, **GREEDY, tools=tools, tool_choice=choice, messages=STORY)
+        uses = [b for b in r.content if b.type == "tool_use"]
+        assert r.stop_reason == "tool_use" and len(uses) == 1 and (want is None or uses[0].name == want), (choice, r)
+        check_forced_args(uses[0].name, uses[0].input)
+        with an.messages.stream(model=MODEL, max_tokens=80, **GREEDY, tools=tools, tool_choice=choice, messages=STORY) as s:
+            final = s.get_final_message()
+        fu = [b for b in final.content if b.type == "tool_use"][0]
+        assert fu.name == uses[0].name and fu.input == uses[0].input, (fu, uses[0])
+    try:
+        an.messages.create(model=MODEL, max_tokens=5, tools=tools, tool_choice={"type": "tool", "name": "get_time"}, messages=STORY)
+        raise AssertionError("tool_choice naming an unknown tool accepted")
+    except anthropic.BadRequestError as e:
+        assert "get_time" in str(e), e
+
+
 @check
 def openai_json_modes():
     r = oa.chat.completions.create(model=MODEL, temperature=0, max_tokens=120, response_format={"type": "json_object"},

@@ -101,15 +101,21 @@ func parseMessagesRequest(body []byte, lim Limits, countOnly bool) (*msgParams, 
 		return nil, err
 	}
 	useTools := true
+	var force *engine.ForceCall
 	if tc := r.ToolChoice; tc != nil {
 		switch tc.Type {
 		case "", "auto":
 		case "none":
 			useTools = false
-		case "any", "tool":
-			return nil, badRequest("tool_choice", "tool_choice %q is not supported (no constrained decoding); use \"auto\" or \"none\"", tc.Type)
+		case "any":
+			force = &engine.ForceCall{}
+		case "tool":
+			if tc.Name == "" {
+				return nil, badRequest("tool_choice.name", "tool_choice type \"tool\" needs a name")
+			}
+			force = &engine.ForceCall{Name: tc.Name}
 		default:
-			return nil, badRequest("tool_choice", "tool_choice type %q: use \"auto\" or \"none\"", truncate(tc.Type, 40))
+			return nil, badRequest("tool_choice", "tool_choice type %q: use \"auto\", \"any\", \"tool\" or \"none\"", truncate(tc.Type, 40))
 		}
 	}
 	if len(r.Tools) > lim.MaxTools {
@@ -132,6 +138,9 @@ func parseMessagesRequest(body []byte, lim Limits, countOnly bool) (*msgParams, 
 	}
 	if !useTools {
 		tools = nil
+	}
+	if aerr := checkForceCall(force, tools, "tool_choice", false); aerr != nil {
+		return nil, aerr
 	}
 
 	var msgs []engine.Message
@@ -162,6 +171,7 @@ func parseMessagesRequest(body []byte, lim Limits, countOnly bool) (*msgParams, 
 		msgs = append(msgs, out...)
 	}
 	p.req.Messages, p.req.Tools, p.req.MaxTokens = msgs, tools, mt
+	p.req.ForceCall = force
 	p.req.Sampling = sampling(r.Temperature, r.TopP, r.TopK, nil)
 	p.req.Sampling.Stop = stops
 	return p, nil

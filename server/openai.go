@@ -105,6 +105,30 @@ func responseFormat(rf *oaResponseFormat) (*sample.Schema, *apiError) {
 	return nil, badRequest("response_format", "response_format type %q: supported are text, json_object and json_schema", truncate(rf.Type, 40))
 }
 
+// checkForceCall checks a forced tool call (tool_choice required or
+// named) against the request's tools: there must be tools, a named one
+// must be among them, and a JSON response format cannot hold a call.
+func checkForceCall(force *engine.ForceCall, tools []engine.Tool, param string, jsonFormat bool) *apiError {
+	if force == nil {
+		return nil
+	}
+	if len(tools) == 0 {
+		return badRequest(param, "%s forces a tool call but the request has no tools", param)
+	}
+	if jsonFormat {
+		return badRequest(param, "%s forces a tool call, which a JSON response format cannot hold", param)
+	}
+	if force.Name == "" {
+		return nil
+	}
+	for _, t := range tools {
+		if t.Name == force.Name {
+			return nil
+		}
+	}
+	return badRequest(param, "%s names the tool %q, which is not among the request's tools", param, truncate(force.Name, 64))
+}
+
 // chatParams is a parsed, checked chat completions request.
 type chatParams struct {
 	model        string
@@ -181,19 +205,30 @@ func parseChatRequest(body []byte, lim Limits) (*chatParams, *apiError) {
 	}
 
 	useTools := true
+	var force *engine.ForceCall
 	if len(r.ToolChoice) > 0 && string(r.ToolChoice) != "null" {
 		var choice string
 		if json.Unmarshal(r.ToolChoice, &choice) != nil {
-			return nil, badRequest("tool_choice", "tool_choice naming a function is not supported (no constrained decoding); use \"auto\" or \"none\"")
-		}
-		switch choice {
-		case "auto":
-		case "none":
-			useTools = false
-		case "required":
-			return nil, badRequest("tool_choice", "tool_choice \"required\" is not supported (no constrained decoding); use \"auto\" or \"none\"")
-		default:
-			return nil, badRequest("tool_choice", "tool_choice %q: use \"auto\" or \"none\"", truncate(choice, 40))
+			var named struct {
+				Type     string `json:"type"`
+				Function *struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if json.Unmarshal(r.ToolChoice, &named) != nil || named.Type != "function" || named.Function == nil || named.Function.Name == "" {
+				return nil, badRequest("tool_choice", `tool_choice: expected "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`)
+			}
+			force = &engine.ForceCall{Name: named.Function.Name}
+		} else {
+			switch choice {
+			case "auto":
+			case "none":
+				useTools = false
+			case "required":
+				force = &engine.ForceCall{}
+			default:
+				return nil, badRequest("tool_choice", "tool_choice %q: use \"auto\", \"none\", \"required\" or a named function", truncate(choice, 40))
+			}
 		}
 	}
 	if len(r.Tools) > lim.MaxTools {
@@ -217,6 +252,10 @@ func parseChatRequest(body []byte, lim Limits) (*chatParams, *apiError) {
 	if !useTools {
 		tools = nil
 	}
+	if aerr := checkForceCall(force, tools, "tool_choice", p.req.JSON != nil); aerr != nil {
+		return nil, aerr
+	}
+	p.req.ForceCall = force
 
 	if len(r.Messages) == 0 {
 		return nil, badRequest("messages", "messages: at least one message is required")

@@ -600,6 +600,7 @@ type Vocab struct {
 	lcp    []int
 	bytes  [][]byte
 	plain  []bool // by id: no quote, backslash or control byte (string content as it is)
+	noTag  []bool // by id: no '<' (cannot start or go on with a tag)
 	eog    []int32
 	maxLen int
 }
@@ -609,11 +610,12 @@ type Vocab struct {
 // allowed); eog are the end-of-generation tokens, allowed once the
 // document is complete.
 func NewVocab(n int, bytesOf func(id int32) []byte, text func(id int32) bool, eog []int32) *Vocab {
-	v := &Vocab{bytes: make([][]byte, n), plain: make([]bool, n), eog: slices.Clone(eog)}
+	v := &Vocab{bytes: make([][]byte, n), plain: make([]bool, n), noTag: make([]bool, n), eog: slices.Clone(eog)}
 	for id := range int32(n) {
 		if b := bytesOf(id); len(b) > 0 && text(id) && !slices.Contains(eog, id) {
 			v.bytes[id] = b
 			v.plain[id] = !slices.ContainsFunc(b, func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 })
+			v.noTag[id] = bytes.IndexByte(b, '<') < 0
 			v.order = append(v.order, id)
 			v.maxLen = max(v.maxLen, len(b))
 		}
@@ -660,52 +662,68 @@ func (c *JSONConstraint) Complete() bool { return c.st.complete() }
 // end-of-generation tokens remain; when no text token fits they remain
 // too, so that the answer ends rather than breaks the JSON.
 func (c *JSONConstraint) Mask(lg []float32) {
-	v := c.v
 	allowed := make([]bool, len(lg))
 	fits := false
 	if !c.st.ended() {
-		states := c.states
-		states[0] = c.st
 		// Inside a string, a token of plain bytes is content as it is:
 		// allowed without stepping (most of a vocabulary).
 		inString := c.st.mode == modeString && c.st.aux == 0
-		valid, dead := 0, -1 // states[:valid+1] hold the last stepped token's prefixes
-		carry := math.MaxInt // common prefix with the last stepped token, over skipped ones
-		for i, id := range v.order {
-			l := min(v.lcp[i], carry)
-			if int(id) >= len(lg) {
-				carry = l
-				continue
+		fits = maskWalk(c.v, allowed, c.st, c.states, func(st jsonState, b byte) (jsonState, bool) { return st.step(b, maxJSONWhitespace) },
+			func(id int32) bool { return inString && c.v.plain[id] })
+	}
+	c.v.finishMask(lg, allowed, c.st.complete() || !fits)
+}
+
+// maskWalk marks in allowed the tokens whose bytes the recognizer accepts
+// from start, walking the vocabulary in byte order so that a token reuses
+// the states of the prefix it shares with the one before it (states has
+// room for the longest token). A token for which pass is true is allowed
+// without stepping. It reports whether any token fits.
+func maskWalk[S any](v *Vocab, allowed []bool, start S, states []S, step func(S, byte) (S, bool), pass func(int32) bool) bool {
+	fits := false
+	states[0] = start
+	valid, dead := 0, -1 // states[:valid+1] hold the last stepped token's prefixes
+	carry := math.MaxInt // common prefix with the last stepped token, over skipped ones
+	for i, id := range v.order {
+		l := min(v.lcp[i], carry)
+		if int(id) >= len(allowed) {
+			carry = l
+			continue
+		}
+		if pass(id) {
+			allowed[id], fits, carry = true, true, l
+			continue
+		}
+		b := v.bytes[id]
+		if dead >= 0 && l > dead {
+			carry = l
+			continue // shares the rejected prefix
+		}
+		carry = math.MaxInt
+		dead = -1
+		d := min(valid, l)
+		for d < len(b) {
+			s, ok := step(states[d], b[d])
+			if !ok {
+				dead = d
+				break
 			}
-			if inString && v.plain[id] {
-				allowed[id], fits, carry = true, true, l
-				continue
-			}
-			b := v.bytes[id]
-			if dead >= 0 && l > dead {
-				carry = l
-				continue // shares the rejected prefix
-			}
-			carry = math.MaxInt
-			dead = -1
-			d := min(valid, l)
-			for d < len(b) {
-				s, ok := states[d].step(b[d], maxJSONWhitespace)
-				if !ok {
-					dead = d
-					break
-				}
-				states[d+1] = s
-				d++
-			}
-			valid = d
-			if dead < 0 {
-				allowed[id] = true
-				fits = true
-			}
+			states[d+1] = s
+			d++
+		}
+		valid = d
+		if dead < 0 {
+			allowed[id] = true
+			fits = true
 		}
 	}
-	if c.st.complete() || !fits {
+	return fits
+}
+
+// finishMask allows the end-of-generation tokens when eog is set and
+// sets every token not allowed to -Inf.
+func (v *Vocab) finishMask(lg []float32, allowed []bool, eog bool) {
+	if eog {
 		for _, id := range v.eog {
 			if int(id) < len(lg) {
 				allowed[id] = true
