@@ -52,13 +52,60 @@ __device__ __forceinline__ float moe2_dot(const float* w, const float* x) {
     return s;
 }
 
-// Decoded unit u of row times x.
+// Decoded unit u of row times x; xs is the sum of x (moe2_xsum), used by
+// the types whose dot is factored.
 template <int T>
-__device__ __forceinline__ float moe2_unit(const uint8_t* row, int u, const float* x) {
+__device__ __forceinline__ float moe2_unit(const uint8_t* row, int u, const float* x, float xs) {
     float w[32];
     int c;
     deq32<T>(unit_ptr<T>(row, u, c), c, w);
     return moe2_dot(w, x);
+}
+
+// Q4_K: sum (d1 q_i - m1) x_i computed as d1 (sum q_i x_i) - m1 (sum x_i),
+// the nibbles q_i turned into floats by the 2^23 trick (a byte permute into
+// 0x4B0000qq and one FADD, no int-to-float conversion, whose throughput
+// bounds the decoder), the block header read as one 16-byte load. Same
+// element order as deq32<T_Q4_K>; float32 throughout, a different rounding
+// than decoding each weight first.
+template <>
+__device__ __forceinline__ float moe2_unit<T_Q4_K>(const uint8_t* row, int u, const float* x, float xs) {
+    const uint8_t* b = row + (size_t)(u >> 3) * 144;
+    int c = u & 7, sh = 8 * (c & 3);
+    uint4 h = *reinterpret_cast<const uint4*>(b);
+    const uint4* qp = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
+    uint4 q0 = qp[0], q1 = qp[1];
+    float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFFu)));
+    float dmin = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+    // scale_min_k4 on the 12 scale bytes h.y, h.z, h.w without indexing
+    uint32_t A = (h.y >> sh) & 0xFFu, B = (h.z >> sh) & 0xFFu, C = (h.w >> sh) & 0xFFu;
+    uint32_t sc = c < 4 ? (A & 63u) : ((C & 0xFu) | ((A >> 6) << 4));
+    uint32_t m = c < 4 ? (B & 63u) : ((C >> 4) | ((B >> 6) << 4));
+    float d1 = d * (float)sc, m1 = dmin * (float)m;
+    int shift = 4 * (c & 1);
+    uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t nib = (w[i] >> shift) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float f = __uint_as_float(__byte_perm(nib, 0x4B000000u, 0x7540u | e)) - 8388608.f;
+            s = fmaf(f, x[4 * i + e], s);
+        }
+    }
+    return fmaf(d1, s, -m1 * xs);
+}
+
+// Sum of a unit of x for the factored dots (0 for the others).
+template <int T>
+__device__ __forceinline__ float moe2_xsum(const float* x) {
+    float s = 0.f;
+    if constexpr (T == T_Q4_K) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) s += x[i];
+    }
+    return s;
 }
 
 // L2 prefetch of about where unit u of row lies.
@@ -112,10 +159,11 @@ __device__ void moe_gemv2_gu_body(const uint8_t* __restrict__ Wg, const uint8_t*
         float x0[32], x1[32];
         moe2_ldx(moe2_xs, u0, x0);
         moe2_ldx(moe2_xs, u1, x1);
+        float s0 = moe2_xsum<T>(x0), s1 = moe2_xsum<T>(x1);
 #pragma unroll
         for (int j = 0; j < MOE2_RW; j++) {
-            float a0 = moe2_unit<T>(g[j], u0, x0), a1 = moe2_unit<T>(g[j], u1, x1);
-            float b0 = moe2_unit<T>(up[j], u0, x0), b1 = moe2_unit<T>(up[j], u1, x1);
+            float a0 = moe2_unit<T>(g[j], u0, x0, s0), a1 = moe2_unit<T>(g[j], u1, x1, s1);
+            float b0 = moe2_unit<T>(up[j], u0, x0, s0), b1 = moe2_unit<T>(up[j], u1, x1, s1);
             sg[j] += a0 + (ok1 ? a1 : 0.f);
             su[j] += b0 + (ok1 ? b1 : 0.f);
         }
@@ -176,8 +224,9 @@ __device__ void moe_gemv2_dn_body(const uint8_t* __restrict__ W, long long rowBy
             sk[i] = ss[k];
             float x[32];
             moe2_ldx(moe2_xs, qs[i], x);
+            float xs = moe2_xsum<T>(x);
 #pragma unroll
-            for (int j = 0; j < MOE2_RW; j++) d[i][j] = moe2_unit<T>(W + (base + min(r0 + j, dim - 1)) * rowBytes, u, x);
+            for (int j = 0; j < MOE2_RW; j++) d[i][j] = moe2_unit<T>(W + (base + min(r0 + j, dim - 1)) * rowBytes, u, x, xs);
         }
 #pragma unroll
         for (int j = 0; j < MOE2_RW; j++) {
