@@ -687,6 +687,11 @@ func parse(path string, b []byte) (*File, error) {
 		if _, dup := f.tensorIdx[name]; dup {
 			return nil, &FormatError{Path: path, Offset: int64(at), Msg: fmt.Sprintf("duplicate tensor name %q", name)}
 		}
+		if ti.Type.Internal() {
+			return nil, &FormatError{Path: path, Offset: int64(at), Msg: fmt.Sprintf(
+				"tensor %q claims type id %d (%s), which is ftchat's in-memory form of Hugging Face FP8 weights, not a GGUF type; the file is corrupt or was not written by a GGUF tool",
+				name, uint32(ti.Type), ti.Type)}
+		}
 		if ti.Offset%f.Alignment != 0 {
 			return nil, &FormatError{Path: path, Offset: int64(at), Msg: fmt.Sprintf(
 				"tensor %q offset %d is not a multiple of the alignment %d", name, ti.Offset, f.Alignment)}

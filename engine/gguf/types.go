@@ -35,7 +35,18 @@ const (
 	// per-tensor float32 second-level scale is a separate <name>.scale
 	// tensor (see ScaleTensorName).
 	NVFP4 Type = 40
+
+	// FP8_E4M3 is not a GGUF type but ftchat's in-memory form of a Hugging
+	// Face per-tensor FP8 E4M3 weight (W8A16): 32 E4M3 bytes per 32-element
+	// block, no block scale; the per-tensor scale is the F32 <name>.scale
+	// tensor, as for NVFP4. Its id lies far above ggml's (consecutive small
+	// integers), and GGUF files claiming it are refused (Internal).
+	FP8_E4M3 Type = 1 << 16
 )
+
+// Internal reports whether t is one of ftchat's in-memory types, which no
+// GGUF file may hold (the reader refuses them, the writer does not write them).
+func (t Type) Internal() bool { return t == FP8_E4M3 }
 
 var typeInfo = map[Type]struct {
 	name       string
@@ -50,6 +61,7 @@ var typeInfo = map[Type]struct {
 	Q4_K: {"Q4_K", 256, 144}, Q5_K: {"Q5_K", 256, 176},
 	Q6_K: {"Q6_K", 256, 210}, Q8_K: {"Q8_K", 256, 292},
 	MXFP4: {"MXFP4", 32, 17}, NVFP4: {"NVFP4", 64, 36},
+	FP8_E4M3: {"FP8_E4M3", 32, 32},
 }
 
 func (t Type) String() string {
@@ -116,16 +128,19 @@ func (ti TensorInfo) byteSize() (n uint64, ok bool) {
 	return lo, hi == 0
 }
 
-// ParseType returns the Type named s (case-insensitive), e.g. "q4_k", "F16".
+// ParseType returns the GGUF Type named s (case-insensitive), e.g. "q4_k",
+// "F16"; internal types are not GGUF types and are not accepted.
 func ParseType(s string) (Type, error) {
 	for t, ti := range typeInfo {
-		if strings.EqualFold(ti.name, s) {
+		if !t.Internal() && strings.EqualFold(ti.name, s) {
 			return t, nil
 		}
 	}
 	names := make([]string, 0, len(typeInfo))
-	for _, ti := range typeInfo {
-		names = append(names, ti.name)
+	for t, ti := range typeInfo {
+		if !t.Internal() {
+			names = append(names, ti.name)
+		}
 	}
 	sort.Strings(names)
 	return 0, fmt.Errorf("gguf: unknown tensor type %q (known: %s)", s, strings.Join(names, ", "))

@@ -89,6 +89,9 @@ func NewWriter(w io.Writer, kv []KV, tensors []TensorInfo) (*Writer, error) {
 		if !t.Type.Known() {
 			return nil, fmt.Errorf("gguf: write: tensor %q has unknown type %s", t.Name, t.Type)
 		}
+		if t.Type.Internal() {
+			return nil, fmt.Errorf("gguf: write: tensor %q has ftchat's in-memory type %s, which GGUF files cannot hold", t.Name, t.Type)
+		}
 		if len(t.Dims) > MaxDims {
 			return nil, fmt.Errorf("gguf: write: tensor %q has %d dims, at most %d", t.Name, len(t.Dims), MaxDims)
 		}
