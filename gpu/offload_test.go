@@ -414,8 +414,9 @@ func runHostModel(t *testing.T, f *gguf.File, p *Placement, force int32) hostMod
 //     are mapped: bit-identical to the all-device run;
 //   - split (StreamMinRows 32): the prefill streams (bit-identical), the
 //     decode steps split each call's slots between mapped device GEMVs
-//     and the CPU (float32 throughout, another summation order): within
-//     5e-2 of the float32-MoE run, as the CPU path.
+//     and the CPU (float32 throughout, like the all-device run's decode
+//     GEMVs, in another summation order): within 5e-2 of the all-device
+//     run, as the CPU path of its float32-MoE run.
 //
 // The stats must count every call where it ran.
 func TestHostExpertModel(t *testing.T) {
@@ -507,8 +508,12 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 	}
 	for s := range got.logits {
 		want, tol, ref := r0.logits[s], 0.0, "all-device"
-		if p.Run == HostCPU || (p.Run == HostSplit && s > 0) || (!mapped && (p.Run == HostMapped || (p.Run == HostAuto && s > 0))) {
+		if p.Run == HostCPU || (!mapped && (p.Run == HostMapped || ((p.Run == HostAuto || p.Run == HostSplit) && s > 0))) {
 			want, tol, ref = r1.logits[s], 5e-2, "all-device float32 MoE"
+		} else if p.Run == HostSplit && s > 0 {
+			// The same prefill (streamed: the device's grouped GEMMs) and
+			// float32 decode GEMVs as the all-device run, in another order.
+			tol = 5e-2
 		}
 		e, err := relErr(got.logits[s], want)
 		if err != nil || e > tol {
