@@ -271,6 +271,7 @@ type hostExperts struct {
 	// Device-thread state.
 	pinX, pinY HostBuffer             // the CPU path's activations and results
 	pinS       HostBuffer             // the split path's ids and weights (offload_split.go)
+	splitEv    Event                  // what 1-row split calls wait on (offload_split.go)
 	cpuTen     map[int][2]*cpu.Tensor // views of pinX, pinY by row count
 	stage      *stager
 	stageErr   error
@@ -656,6 +657,10 @@ func (b *Backend) closeHost(c *Ctx) {
 		}
 	}
 	clear(h.cpuTen)
+	if h.splitEv.h != 0 {
+		c.DestroyEvent(h.splitEv)
+		h.splitEv = Event{}
+	}
 	if h.pool != nil {
 		h.pool.close()
 		h.pool = nil

@@ -23,7 +23,9 @@ import (
 // cpu-ref: the CPU backend's own MoE; rows 1 and 8 only, being slow), and
 // split between mapped device GEMVs and the host CPU (split, split-intdot,
 // up to 8 rows: the default CPU share of the slots; at 1 row also
-// split-c<N>, split-intdot-c<N>: N of the 8 slots on the CPU). Three host blocks are cycled so every streamed call
+// split-c<N>, split-intdot-c<N>: N of the 8 slots on the CPU, and
+// split-late: the device's slots packed and queued after the host wait,
+// as for more rows, not before it). Three host blocks are cycled so every streamed call
 // copies its block (the next one's copy overlapping the call, as in a
 // prefill) and no mapped call finds its experts in L2; the device case is
 // the same block every call. The mapped case reports GB/s: the bytes of
@@ -75,6 +77,7 @@ func BenchmarkHostExperts(b *testing.B) {
 			modes = append(modes, "split", "split-intdot")
 		}
 		if n == 1 {
+			modes = append(modes, "split-late")
 			for c := 1; c <= 4; c++ {
 				modes = append(modes, fmt.Sprintf("split-c%d", c), fmt.Sprintf("split-intdot-c%d", c))
 			}
@@ -98,6 +101,8 @@ func BenchmarkHostExperts(b *testing.B) {
 					g.host.place.Run = HostStream
 				case "split":
 					g.host.place.Run = HostSplit
+					splitEarly = mode != "split-late"
+					defer func() { splitEarly = true }()
 					if i := strings.LastIndex(mode, "-c"); i >= 0 {
 						c, err := strconv.Atoi(mode[i+2:])
 						if err != nil {

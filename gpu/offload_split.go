@@ -28,6 +28,13 @@ import (
 // writes that buffer only after its own synchronous wait, so after the
 // copy ran.
 //
+// A 1-row call (decode of one sequence) skips the packing: the device's
+// slots are then the first kg of the routing's own ids, so its GEMVs are
+// queued right behind the downloads, and the host waits for an event
+// recorded after the downloads instead of for the stream: the device
+// starts its slots without waiting for the host's round trip
+// (FTCHAT_SPLIT_EARLY=0 packs 1-row calls too, to compare).
+//
 // The result is the same sum as the device MoE's, in another order (the
 // device adds its K-c slots, then the CPU's c slots, each computed by the
 // CPU backend's kernels): not bit-identical to either reference.
@@ -44,6 +51,10 @@ const (
 	splitCPUGBs    = 11.0
 	splitCPUIntGBs = 27.5
 )
+
+// splitEarly: 1-row split calls queue the device's GEMVs before the host
+// wait (see above).
+var splitEarly = os.Getenv("FTCHAT_SPLIT_EARLY") != "0"
 
 // splitCPUSlots is how many of each token's k slots the CPU takes when
 // the device reads at gpuGBs and the CPU computes at cpuGBs: the largest
@@ -130,6 +141,20 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 	pinW := unsafe.Slice((*float32)(h.pinS.p), 4*pairs)
 	allIds, allW := pin[:pairs], pinW[pairs:2*pairs]
 	gIds, gW := pin[2*pairs:2*pairs+int64(n*kg)], pinW[3*pairs:3*pairs+int64(n*kg)]
+	// gpuSlots queues the device's GEMVs over its kg slots a token (ids and
+	// weights packed per token, kg each) into dst, and issues them.
+	gpuSlots := func(ids, wts DevicePtr) error {
+		if err := b.launch(c, "moe_gemv_gu_"+kernelSuffix[g.info.Type], Dim3{X: cdiv(ff, moeRows), Y: n * kg}, Dim3{X: 256},
+			g.raw, u.raw, g.rowBytes, ff, dim, s.buf.Ptr, kg, ids, hb, l.gateScale, l.upScale); err != nil {
+			return err
+		}
+		if err := b.launch(c, "moe_gemv_dn_"+kernelSuffix[dn.info.Type], Dim3{X: cdiv(dim, moeRows), Y: n}, Dim3{X: 256},
+			dn.raw, dn.rowBytes, dim, ff, hb, kg, ids, wts, d.buf.Ptr, l.downScale); err != nil {
+			return err
+		}
+		return c.flushPending() // the device starts its slots now
+	}
+	early := n == 1 && kg > 0 && splitEarly
 	if err := c.flushPending(); err != nil { // the routing first
 		return true, err
 	}
@@ -142,7 +167,21 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 			return true, err
 		}
 	}
-	if err := c.Sync(); err != nil {
+	if early {
+		ev, err := h.splitEvent(c)
+		if err != nil {
+			return true, err
+		}
+		if err := c.Record(ev, c.Stream()); err != nil {
+			return true, err
+		}
+		if err := gpuSlots(ids, wts); err != nil { // one row: its first kg slots are the routing's first kg
+			return true, err
+		}
+		if err := c.drv.check("cuEventSynchronize", ccall(c.drv.cuEventSynchronize, ev.h)); err != nil {
+			return true, err
+		}
+	} else if err := c.Sync(); err != nil {
 		return true, err
 	}
 
@@ -155,22 +194,14 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 		copy(st.splitIds[r*kc:(r+1)*kc], allIds[r*K+kg:(r+1)*K])
 		copy(st.splitW[r*kc:(r+1)*kc], allW[r*K+kg:(r+1)*K])
 	}
-	if kg > 0 {
+	if kg > 0 && !early {
 		if err := c.CopyToDeviceAsync(ids, unsafe.Pointer(&gIds[0]), int64(n*kg)*4); err != nil {
 			return true, err
 		}
 		if err := c.CopyToDeviceAsync(wts, unsafe.Pointer(&gW[0]), int64(n*kg)*4); err != nil {
 			return true, err
 		}
-		if err := b.launch(c, "moe_gemv_gu_"+kernelSuffix[g.info.Type], Dim3{X: cdiv(ff, moeRows), Y: n * kg}, Dim3{X: 256},
-			g.raw, u.raw, g.rowBytes, ff, dim, s.buf.Ptr, kg, ids, hb, l.gateScale, l.upScale); err != nil {
-			return true, err
-		}
-		if err := b.launch(c, "moe_gemv_dn_"+kernelSuffix[dn.info.Type], Dim3{X: cdiv(dim, moeRows), Y: n}, Dim3{X: 256},
-			dn.raw, dn.rowBytes, dim, ff, hb, kg, ids, wts, d.buf.Ptr, l.downScale); err != nil {
-			return true, err
-		}
-		if err := c.flushPending(); err != nil { // the device starts its slots now
+		if err := gpuSlots(ids, wts); err != nil {
 			return true, err
 		}
 	}
@@ -198,6 +229,17 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 	h.stats.SplitCPUTime += cpuTime
 	h.mu.Unlock()
 	return true, nil
+}
+
+// splitEvent is the event 1-row split calls wait on, made at the first.
+func (h *hostExperts) splitEvent(c *Ctx) (Event, error) {
+	if h.splitEv.h == 0 {
+		if err := c.drv.check("cuEventCreate", ccall(c.drv.cuEventCreate, uintptr(unsafe.Pointer(&h.splitEv.h)), eventDisableTiming)); err != nil {
+			h.splitEv = Event{}
+			return Event{}, err
+		}
+	}
+	return h.splitEv, nil
 }
 
 // ensureSplitPinned grows the split path's pinned buffer to nb bytes.

@@ -68,7 +68,9 @@ func TestSplitCPUSlots(t *testing.T) {
 
 // TestHostExpertSplit runs MoE calls over host-resident experts on the
 // split path (HostSplit) for Q4_K and NVFP4 with per-expert second-level
-// scales, 1 and 3 rows, with 1, 2 and all 4 of the top-4 slots on the CPU,
+// scales, 1 row (the device's GEMVs queued before the host wait, and
+// packed as for more rows: splitEarly off) and 3 rows, with 1, 2 and all 4
+// of the top-4 slots on the CPU,
 // directly and recorded as decode steps (three steps: captured, then
 // replayed with new inputs), the output poisoned with NaN first. It must
 // match the experts in device memory (forced to the float32 decode GEMVs)
@@ -114,7 +116,12 @@ func TestHostExpertSplit(t *testing.T) {
 						tol = 3e-2
 					}
 					calls := 0
-					for _, n := range []int{1, 3} {
+					for _, rc := range []struct {
+						n     int
+						early bool
+					}{{1, true}, {1, false}, {3, true}} {
+						n := rc.n
+						splitEarly = rc.early
 						steps := 1
 						if recorded {
 							steps = 3
@@ -164,15 +171,16 @@ func TestHostExpertSplit(t *testing.T) {
 							}{{"device-resident experts", wantDev}, {"the CPU backend", wantCPU}} {
 								e, err := relErr(got, w.v)
 								if err != nil || e > tol {
-									t.Errorf("%s n=%d step %d: relative error %.3g against %s, %v (tolerance %g)", name, n, step, e, w.what, err, tol)
+									t.Errorf("%s n=%d early=%v step %d: relative error %.3g against %s, %v (tolerance %g)", name, n, rc.early, step, e, w.what, err, tol)
 								} else if step == 0 {
-									t.Logf("%s n=%d: relative error %.2g against %s", name, n, e, w.what)
+									t.Logf("%s n=%d early=%v: relative error %.2g against %s", name, n, rc.early, e, w.what)
 								}
 							}
 						}
 					}
+					splitEarly = true
 					st := g.OffloadStats()
-					if st.SplitCalls != int64(calls) || st.SplitTokens != int64(calls/2*(1+3)) || st.SplitCPUSlots != kc ||
+					if st.SplitCalls != int64(calls) || st.SplitTokens != int64(calls/3*(1+1+3)) || st.SplitCPUSlots != kc ||
 						st.MappedCalls != 0 || st.CPUCalls != 0 || st.MappedLayers != 1 || st.SplitCPUTime <= 0 || st.SplitTime < st.SplitCPUTime {
 						t.Errorf("%s: stats %+v; want %d split calls with %d CPU slots, on the one mapped layer, none mapped or on the CPU alone", name, st, calls, kc)
 					}
