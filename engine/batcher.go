@@ -576,7 +576,21 @@ func (b *Batcher) step() bool {
 		}
 	}
 	t0 := time.Now()
-	logits, err := e.mdl.Forward(batch, rows)
+	// row r's logits: left on the device, where sampleNext asks only for
+	// what it needs, unless FTCHAT_DEVICE_SAMPLING=0 copies them all.
+	var rowLogits func(r int) sample.Logits
+	var err error
+	if deviceSampling() {
+		var l *model.Logits
+		if l, err = e.mdl.ForwardLogits(batch, rows); err == nil {
+			rowLogits = l.Row
+		}
+	} else {
+		var logits []float32
+		logits, err = e.mdl.Forward(batch, rows)
+		V := e.mdl.Config.Vocab
+		rowLogits = func(r int) sample.Logits { return sample.Slice(logits[r*V : (r+1)*V]) }
+	}
 	if err == nil {
 		err = backendErr(e.be)
 	}
@@ -589,7 +603,6 @@ func (b *Batcher) step() bool {
 		}
 		return true
 	}
-	V := e.mdl.Config.Vocab
 	var cont []*batchSeq
 	r := 0
 	for _, p := range parts {
@@ -603,7 +616,7 @@ func (b *Batcher) step() bool {
 		if !p.last {
 			continue
 		}
-		lg := logits[r*V : (r+1)*V]
+		lg := rowLogits(r)
 		r++
 		decode++
 		if b.sampleNext(p.s, lg) {
@@ -1007,12 +1020,23 @@ func (b *Batcher) preempt(s *batchSeq) {
 	b.mu.Unlock()
 }
 
-// sampleNext samples s's next token from lg and handles it as Session
-// does; it reports whether s goes on (its token was added to hist).
-func (b *Batcher) sampleNext(s *batchSeq, lg []float32) bool {
+// sampleNext samples s's next token from src and handles it as Session
+// does; it reports whether s goes on (its token was added to hist). A JSON
+// constraint (it masks the row) and logprobs read the whole row; other
+// requests sample where the row lives (Sampler.SampleFrom).
+func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
 	e := b.e
 	var id int32
-	if s.json != nil {
+	var lg []float32
+	if s.json != nil || s.req.Logprobs {
+		lg = src.All()
+	}
+	if err := sourceErr(src); err != nil {
+		b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
+		return false
+	}
+	switch {
+	case s.json != nil:
 		s.masked = append(s.masked[:0], lg...)
 		s.json.Mask(s.masked)
 		id = s.sampler.Sample(s.masked, s.hist)
@@ -1020,8 +1044,14 @@ func (b *Batcher) sampleNext(s *batchSeq, lg []float32) bool {
 			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
 			return false
 		}
-	} else {
+	case lg != nil:
 		id = s.sampler.Sample(lg, s.hist)
+	default:
+		id = s.sampler.SampleFrom(src, s.hist)
+		if err := sourceErr(src); err != nil {
+			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
+			return false
+		}
 	}
 	if s.req.Logprobs {
 		s.logprobs = append(s.logprobs, tokenLogprob(e.tok, lg, id, s.req.TopLogprobs))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
+	"github.com/ftchat/ftchat/engine/sample"
 	"github.com/ftchat/ftchat/gpu"
 )
 
@@ -134,14 +135,36 @@ func WorkspaceBytes(c model.Config, chunk int) int64 {
 	return ws + gpu.AttnSplitBytes(chunk, c.Heads, c.HeadDim)
 }
 
-// backendErr surfaces the first asynchronous error of a backend that
-// records them (the GPU backend's ops have no error results).
 // forwardToken runs one decode step: token id at position pos of the
 // sequence with page table pages, returning its logits.
 // st is its recurrent state (hybrid models; nil otherwise), advanced by
 // the step, or unknown after a failed one.
 func (e *Engine) forwardToken(id int32, pos int, pages []int32, st *seqState) ([]float32, error) {
-	out, err := e.mdl.Forward(batchFor([]int32{id}, pos, pages, st), []int{0})
+	src, err := e.decodeToken(id, pos, pages, st, false)
+	if err != nil {
+		return nil, err
+	}
+	return src.All(), nil
+}
+
+// decodeToken is forwardToken returning the logits as a sampling source:
+// with onDevice, left on a backend that samples them (model.ForwardLogits,
+// valid until the next step; check sourceErr after sampling), else the
+// host row.
+func (e *Engine) decodeToken(id int32, pos int, pages []int32, st *seqState, onDevice bool) (sample.Logits, error) {
+	b := batchFor([]int32{id}, pos, pages, st)
+	var src sample.Logits
+	var err error
+	if onDevice {
+		var l *model.Logits
+		if l, err = e.mdl.ForwardLogits(b, []int{0}); err == nil {
+			src = l.Row(0)
+		}
+	} else {
+		var out []float32
+		out, err = e.mdl.Forward(b, []int{0})
+		src = sample.Slice(out)
+	}
 	if err == nil {
 		err = backendErr(e.be)
 	}
@@ -151,9 +174,26 @@ func (e *Engine) forwardToken(id int32, pos int, pages []int32, st *seqState) ([
 			st.pos = -1
 		}
 	}
-	return out, err
+	return src, err
 }
 
+// deviceSampling reports whether decode steps sample where the logits are
+// (a token id or top-k candidates cross to the host, not the row):
+// FTCHAT_DEVICE_SAMPLING=0 forces the full-row copy, to compare.
+func deviceSampling() bool { return os.Getenv("FTCHAT_DEVICE_SAMPLING") != "0" }
+
+// sourceErr is the error a device-held logits row met while being
+// sampled (nil for host rows). The row is unreadable after such an
+// error, so the sampler drew -1.
+func sourceErr(src sample.Logits) error {
+	if r, ok := src.(interface{ Err() error }); ok {
+		return r.Err()
+	}
+	return nil
+}
+
+// backendErr surfaces the first asynchronous error of a backend that
+// records them (the GPU backend's ops have no error results).
 func backendErr(be model.Backend) error {
 	if eb, ok := be.(interface{ Err() error }); ok {
 		return eb.Err()

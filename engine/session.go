@@ -170,12 +170,19 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 		shown = upto
 	}
 	maxTokens := req.MaxTokens
+	// The first token comes from the prefill's host logits; decode steps
+	// leave theirs on the device unless FTCHAT_DEVICE_SAMPLING=0.
+	var src sample.Logits = sample.Slice(logits)
+	onDevice := deviceSampling()
 	for {
 		if ctx.Err() != nil {
 			stop = StopCancelled
 			break
 		}
-		id := sampler.Sample(logits, history)
+		id := sampler.SampleFrom(src, history)
+		if err := sourceErr(src); err != nil {
+			return err
+		}
 		if stopper.IsEOG(id) {
 			stop = StopEOS
 			break
@@ -217,12 +224,12 @@ func (s *Session) generate(ctx context.Context, req Request, send func(Event)) e
 			return err
 		}
 		history = append(history, id)
-		out, err := e.forwardToken(id, pos, seq.Pages(), st)
+		out, err := e.decodeToken(id, pos, seq.Pages(), st, onDevice)
 		if err != nil {
 			return err
 		}
 		computed = pos + 1
-		logits = out
+		src = out
 		if time.Since(lastStats) >= statsInterval {
 			lastStats = time.Now()
 			e.recordDecode(generated, time.Since(decodeStart))

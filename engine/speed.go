@@ -72,17 +72,23 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 	res.PrefillPerS = float64(prefillN) / time.Since(t1).Seconds()
 
 	t2 := time.Now()
+	var src sample.Logits = sample.Slice(logits)
+	onDevice := deviceSampling() // FTCHAT_DEVICE_SAMPLING=0: copy each row, to compare
 	for i := 0; i < decodeN; i++ {
-		id := sample.Argmax(logits)
+		id, ok := src.Argmax(1, nil)
+		if !ok {
+			id = sample.Argmax(src.All())
+		}
+		if err := sourceErr(src); err != nil {
+			return res, err
+		}
 		pos, err := seq.Append(id)
 		if err != nil {
 			return res, err
 		}
-		out, err := e.forwardToken(id, pos, seq.Pages(), st)
-		if err != nil {
+		if src, err = e.decodeToken(id, pos, seq.Pages(), st, onDevice); err != nil {
 			return res, err
 		}
-		logits = out
 	}
 	if decodeN > 0 {
 		res.DecodePerS = float64(decodeN) / time.Since(t2).Seconds()

@@ -90,17 +90,18 @@ func (b *Backend) TopKRow(logits model.Tensor, row, k int, penalty float32, ids 
 			return err
 		}
 		defer b.release(buf)
-		in, out := buf.Ptr, buf.Ptr.Add(keys)
-		if err := b.sampleLaunch(c, "sample_topk_tile", Dim3{X: tiles}, Dim3{X: sampleThreads}, x, DevicePtr(0), t.cols, k, in); err != nil {
+		bufs := [2]DevicePtr{buf.Ptr, buf.Ptr.Add(keys)}
+		last, err := topkPasses(t.cols, k, func(tiles, n, src, dst int) error {
+			row, in := x, DevicePtr(0)
+			if src >= 0 {
+				row, in = 0, bufs[src]
+			}
+			return b.sampleLaunch(c, "sample_topk_tile", Dim3{X: tiles}, Dim3{X: sampleThreads}, row, in, n, k, bufs[dst])
+		})
+		if err != nil {
 			return err
 		}
-		for n := tiles * k; tiles > 1; n = tiles * k {
-			tiles = cdiv(n, sampleTile)
-			if err := b.sampleLaunch(c, "sample_topk_tile", Dim3{X: tiles}, Dim3{X: sampleThreads}, DevicePtr(0), in, n, k, out); err != nil {
-				return err
-			}
-			in, out = out, in
-		}
+		in := bufs[last]
 		idp := buf.Ptr.Add(2 * keys)
 		valp := idp.Add(int64(k) * 4)
 		if err := b.sampleLaunch(c, "sample_topk_emit", Dim3{X: cdiv(k, 256)}, Dim3{X: 256}, in, k, x, idp, valp); err != nil {
@@ -128,6 +129,28 @@ func (b *Backend) sampleLaunch(c *Ctx, name string, grid, block Dim3, args ...an
 		b.fns[name] = f
 	}
 	return c.Launch(f, grid, block, 0, c.Stream(), args...)
+}
+
+// topkPasses plans TopKRow's sample_topk_tile launches over a row of cols
+// elements: pass(tiles, n, src, dst) reads n keys (src -1: the row's
+// values, else key buffer src) and writes tiles*k keys to key buffer dst
+// (0 or 1, each sized for the first pass's cdiv(cols, sampleTile)*k). It
+// returns the buffer that holds the k largest keys at the end.
+func topkPasses(cols, k int, pass func(tiles, n, src, dst int) error) (int, error) {
+	tiles := cdiv(cols, sampleTile)
+	if err := pass(tiles, cols, -1, 0); err != nil {
+		return 0, err
+	}
+	cur := 0
+	for tiles > 1 {
+		n := tiles * k
+		tiles = cdiv(n, sampleTile)
+		if err := pass(tiles, n, cur, 1-cur); err != nil {
+			return 0, err
+		}
+		cur = 1 - cur
+	}
+	return cur, nil
 }
 
 // sampleRow checks the arguments of a row sampler.

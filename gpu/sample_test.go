@@ -280,3 +280,58 @@ func sameCandidates(gotIDs []int32, gotVals []float32, wantIDs []int32, wantVals
 	}
 	return nil
 }
+
+// TestTopKPasses runs TopKRow's launch plan (topkPasses) on the host, each
+// pass doing what sample_topk_tile does (sort a tile's keys descending,
+// missing elements key 0, keep k), and checks that the final buffer holds
+// the row's k largest keys, largest first, and that no pass writes past
+// its buffer. No GPU needed: it covers the orchestration the GPU tests
+// exercise only at three sizes.
+func TestTopKPasses(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, cols := range []int{1, 2, 100, 2047, 2048, 2049, 32000, 151936, 248320, 600000} {
+		for _, k := range []int{1, 2, 40, 255, 256} {
+			if k > cols {
+				continue
+			}
+			row := make([]float32, cols)
+			for i := range row {
+				row[i] = float32(r.IntN(64)) // many ties
+			}
+			keyOf := func(i int) uint64 { return uint64(math.Float32bits(row[i])|0x80000000)<<32 | uint64(^uint32(i)) }
+			capKeys := cdiv(cols, sampleTile) * k
+			bufs := [2][]uint64{make([]uint64, capKeys), make([]uint64, capKeys)}
+			last, err := topkPasses(cols, k, func(tiles, n, src, dst int) error {
+				if tiles*k > capKeys {
+					return fmt.Errorf("pass writes %d keys into a buffer of %d", tiles*k, capKeys)
+				}
+				for b := range tiles {
+					tile := make([]uint64, sampleTile)
+					for i := range tile {
+						if g := b*sampleTile + i; g < n {
+							if src < 0 {
+								tile[i] = keyOf(g)
+							} else {
+								tile[i] = bufs[src][g]
+							}
+						}
+					}
+					slices.SortFunc(tile, func(a, b uint64) int { return cmp.Compare(b, a) })
+					copy(bufs[dst][b*k:(b+1)*k], tile[:k])
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("cols %d k %d: %v", cols, k, err)
+			}
+			all := make([]uint64, cols)
+			for i := range all {
+				all[i] = keyOf(i)
+			}
+			slices.SortFunc(all, func(a, b uint64) int { return cmp.Compare(b, a) })
+			if !slices.Equal(bufs[last][:k], all[:k]) {
+				t.Errorf("cols %d k %d: the plan leaves %v, want %v", cols, k, bufs[last][:min(k, 4)], all[:min(k, 4)])
+			}
+		}
+	}
+}

@@ -90,6 +90,9 @@ type deviceRow struct {
 
 func (d deviceRow) Len() int { return d.l.vocab }
 
+// Err is the first error met by any row of the step (Logits.Err).
+func (d deviceRow) Err() error { return d.l.err }
+
 func (d deviceRow) Argmax(penalty float32, ids []int32) (int32, bool) {
 	if d.l.host != nil {
 		return sample.Slice(d.hostRow()).Argmax(penalty, ids)
