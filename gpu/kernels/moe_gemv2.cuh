@@ -97,6 +97,49 @@ __device__ __forceinline__ float moe2_unit<T_Q4_K>(const uint8_t* row, int u, co
     return fmaf(d1, s, -m1 * xs);
 }
 
+// 32 bytes at p (2-byte aligned) as 8 words: 9 aligned 4-byte loads and a
+// funnel shift, instead of byte loads. Reads up to 4 bytes past p + 32
+// (callers keep that inside the block).
+__device__ __forceinline__ void moe2_ld32(const uint8_t* p, uint32_t* out) {
+    uint32_t mis = (uint32_t)(uintptr_t)p & 2u;
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(p - mis);  // p's provenance: global loads
+    uint32_t sh = mis * 8u;
+    uint32_t w[9];
+#pragma unroll
+    for (int i = 0; i < 9; i++) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = __funnelshift_r(w[i], w[i + 1], sh);
+}
+
+// Q6_K (210-byte blocks, so only 2-byte aligned): ql and qh of the unit
+// through moe2_ld32 (the reads past them stay in the block: qh, scales
+// and d follow), the 6-bit values made floats by the 2^23 trick, one
+// partial sum per 16-element scale. Element order of deq32<T_Q6_K>.
+template <>
+__device__ __forceinline__ float moe2_unit<T_Q6_K>(const uint8_t* row, int u, const float* x, float) {
+    const uint8_t* b = row + (size_t)(u >> 3) * 210;
+    int c = u & 7, n = c >> 2, k = c & 3;
+    uint32_t ql[8], qh[8];
+    moe2_ld32(b + 64 * n + 32 * (k & 1), ql);
+    moe2_ld32(b + 128 + 32 * n, qh);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * n);
+    float d = ldh(b + 208);
+    float da = d * (float)sc[2 * k], db = d * (float)sc[2 * k + 1];
+    int ls = 4 * (k >> 1), hs = 2 * k;
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t q = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float f = __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7540u | e)) - 8388640.f;  // q - 32
+            if (i < 4) s0 = fmaf(f, x[4 * i + e], s0);
+            else s1 = fmaf(f, x[4 * i + e], s1);
+        }
+    }
+    return fmaf(da, s0, db * s1);
+}
+
 // Sum of a unit of x for the factored dots (0 for the others).
 template <int T>
 __device__ __forceinline__ float moe2_xsum(const float* x) {
