@@ -335,3 +335,46 @@ func TestTopKPasses(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSampleRow times one device sampling call on a 248,320-entry
+// row (Qwen3.6's vocabulary) against copying the row to the host, which
+// is what each decode step did before: greedy, greedy with a 64-id
+// penalty, and top-k 40 and 256 with the penalty.
+func BenchmarkSampleRow(b *testing.B) {
+	d := openTestDevice(b)
+	be, err := NewBackend(d, BackendOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	const vocab = 248320
+	r := rand.New(rand.NewPCG(1, 2))
+	row := samplingRow(r, vocab)
+	x := be.NewTensor(1, vocab)
+	be.FromHost(x, row)
+	var ids []int32
+	for range 64 {
+		ids = append(ids, int32(r.IntN(vocab)))
+	}
+	ids = distinctIDs(ids)
+	host := make([]float32, vocab)
+	cases := []struct {
+		name string
+		run  func() error
+	}{
+		{"copy row to host", func() error { be.ToHost(x, host); return be.Err() }},
+		{"argmax", func() error { _, err := be.ArgmaxRow(x, 0, 1, nil); return err }},
+		{"argmax penalty 64", func() error { _, err := be.ArgmaxRow(x, 0, 1.1, ids); return err }},
+		{"top-40 penalty 64", func() error { _, _, err := be.TopKRow(x, 0, 40, 1.1, ids); return err }},
+		{"top-256 penalty 64", func() error { _, _, err := be.TopKRow(x, 0, 256, 1.1, ids); return err }},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
