@@ -20,8 +20,9 @@ type hostScaledWeight interface {
 
 // LoadScaledWeight is LoadWeight with a second-level scale
 // (model.ScaledLoader), as the CPU backend applies it:
-//   - a matrix (2 dims) of NVFP4 takes one per-tensor value, applied after
-//     its matmuls and embedding lookups (w.scale);
+//   - a matrix (2 dims) of NVFP4 or FP8_E4M3 (Hugging Face per-tensor
+//     FP8) takes one per-tensor value, applied after its matmuls and
+//     embedding lookups (w.scale);
 //   - stacked experts (3 dims, [in, out, n_expert]) of any type take one
 //     value per expert, or one for all, which the MoE kernels apply to
 //     each expert's output rows. The vector of n_expert floats lives in
@@ -36,8 +37,8 @@ func (b *Backend) LoadScaledWeight(info gguf.TensorInfo, raw []byte, scale []flo
 		return nil, fmt.Errorf("gpu: tensor %q: no experts", info.Name)
 	case experts && len(scale) != 1 && uint64(len(scale)) != info.Dims[2]:
 		return nil, fmt.Errorf("gpu: tensor %q: %d second-level scales for %d experts; want 1 or one per expert", info.Name, len(scale), info.Dims[2])
-	case !experts && info.Type != gguf.NVFP4:
-		return nil, fmt.Errorf("gpu: tensor %q: second-level scales on matrices are supported for NVFP4 weights only, not %s", info.Name, info.Type)
+	case !experts && info.Type != gguf.NVFP4 && info.Type != gguf.FP8_E4M3:
+		return nil, fmt.Errorf("gpu: tensor %q: second-level scales on matrices are supported for NVFP4 and FP8_E4M3 weights only, not %s", info.Name, info.Type)
 	case !experts && len(scale) != 1:
 		return nil, fmt.Errorf("gpu: tensor %q: %d second-level scales for a matrix; the GPU backend takes one per tensor", info.Name, len(scale))
 	case !experts && scale[0] == 0:
