@@ -245,3 +245,84 @@ func (m *mapper) dequantFP8(name string, t src) ([]byte, error) {
 	}
 	return f32bytes(out), nil
 }
+
+// Per-tensor FP8 E4M3 weights stay FP8 in memory (W8A16): the codes
+// become gguf.FP8_E4M3 blocks (32 codes each, bytes unchanged, moved only
+// by the row/column/expert transforms) and the scale the F32 <name>.scale
+// tensor beside them (one value, or one per expert of a stacked tensor),
+// which engine/model applies after each product as it does NVFP4's. FP8
+// with per-row or 128x128-block scales, E5M2, and tensors ftchat keeps in
+// F32 (norms, the router, conv) are still dequantized to F32 at load.
+
+// keepsFP8 reports whether spec s can keep its FP8 E4M3 codes: a matrix
+// whose transform only moves bytes and whose every source has a
+// per-tensor scale.
+func (m *mapper) keepsFP8(s spec) bool {
+	switch s.x {
+	case asIs, permQK, vRows, vCols, stackExp, splitQKV, splitZ, splitGate, splitUp:
+	default:
+		return false
+	}
+	if s.f32 || len(s.shape) < 2 {
+		return false
+	}
+	for _, n := range s.from {
+		t := m.ck.tensors[n]
+		if t.t.DType != safetensors.F8E4M3 {
+			return false
+		}
+		sc, err := m.scaleOf(n, t.t)
+		if err != nil || m.scaleKind(t.t.Shape, sc.t.Shape) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fp8Scales returns the second-level scales of an FP8_E4M3 spec: one per
+// source (expert), collapsed to one when all are equal, nil when that one
+// is 1 (as for NVFP4). Each must be positive and finite.
+func (m *mapper) fp8Scales(s spec) ([]float32, error) {
+	out := make([]float32, 0, len(s.from))
+	for _, n := range s.from {
+		t := m.ck.tensors[n]
+		sc, err := m.scaleOf(n, t.t)
+		if err != nil {
+			return nil, err
+		}
+		b, err := sc.f.Data(sc.t)
+		if err != nil {
+			return nil, err
+		}
+		v, err := floats(b, sc.t.DType)
+		if err != nil {
+			return nil, err
+		}
+		if !(v[0] > 0) || math.IsInf(float64(v[0]), 0) {
+			return nil, fmt.Errorf("%s: FP8 scale of %s is %v; want a positive finite number", sc.f.Path, n, v[0])
+		}
+		out = append(out, v[0])
+	}
+	same := true
+	for _, v := range out {
+		same = same && v == out[0]
+	}
+	if same {
+		out = out[:1]
+	}
+	if len(out) == 1 && out[0] == 1 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// checkFP8Codes refuses the E4M3 NaN codes (0x7F, 0xFF), which no
+// quantizer writes, as the dequantizing path does.
+func checkFP8Codes(b []byte) error {
+	for i, c := range b {
+		if c&0x7F == 0x7F {
+			return fmt.Errorf("FP8 tensor holds a NaN code at byte %d", i)
+		}
+	}
+	return nil
+}

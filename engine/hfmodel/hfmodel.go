@@ -326,7 +326,8 @@ type mapper struct {
 	arch  string
 	infos []gguf.TensorInfo
 	specs map[string]spec
-	// fp4Scales are the <name>.scale tensors of NVFP4 weights by GGUF name.
+	// fp4Scales are the <name>.scale tensors of NVFP4 and FP8_E4M3
+	// weights by GGUF name.
 	fp4Scales map[string][]float32
 }
 
@@ -473,6 +474,17 @@ func (m *mapper) tensors() error {
 		}
 		m.specs[s.name] = s
 		m.infos = append(m.infos, ti)
+		if ti.Type == gguf.FP8_E4M3 {
+			scale, err := m.fp8Scales(s)
+			if err != nil {
+				return err
+			}
+			if scale != nil {
+				sn := gguf.ScaleTensorName(s.name)
+				m.fp4Scales[sn] = scale
+				m.infos = append(m.infos, gguf.TensorInfo{Name: sn, Dims: u(len(scale)), Type: gguf.F32})
+			}
+		}
 	}
 	return nil
 }
@@ -594,6 +606,7 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 	if !ok || s.f32 || len(s.shape) == 1 || s.x == toF32 || s.x == plusOne || s.x == negExp {
 		typ = gguf.F32
 	}
+	fp8 := dt == safetensors.F8E4M3 && m.keepsFP8(s)
 	// GGUF dims are the row-major shape reversed.
 	sh := s.shape
 	var dims []uint64
@@ -613,6 +626,9 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 		if len(sh) == 2 && sh[0] == 1 && s.f32 { // shared_expert_gate [1, D] -> [D]
 			dims = dims[:1]
 		}
+	}
+	if fp8 && dims[0]%32 == 0 {
+		typ = gguf.FP8_E4M3
 	}
 	return gguf.TensorInfo{Name: s.name, Dims: dims, Type: typ}, nil
 }
@@ -638,9 +654,18 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 	if typ, ok := ggufType[t.t.DType]; ok && s.x == asIs && typ == ti.Type {
 		return t.f.Data(t.t) // aliases the mapped shard
 	}
-	// Not cached: the CPU backend keeps the slice it is given (which keeps
-	// it alive), a device backend copies it and lets it go.
-	b, err := m.build(s, ti)
+	var b []byte
+	var err error
+	if ti.Type == gguf.FP8_E4M3 && s.x == asIs {
+		b, err = t.f.Data(t.t) // the codes as they are: aliases the shard
+	} else {
+		// Not cached: the CPU backend keeps the slice it is given (which
+		// keeps it alive), a device backend copies it and lets it go.
+		b, err = m.build(s, ti)
+	}
+	if err == nil && ti.Type == gguf.FP8_E4M3 {
+		err = checkFP8Codes(b)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", m.ck.dir, s.from[0], err)
 	}
@@ -648,10 +673,10 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 }
 
 // raw returns a checkpoint tensor's bytes; FP8 weights come dequantized
-// to F32.
-func (m *mapper) raw(name string) ([]byte, safetensors.DType, error) {
+// to F32 unless codes (the output is FP8_E4M3: the codes as they are).
+func (m *mapper) raw(name string, codes bool) ([]byte, safetensors.DType, error) {
 	t := m.ck.tensors[name]
-	if isFP8(t.t.DType) {
+	if isFP8(t.t.DType) && !codes {
 		b, err := m.dequantFP8(name, t)
 		return b, safetensors.F32, err
 	}
@@ -766,7 +791,8 @@ func permute(b []byte, rowBytes int, perm []int) []byte {
 
 func (m *mapper) build(s spec, ti gguf.TensorInfo) ([]byte, error) {
 	c := m.c
-	b, dt, err := m.raw(s.from[0])
+	codes := ti.Type == gguf.FP8_E4M3
+	b, dt, err := m.raw(s.from[0], codes)
 	if err != nil {
 		return nil, err
 	}
@@ -843,7 +869,7 @@ func (m *mapper) build(s spec, ti gguf.TensorInfo) ([]byte, error) {
 	case stackExp:
 		out := make([]byte, 0, len(b)*len(s.from))
 		for _, n := range s.from {
-			e, _, err := m.raw(n)
+			e, _, err := m.raw(n, codes)
 			if err != nil {
 				return nil, err
 			}
