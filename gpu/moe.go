@@ -301,6 +301,8 @@ func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	if sh := l.dim / 32 * moe2UnitBytes; v2 && sh <= moe2MaxShared {
 		gu, guGrid, guShared = "moe_gemv2_gu_", Dim3{X: cdiv(l.ff, moe2Rows), Y: pairs}, sh
 	}
+	// The profile's GB/s: each (token, slot) pair reads its expert's rows.
+	c.profNote(2*float64(pairs*l.ff)*float64(l.gate.rowBytes), 4*float64(pairs)*float64(l.ff)*float64(l.dim))
 	if err := b.launchShared(c, gu+kernelSuffix[l.gate.info.Type], guGrid, Dim3{X: 256}, guShared,
 		l.gate.raw, l.up.raw, l.gate.rowBytes, l.ff, l.dim, x, l.K, ids, h, l.gateScale, l.upScale); err != nil {
 		return err
@@ -309,6 +311,7 @@ func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	if sh := l.K * l.ff / 32 * moe2UnitBytes; v2 && sh <= moe2MaxShared {
 		dn, dnGrid, dnShared = "moe_gemv2_dn_", Dim3{X: cdiv(l.dim, moe2Rows), Y: n}, sh
 	}
+	c.profNote(float64(pairs*l.dim)*float64(l.down.rowBytes), 2*float64(pairs)*float64(l.dim)*float64(l.ff))
 	return b.launchShared(c, dn+kernelSuffix[l.down.info.Type], dnGrid, Dim3{X: 256}, dnShared,
 		l.down.raw, l.down.rowBytes, l.dim, l.ff, h, l.K, ids, wts, dst, l.downScale)
 }
