@@ -140,6 +140,33 @@ __device__ __forceinline__ float moe2_unit<T_Q6_K>(const uint8_t* row, int u, co
     return fmaf(da, s0, db * s1);
 }
 
+// Q8_0 (34-byte blocks, 2-byte aligned; deq32 reads 32 single bytes): the
+// block as 8 aligned words plus a last 2 or 4 bytes that stay inside it,
+// the codes made floats by the 2^23 trick on (q ^ 0x80), d times the sum.
+template <>
+__device__ __forceinline__ float moe2_unit<T_Q8_0>(const uint8_t* row, int u, const float* x, float) {
+    const uint8_t* b = row + (size_t)u * 34;
+    uint32_t mis = (uint32_t)(uintptr_t)b & 2u;
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(b - mis);  // not before the row: b - 2 >= row when mis
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = a[i];
+    uint32_t last = mis ? a[8] : (uint32_t)*reinterpret_cast<const uint16_t*>(b + 32);
+    float d = __half2float(__ushort_as_half((unsigned short)(mis ? w[0] >> 16 : w[0] & 0xFFFFu)));
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t hi = i < 7 ? w[i + 1] : last;
+        uint32_t q = (mis ? hi : __funnelshift_r(w[i], hi, 16)) ^ 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float f = __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7540u | e)) - 8388736.f;  // q - 128
+            s = fmaf(f, x[4 * i + e], s);
+        }
+    }
+    return d * s;
+}
+
 // Sum of a unit of x for the factored dots (0 for the others).
 template <int T>
 __device__ __forceinline__ float moe2_xsum(const float* x) {
