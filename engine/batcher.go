@@ -126,8 +126,9 @@ const EventToolCallDelta EventKind = 100
 // ToolCallDelta is part of a tool call being generated. The first delta
 // of a call has its Name; the Args of all its deltas, concatenated, are
 // the arguments as the model wrote them (a JSON object), which the
-// complete call (EventToolCall, same Index) was parsed from. A call in a
-// format that is not streamed (Qwen's XML) has no deltas.
+// complete call (EventToolCall, same Index) was parsed from. For Qwen's
+// XML calls they are the complete call's ArgsJSON exactly: the last delta
+// comes just before the EventToolCall.
 type ToolCallDelta struct {
 	Index int // the call's place among the answer's EventToolCalls
 	Name  string
@@ -361,7 +362,7 @@ func (b *Batcher) Submit(ctx context.Context, req BatchRequest) (<-chan BatchEve
 		case chat.ToolHermes, chat.ToolNone: // ToolNone: Hermes, inlined
 			s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text)}
 		case chat.ToolQwenXML:
-			s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text), xml: true}
+			s.calls = &callStreamer{thinking: chat.PromptOpensThinking(text), xml: true, props: toolProps(req.Tools)}
 		}
 	}
 	b.mu.Lock()
@@ -1105,7 +1106,7 @@ func (b *Batcher) emit(s *batchSeq, upto int) {
 		if ev.Kind == EventText || ev.Kind == EventThinking {
 			be.Logprobs, s.logprobs = s.logprobs, nil
 		}
-		s.out.push(be)
+		s.pushParsed(be)
 	}
 }
 
@@ -1114,7 +1115,7 @@ func (b *Batcher) finish(s *batchSeq, stop StopReason, stopSeq string, err error
 	s.text += s.dec.Flush()
 	b.emit(s, len(s.text))
 	for _, ev := range s.parser.flush() {
-		s.out.push(BatchEvent{Event: ev})
+		s.pushParsed(BatchEvent{Event: ev})
 	}
 	if s.parser.calls > 0 && stop == StopEOS {
 		stop = StopToolCall
@@ -1285,21 +1286,30 @@ func (o *outbox) stream(ctx context.Context) <-chan BatchEvent {
 // only a call whose name comes first and whose arguments are an object,
 // and only bytes that extend a JSON value (jsonScan): the parser, which
 // decides what the call is, reads the same bytes. Other calls are left
-// to the parser's complete EventToolCall.
+// to the parser's complete EventToolCall. Qwen's XML calls stream their
+// arguments as JSON (chat.XMLArgsStreamer) and end with the rest of the
+// call's ArgsJSON when the parser has it (complete).
 type callStreamer struct {
 	thinking bool   // inside <think>...</think>: calls there are not streamed
-	xml      bool   // Qwen's XML calls: the name is streamed, the arguments come whole
-	mode     int    // csText, csHeader, csArgs, csSkip
+	xml      bool   // Qwen's XML calls
+	mode     int    // csText, csHeader, csArgs, csXMLArgs, csSkip
 	opens    int    // <tool_call> tags seen
 	index    int    // the index of the call being streamed
 	buf      string // unconsumed text (tag search, call header)
 	scan     jsonDepth
+
+	props  map[string]map[string]any // XML: each tool's properties' schemas
+	xargs  *chat.XMLArgsStreamer     // XML: the open call's arguments
+	xmlAt  int                       // XML: the index of the last call streamed, -1 none
+	sent   string                    // XML: its arguments streamed so far
+	parsed int                       // calls the parser completed (complete)
 }
 
 const (
 	csText = iota
 	csHeader
 	csArgs
+	csXMLArgs
 	csSkip // a call that is not streamed: wait for its end
 )
 
@@ -1350,8 +1360,7 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 				c.mode = csText
 			}
 		case c.mode == csHeader && c.xml:
-			// <function=NAME>: typed values need the whole call, so only
-			// the name goes ahead (the arguments follow in one piece).
+			// <function=NAME>: the name goes ahead, then the arguments.
 			m := xmlCallHeader.FindStringSubmatchIndex(c.buf)
 			if m == nil {
 				t := strings.TrimLeft(c.buf, " \t\r\n")
@@ -1362,11 +1371,27 @@ func (c *callStreamer) feed(text string, index int) *ToolCallDelta {
 				}
 				return d
 			}
+			c.mode = csSkip
 			if name := strings.TrimSpace(c.buf[m[2]:m[3]]); name != "" && index == c.opens-1 {
 				d = &ToolCallDelta{Index: index, Name: name}
+				c.mode, c.index, c.xmlAt, c.sent = csXMLArgs, index, index, ""
+				c.xargs = chat.NewXMLArgsStreamer(c.props[name])
 			}
 			c.buf = c.buf[m[1]:]
-			c.mode = csSkip
+		case c.mode == csXMLArgs:
+			piece, rest := c.xargs.Feed(c.buf)
+			c.buf = ""
+			if piece != "" {
+				if d == nil {
+					d = &ToolCallDelta{Index: c.index}
+				}
+				d.Args += piece
+				c.sent += piece
+			}
+			if !c.xargs.Done() {
+				return d
+			}
+			c.buf, c.mode = rest, csSkip
 		case c.mode == csHeader:
 			m := callHeader.FindStringSubmatchIndex(c.buf)
 			if m == nil {

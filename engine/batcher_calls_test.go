@@ -27,9 +27,11 @@ func TestCallStreamer(t *testing.T) {
 		{"in thinking", true, false, `<tool_call>{"name": "a", "arguments": {}}</tool_call></think>ok<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>`,
 			[]call{{"b", `{"y": 2}`}}},
 		{"no call", false, false, `{"name": "a", "arguments": {}} is JSON`, nil},
-		// Qwen's XML calls: the name goes ahead, the arguments come whole.
+		// Qwen's XML calls: the name goes ahead, then the arguments as JSON
+		// up to where the call's end is certain (the rest comes with the
+		// complete call: TestXMLCallStream).
 		{"xml", true, true, "<think>x</think>\n\n<tool_call>\n<function=read_file>\n<parameter=path>\n</tool_call>\n</parameter>\n</function>\n</tool_call> and <tool_call>\n<function= ls >\n</function>\n</tool_call>",
-			[]call{{"read_file", ""}, {"ls", ""}}},
+			[]call{{"read_file", `{"path":"</tool_call>"`}, {"ls", `{`}}},
 		{"xml malformed", false, true, "<tool_call>\n<function=a\nb>\n</function>\n</tool_call><tool_call><parameter=x>", nil},
 	}
 	// An earlier <tool_call> that the parser did not count as a call (its
@@ -117,7 +119,7 @@ func FuzzCallStreamer(f *testing.F) {
 				continue
 			}
 			var j jsonDepth
-			if n, ok := j.feed(a); !ok || n != len(a) || xml {
+			if n, ok := j.feed(a); !ok || n != len(a) {
 				t.Fatalf("call %d: arguments %q are not one object prefix", i, a)
 			}
 		}

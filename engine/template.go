@@ -478,7 +478,7 @@ func (p *outputParser) events(segs []chat.Segment) []Event {
 		case chat.SegToolCall:
 			p.calls++
 			out = append(out, Event{Kind: EventToolCall, ToolCall: &ToolCall{
-				ID: fmt.Sprintf("call_%d", p.calls), Name: sg.Call.Name, Arguments: sg.Call.Arguments}})
+				ID: fmt.Sprintf("call_%d", p.calls), Name: sg.Call.Name, Arguments: sg.Call.Arguments, ArgsJSON: sg.Call.ArgsJSON}})
 		case chat.SegToolError:
 			out = append(out, Event{Kind: EventToolError, Text: sg.Text, Err: sg.Err})
 		}

@@ -403,8 +403,12 @@ func (c *oaCompletion) usage(u engine.Usage) map[string]any {
 }
 
 func (c *oaCompletion) toolCall(tc *engine.ToolCall) map[string]any {
-	args, _ := json.Marshal(tc.Arguments)
-	return map[string]any{"id": newID("call_"), "type": "function", "function": map[string]any{"name": tc.Name, "arguments": string(args)}}
+	args := tc.ArgsJSON // the text a streamed XML call's deltas add up to
+	if args == "" {
+		b, _ := json.Marshal(tc.Arguments)
+		args = string(b)
+	}
+	return map[string]any{"id": newID("call_"), "type": "function", "function": map[string]any{"name": tc.Name, "arguments": args}}
 }
 
 func (c *oaCompletion) complete(w http.ResponseWriter) {

@@ -39,6 +39,11 @@ type ToolCall struct {
 	ID        string         `json:"id,omitempty"`
 	Name      string         `json:"name"`
 	Arguments map[string]any `json:"arguments"`
+	// ArgsJSON, for a call parsed from a format whose arguments are not
+	// JSON (ToolQwenXML), is Arguments as JSON text in the order the model
+	// wrote them (XMLArgsJSON): what a stream of the call's arguments adds
+	// up to. Empty otherwise.
+	ArgsJSON string `json:"-"`
 }
 
 // Tool is a function definition offered to the model (mirror of engine.Tool).

@@ -119,6 +119,7 @@ type xmlCallState struct {
 	name    string
 	props   map[string]any
 	args    map[string]any
+	order   []string // args' keys as written
 	inValue bool
 	pname   string
 	valAt   int // start of the open value
@@ -143,6 +144,7 @@ func (st *xmlCallState) advance(buf []byte, end int) (*ToolCall, error) {
 			raw = strings.TrimSuffix(strings.TrimPrefix(raw, "\n"), "\n")
 			schema, _ := st.props[st.pname].(map[string]any)
 			st.args[st.pname] = TypedValue(schema, raw)
+			st.order = append(st.order, st.pname)
 			st.inValue = false
 			st.pos = vend + len(xmlParamClose)
 			continue
@@ -166,12 +168,12 @@ func (st *xmlCallState) advance(buf []byte, end int) (*ToolCall, error) {
 		}
 		switch {
 		case len(s) == 0:
-			return &ToolCall{Name: st.name, Arguments: st.args}, nil
+			return st.call(), nil
 		case bytes.HasPrefix(s, []byte(xmlFuncClose)):
 			if rest := bytes.TrimSpace(s[len(xmlFuncClose):]); len(rest) > 0 {
 				return nil, fmt.Errorf("text after %s: %s", xmlFuncClose, clip(string(rest)))
 			}
-			return &ToolCall{Name: st.name, Arguments: st.args}, nil
+			return st.call(), nil
 		case bytes.HasPrefix(s, []byte(xmlParamOpen)):
 			pname, n, err := tagName(s[len(xmlParamOpen):], "parameter")
 			if err != nil {
@@ -187,6 +189,10 @@ func (st *xmlCallState) advance(buf []byte, end int) (*ToolCall, error) {
 			return nil, fmt.Errorf("unexpected text in the call to %q: %s (want %sNAME> or %s)", st.name, clip(string(s)), xmlParamOpen, xmlFuncClose)
 		}
 	}
+}
+
+func (st *xmlCallState) call() *ToolCall {
+	return &ToolCall{Name: st.name, Arguments: st.args, ArgsJSON: XMLArgsJSON(st.order, st.args)}
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
