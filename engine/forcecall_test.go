@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/sample"
@@ -39,5 +40,33 @@ func TestForcedArgsSchema(t *testing.T) {
 	forcedArgsSchema(p)
 	if _, ok := p["properties"].(map[string]any)["n"].(map[string]any)["minimum"]; !ok {
 		t.Error("forcedArgsSchema changed the tool's schema")
+	}
+}
+
+// TestForcedCallPrefixMatchesTemplate: the opening a forced call is held
+// to is how the model's own template writes a call of that tool in the
+// history, for each call format.
+func TestForcedCallPrefixMatchesTemplate(t *testing.T) {
+	conv := []Message{{Role: "user", Content: "Read a"},
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Name: "read_file", Arguments: map[string]any{"path": "a"}}}},
+		{Role: "tool", ToolCallID: "c1", Content: "text"}}
+	for _, file := range []string{"qwen3.jinja", "qwen35.jinja", "qwen3coder.jinja", "llama3.jinja", "smollm2.jinja"} {
+		ct := templateFrom(t, file)
+		ct.bos, ct.eos = "<s>", "</s>"
+		e := &Engine{tmpl: ct}
+		choices, err := e.forcedCallChoices([]Tool{readFileTool}, "read_file")
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		text, err := ct.Render(conv, []Tool{readFileTool}, true)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(choices) != 1 || !strings.Contains(text, choices[0].Prefix) {
+			t.Errorf("%s (%v): the template's call does not begin with %q:\n%s", file, ct.format, choices[0].Prefix, text)
+		}
+	}
+	if _, err := (&Engine{tmpl: templateFrom(t, "qwen3.jinja")}).forcedCallChoices([]Tool{readFileTool}, "write_file"); err == nil || !strings.Contains(err.Error(), "write_file") {
+		t.Errorf("unknown tool: %v", err)
 	}
 }
