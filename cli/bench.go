@@ -17,6 +17,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine"
 	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/hfmodel"
 	"github.com/ftchat/ftchat/engine/hub"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
@@ -691,7 +692,15 @@ force it). The pool of every dtype then gets what that plan leaves.`,
 				if err != nil {
 					return err
 				}
-				f, err := gguf.Open(path)
+				// A Hugging Face checkpoint directory is read as the engine
+				// reads it: a virtual GGUF whose tensor infos carry the
+				// in-memory types (NVFP4, FP8_E4M3 at 1 B/weight).
+				var f *gguf.File
+				if hfmodel.IsCheckpoint(path) {
+					f, err = hfmodel.Open(path)
+				} else {
+					f, err = gguf.Open(path)
+				}
 				if err != nil {
 					return err
 				}

@@ -145,7 +145,7 @@ func devCmd() *cobra.Command {
 			return nil
 		},
 	}
-	dev.AddCommand(gen, inspect)
+	dev.AddCommand(gen, inspect, genHFCmd())
 	return dev
 }
 
