@@ -13,8 +13,9 @@
 // into attn_qkv and attn_gate; experts stacked into [n_expert, ff, dim].
 // Matrices keep their stored dtype (F32, F16, BF16) and alias the mapped
 // shards unless a transform has to rewrite them; 1-D tensors, the conv
-// kernel and the routers are converted to F32, as the converter does. FP8
-// weights are dequantized to F32 (fp8.go); NVFP4 weights are repacked into
+// kernel and the routers are converted to F32, as the converter does.
+// Per-tensor FP8 E4M3 weights stay FP8 (FP8_E4M3 with a <name>.scale),
+// other FP8 weights are dequantized to F32 (fp8.go); NVFP4 weights are repacked into
 // ggml NVFP4 blocks with a <name>.scale tensor (nvfp4.go).
 package hfmodel
 

@@ -11,9 +11,8 @@ import (
 	"github.com/ftchat/ftchat/engine/safetensors"
 )
 
-// FP8 checkpoints are read by dequantizing each FP8 weight to F32 at load
-// (w = code * scale). That is a first step: it costs 4 bytes per weight,
-// and a W8A16 kernel reading the FP8 codes directly is later work.
+// FP8 weights with a per-tensor scale stay FP8 (keepsFP8, below); the
+// others are dequantized to F32 at load (w = code * scale, 4 B/weight).
 //
 // Scale layouts, found by the scale tensor's shape:
 //   - per tensor: a scalar or [1] weight_scale (ModelOpt FP8,
