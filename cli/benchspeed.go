@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -36,11 +37,14 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			// The measured prefill runs as one batch: plan the GPU
 			// workspace for it (the depth fill runs in chunks of this size too).
 			cfg.Engine.PrefillChunk = max(cfg.Engine.PrefillChunk, engine.DefaultPrefillChunk, prefillN)
+			loadStart := time.Now()
 			eng, err := loadEngine(cmd.Context(), cfg, true)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
+			// Not part of any rate: said once so load time is on record beside them.
+			fmt.Fprintf(cmd.ErrOrStderr(), "model loaded in %.1f s\n", time.Since(loadStart).Seconds())
 			var results []engine.SpeedResult
 			w := cmd.OutOrStdout()
 			if !asJSON {
