@@ -36,6 +36,9 @@ type KVCache struct {
 	MinSplitTokens int
 	// Waves sizes auto-splitting to this many waves of resident CTAs (0: 1).
 	Waves int
+	// Prefill picks the kernel for sequences with at least faMinTokens new
+	// tokens (PrefillDefault: $FTCHAT_PREFILL_ATTN, see attention_fa.go).
+	Prefill PrefillKernel
 
 	layers []kvLayer
 	static Buffer // static FP8 scales: K [Layers*KVHeads] then V
@@ -43,6 +46,9 @@ type KVCache struct {
 	meta     Buffer  // device copy of metaHost
 	metaHost []int32 // seqs | page table | rowSeq | blocks, as last uploaded
 	metaHpw  int     // heads per warp the uploaded blocks were built for
+	metaFA   int     // tokens per FA tile the uploaded metadata was built for (0: none)
+	faSmem   map[*Function]bool
+	lastFA   int // FA tiles the last Attend launched (tests check the kernel ran)
 	scratch  []int32
 	ws       Buffer // split partials: acc then (max, sum)
 
@@ -157,18 +163,28 @@ func (kv *KVCache) LayerBytes() (codes, scales int64) {
 // batchMeta is the host form of a batch's kernel metadata: one int32 slice
 // holding seqs (4 per sequence: first row, cached, new tokens, page-table
 // offset), the concatenated page tables, rowSeq (sequence of each row, -1
-// for none) and blocks (2 per row block: sequence, first new token).
+// for none) and blocks (2 per row block: sequence, first new token). With
+// FA tiles (faTok > 0 and a sequence of at least faMinTokens new tokens)
+// it adds the FA tiles (2 per tile: sequence, first new token) and two
+// rowSeq-like lists that name only the rows of the old kernel's blocks
+// (oldRowOff) or of the FA tiles (faRowOff), for their split merges;
+// without, both are rowOff.
 type batchMeta struct {
 	words                          []int32
 	seqOff, ptOff, rowOff, blkOff  int
 	nseq, nblocks, rows, maxK, hpw int
+
+	faTok, faOff, nfa, maxKFA int
+	oldRowOff, faRowOff       int
 }
 
 // buildMeta validates b against the pool and rows and lays out its
-// metadata for row blocks of 8/hpw tokens.
-func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw int) (batchMeta, error) {
+// metadata for row blocks of 8/hpw tokens and, when faTok > 0, FA tiles of
+// faTok tokens for the sequences of at least faMinTokens new tokens.
+func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw, faTok int) (batchMeta, error) {
 	l := kv.Layout
-	m := batchMeta{nseq: len(b.Seqs), rows: rows, hpw: hpw}
+	m := batchMeta{nseq: len(b.Seqs), rows: rows, hpw: hpw, faTok: faTok}
+	isFA := func(s model.SeqSpan) bool { return faTok > 0 && s.NewTokens >= faMinTokens }
 	if rows <= 0 {
 		return m, fmt.Errorf("gpu: batch of %d rows", rows)
 	}
@@ -192,7 +208,11 @@ func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw int) (batchM
 		}
 		words = append(words, int32(s.Offset), int32(s.Cached), int32(s.NewTokens), int32(ptLen))
 		ptLen += len(s.Pages)
-		m.maxK = max(m.maxK, total)
+		if isFA(s) {
+			m.maxKFA = max(m.maxKFA, total)
+		} else {
+			m.maxK = max(m.maxK, total)
+		}
 	}
 	m.ptOff = len(words)
 	for i, s := range b.Seqs {
@@ -223,9 +243,41 @@ func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw int) (batchM
 	}
 	m.blkOff = len(words)
 	for i, s := range b.Seqs {
+		if isFA(s) {
+			continue
+		}
 		for t := 0; t < s.NewTokens; t += tpb {
 			words = append(words, int32(i), int32(t))
 			m.nblocks++
+		}
+	}
+	m.faOff = len(words)
+	for i, s := range b.Seqs {
+		if !isFA(s) {
+			continue
+		}
+		for t := 0; t < s.NewTokens; t += faTok {
+			words = append(words, int32(i), int32(t))
+			m.nfa++
+		}
+	}
+	m.oldRowOff, m.faRowOff = m.rowOff, m.rowOff
+	if m.nfa > 0 {
+		m.oldRowOff = len(words)
+		for r := range rows {
+			si := words[m.rowOff+r]
+			if si >= 0 && isFA(b.Seqs[si]) {
+				si = -1
+			}
+			words = append(words, si)
+		}
+		m.faRowOff = len(words)
+		for r := range rows {
+			si := words[m.rowOff+r]
+			if si >= 0 && !isFA(b.Seqs[si]) {
+				si = -1
+			}
+			words = append(words, si)
 		}
 	}
 	m.words = words
@@ -256,6 +308,7 @@ func (kv *KVCache) upload(c *Ctx, m batchMeta) error {
 	}
 	kv.metaHost = append(kv.metaHost[:0], m.words...)
 	kv.metaHpw = m.hpw
+	kv.metaFA = m.faTok
 	return nil
 }
 
@@ -268,7 +321,8 @@ func (kv *KVCache) Prepare(c *Ctx, b *model.Batch, rows, heads int) error {
 	if heads <= 0 || heads%l.KVHeads != 0 {
 		return fmt.Errorf("gpu: %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads)
 	}
-	m, err := kv.buildMeta(kv.scratch, b, rows, min(heads/l.KVHeads, maxGroup))
+	hpw, faTok := kv.attnShape(c, heads)
+	m, err := kv.buildMeta(kv.scratch, b, rows, hpw, faTok)
 	kv.scratch = m.words
 	if err != nil {
 		return err
@@ -358,7 +412,7 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 	}
 	// Write reads no blocks; building them as the last Attend did keeps the
 	// metadata identical, so a step uploads it once for all layers.
-	m, err := kv.buildMeta(kv.scratch, b, rows, max(kv.metaHpw, 1))
+	m, err := kv.buildMeta(kv.scratch, b, rows, max(kv.metaHpw, 1), kv.metaFA)
 	kv.scratch = m.words
 	if err != nil {
 		return err
@@ -428,10 +482,8 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	if heads <= 0 || heads%l.KVHeads != 0 {
 		return fmt.Errorf("gpu: %d query heads over %d kv heads; heads must be a positive multiple", heads, l.KVHeads)
 	}
-	group := heads / l.KVHeads
-	hpw := min(group, maxGroup)
-	hslices := (group + hpw - 1) / hpw
-	m, err := kv.buildMeta(kv.scratch, b, rows, hpw)
+	hpw, faTok := kv.attnShape(c, heads)
+	m, err := kv.buildMeta(kv.scratch, b, rows, hpw, faTok)
 	kv.scratch = m.words
 	if err != nil {
 		return err
@@ -439,9 +491,26 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	if err := kv.upload(c, m); err != nil {
 		return err
 	}
-	if m.nblocks == 0 {
-		return nil
+	kv.lastFA = 0
+	if m.nblocks > 0 {
+		if err := kv.attendBlocks(c, dst, q, rows, layer, m, heads, scale); err != nil {
+			return err
+		}
 	}
+	if m.nfa > 0 {
+		kv.lastFA = m.nfa
+		return kv.attendFA(c, dst, q, rows, layer, m, heads, scale)
+	}
+	return nil
+}
+
+// attendBlocks runs attn_<dtype>_d<dim> (and attn_merge) over m's row
+// blocks: decode and short prefill chunks, or every sequence when FA is off.
+func (kv *KVCache) attendBlocks(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMeta, heads int, scale float32) error {
+	l := kv.Layout
+	group := heads / l.KVHeads
+	hpw := m.hpw
+	hslices := (group + hpw - 1) / hpw
 	base := m.nblocks * l.KVHeads * hslices
 	d := l.HeadDim
 	name := fmt.Sprintf("attn_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
@@ -457,29 +526,13 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 		}
 		splits = chooseSplits(occ*c.d.info.SMs*max(kv.Waves, 1), base, m.maxK, kv.MinSplitTokens)
 	}
-	if per := int64(rows) * int64(heads) * (int64(d)*4 + 8); splits > 1 && int64(splits)*per > attnSplitMax {
-		// The split partials are a planned workspace (AttnSplitBytes):
-		// a long-context prefill takes fewer splits rather than more memory.
-		splits = max(int(attnSplitMax/per), 1)
+	splits = capSplits(splits, rows, heads, d)
+	part, partML, err := kv.splitWorkspace(c, splits, rows, heads)
+	if err != nil {
+		return err
 	}
-	var part, partML DevicePtr
-	if splits > 1 {
-		accBytes := int64(splits) * int64(rows) * int64(heads) * int64(d) * 4
-		need := accBytes + int64(splits)*int64(rows)*int64(heads)*8
-		if kv.ws.Size < need {
-			if err := c.Free(kv.ws); err != nil {
-				return err
-			}
-			kv.ws = Buffer{}
-			ws, err := c.Alloc(need+need/4, "attention split workspace")
-			if err != nil {
-				return err
-			}
-			kv.ws = ws
-		}
-		part, partML = kv.ws.Ptr, kv.ws.Ptr.Add(accBytes)
-	}
-	seqs, pt, rowSeq, blocks := kv.metaPtrs(m)
+	seqs, pt, _, blocks := kv.metaPtrs(m)
+	rowSeq := kv.meta.Ptr.Add(int64(4 * m.oldRowOff))
 	ly := kv.layers[layer]
 	scaleLog2 := scale * float32(math.Log2E)
 	if err := c.Launch(f, Dim3{X: base * splits}, Dim3{X: 128}, 0, c.Stream(),
@@ -490,10 +543,46 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	if splits == 1 {
 		return nil
 	}
+	return kv.merge(c, part, partML, dst, rowSeq, rows, heads, splits)
+}
+
+// splitWorkspace returns the partial accumulators and (max, sum) pairs of
+// splits key chunks (zero pointers for one), growing the shared workspace.
+func (kv *KVCache) splitWorkspace(c *Ctx, splits, rows, heads int) (part, partML DevicePtr, err error) {
+	if splits <= 1 {
+		return 0, 0, nil
+	}
+	accBytes := int64(splits) * int64(rows) * int64(heads) * int64(kv.Layout.HeadDim) * 4
+	need := accBytes + int64(splits)*int64(rows)*int64(heads)*8
+	if kv.ws.Size < need {
+		if err := c.Free(kv.ws); err != nil {
+			return 0, 0, err
+		}
+		kv.ws = Buffer{}
+		ws, err := c.Alloc(need+need/4, "attention split workspace")
+		if err != nil {
+			return 0, 0, err
+		}
+		kv.ws = ws
+	}
+	return kv.ws.Ptr, kv.ws.Ptr.Add(accBytes), nil
+}
+
+// capSplits bounds splits so the partials stay inside attnSplitMax (the
+// planned workspace): a long-context prefill takes fewer splits instead.
+func capSplits(splits, rows, heads, d int) int {
+	if per := int64(rows) * int64(heads) * (int64(d)*4 + 8); splits > 1 && int64(splits)*per > attnSplitMax {
+		return max(int(attnSplitMax/per), 1)
+	}
+	return splits
+}
+
+// merge runs attn_merge over the rows rowSeq names (>= 0).
+func (kv *KVCache) merge(c *Ctx, part, partML, dst, rowSeq DevicePtr, rows, heads, splits int) error {
 	mf, err := c.Function(attentionModule, "attn_merge")
 	if err != nil {
 		return err
 	}
 	rh := rows * heads
-	return c.Launch(mf, Dim3{X: rh}, Dim3{X: 256}, 0, c.Stream(), part, partML, dst, rowSeq, heads, rh, d, splits)
+	return c.Launch(mf, Dim3{X: rh}, Dim3{X: 256}, 0, c.Stream(), part, partML, dst, rowSeq, heads, rh, kv.Layout.HeadDim, splits)
 }

@@ -24,6 +24,11 @@ import (
 // plus scales) per second, and that as a share of the read bandwidth that
 // stream_read measures in the same run. A markdown table is printed at the
 // end (and written to $FTCHAT_BENCH_MD when set).
+//
+// FTCHAT_BENCH_ONLY=fa runs only the FA prefill comparison: 512 new tokens
+// at 0 / 4K / 32K cached, Llama-3.1-8B and Qwen3.6 shapes, bf16 and
+// fp8_e4m3, the block kernel (prefill=old) and attn_fa (prefill=fa) in the
+// same run, tabulated side by side in TFLOP/s at the end.
 
 type attnShape struct {
 	name             string
@@ -31,7 +36,8 @@ type attnShape struct {
 	pageSize         int
 	dtype            kvcache.DType
 	batch, ctx, newT int
-	waves            int // KVCache.Waves
+	waves            int           // KVCache.Waves
+	prefill          PrefillKernel // KVCache.Prefill
 }
 
 type benchResult struct {
@@ -161,6 +167,7 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 	}
 	defer kv.Free(c)
 	kv.Waves = s.waves
+	kv.Prefill = s.prefill
 	codes, scales := kv.LayerBytes()
 	for i := range l.Layers {
 		k, v, ks, vs := kv.LayerPtrs(i)
@@ -230,6 +237,13 @@ var benchShapes = []struct {
 	heads, kvh, dim int
 }{{"Llama-3.1-8B", 32, 8, 128}, {"SmolLM2-135M", 9, 3, 64}}
 
+// faBenchShapes are the prefill shapes of the FA comparison: Llama-3.1-8B
+// and Qwen3.6's full-attention layers (16 q heads, 2 kv heads, head_dim 256).
+var faBenchShapes = []struct {
+	name            string
+	heads, kvh, dim int
+}{{"Llama-3.1-8B", 32, 8, 128}, {"Qwen3.6", 16, 2, 256}}
+
 func BenchmarkAttention(b *testing.B) {
 	d := openTestDevice(b)
 	var readBW float64
@@ -240,6 +254,9 @@ func BenchmarkAttention(b *testing.B) {
 	var results []benchResult
 	run := func(s attnShape) {
 		name := fmt.Sprintf("%s/%v/p%d/b%d/ctx%d/new%d/w%d", s.name, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, s.waves)
+		if s.prefill != PrefillDefault {
+			name += "/" + s.prefill.String()
+		}
 		b.Run(name, func(b *testing.B) {
 			var r benchResult
 			if err := d.Do(func(c *Ctx) (err error) { r, err = benchAttention(c, s); return }); err != nil {
@@ -249,6 +266,7 @@ func BenchmarkAttention(b *testing.B) {
 			b.ReportMetric(r.us, "us/call")
 			b.ReportMetric(r.gbs, "GB/s")
 			b.ReportMetric(100*r.readShare, "%readBW")
+			b.ReportMetric(r.tflops, "TFLOP/s")
 			results = append(results, r)
 		})
 	}
@@ -305,6 +323,19 @@ func BenchmarkAttention(b *testing.B) {
 			}
 		}
 	}
+	if only == "" || only == "fa" {
+		// FA prefill against the block kernel: 512 new tokens on top of
+		// 0 / 4K / 32K cached, causal FLOPs (benchTable's last table).
+		for _, sh := range faBenchShapes {
+			for _, depth := range []int{0, 4096, 32768} {
+				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
+					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
+						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: k})
+					}
+				}
+			}
+		}
+	}
 	md := benchTable(results, readBW)
 	fmt.Print(md)
 	if p := os.Getenv("FTCHAT_BENCH_MD"); p != "" {
@@ -322,7 +353,7 @@ func benchTable(rs []benchResult, readBW float64) string {
 	sb.WriteString("| shape | KV dtype | page | batch | context | new tokens | variant | time (µs) | KV read (GB/s) | % of read BW | fp8/bf16 time | TFLOP/s |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	key := func(s attnShape) string {
-		return fmt.Sprintf("%s/%d/%d/%d/%d/%d", s.name, s.pageSize, s.batch, s.ctx, s.newT, s.waves)
+		return fmt.Sprintf("%s/%d/%d/%d/%d/%d/%d", s.name, s.pageSize, s.batch, s.ctx, s.newT, s.waves, s.prefill)
 	}
 	bf := map[string]float64{}
 	for _, r := range rs {
@@ -342,8 +373,40 @@ func benchTable(rs []benchResult, readBW float64) string {
 		if s.waves != 0 {
 			variant = fmt.Sprintf("waves=%d", s.waves)
 		}
+		if s.prefill != PrefillDefault {
+			variant = "prefill=" + s.prefill.String()
+		}
 		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %d | %d | %s | %.1f | %.0f | %.0f%% | %s | %.1f |\n",
 			s.name, s.heads, s.kvh, s.dim, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, variant, r.us, r.gbs, 100*r.readShare, ratio, r.tflops)
+	}
+	sb.WriteString(faTable(rs))
+	return sb.String()
+}
+
+// faTable puts the FA prefill runs beside the block kernel's on the same
+// configuration: TFLOP/s (causal FLOPs) and the speed-up.
+func faTable(rs []benchResult) string {
+	old := map[attnShape]benchResult{}
+	for _, r := range rs {
+		if r.shape.prefill == PrefillBlocks {
+			s := r.shape
+			s.prefill = PrefillFA
+			old[s] = r
+		}
+	}
+	var sb strings.Builder
+	for _, r := range rs {
+		o, ok := old[r.shape]
+		if r.shape.prefill != PrefillFA || !ok {
+			continue
+		}
+		if sb.Len() == 0 {
+			sb.WriteString("\n| prefill shape | KV dtype | cached | new tokens | old (µs) | old TFLOP/s | fa (µs) | fa TFLOP/s | fa speed-up |\n")
+			sb.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		}
+		s := r.shape
+		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n",
+			s.name, s.heads, s.kvh, s.dim, s.dtype, s.ctx-s.newT, s.newT, o.us, o.tflops, r.us, r.tflops, o.us/r.us)
 	}
 	return sb.String()
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
@@ -276,6 +279,7 @@ type attnCase struct {
 	splits     int     // 0: auto
 	qmag       float64 // q magnitude (peakier softmax when larger)
 	long       bool
+	fa         bool // KVCache.Prefill = PrefillFA, and the FA kernel must run
 }
 
 func (c attnCase) String() string {
@@ -328,139 +332,231 @@ func TestAttentionMatchesHostStore(t *testing.T) {
 			if tc.long && testing.Short() {
 				t.Skip("long context case skipped in -short mode")
 			}
-			rng := rand.New(rand.NewPCG(uint64(ci), 7))
-			pages := pagesFor(tc.seqs, tc.p, false) + 2
-			l := testLayout(tc.dt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
-			hs, err := kvcache.NewHostStore(l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Poison the whole layer: rows the kernel must not read are NaN.
-			hk, hv, hks, hvs := hs.Raw(1)
-			for i := range hk {
-				hk[i], hv[i] = 0xff, 0xff
-			}
-			if l.HasTokenScales() {
-				for i := range hks {
-					hks[i], hvs[i] = float32(math.NaN()), float32(math.NaN())
-				}
-			}
-			b, rows := testBatch(rng, tc.seqs, tc.p, pages, 1, false)
-			w := tc.kvh * tc.d
-			kr, vr := make([]float32, w), make([]float32, w)
-			for _, s := range b.Seqs {
-				for pos := range s.Cached + s.NewTokens {
-					for h := range tc.kvh {
-						for i := range tc.d {
-							kr[h*tc.d+i] = float32(rng.NormFloat64())
-						}
-						randRow(rng, vr[h*tc.d:(h+1)*tc.d])
-					}
-					if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
-						// keep values inside the static scale's range
-						for i := range kr {
-							kr[i] *= 0.5
-							vr[i] = float32(rng.NormFloat64())
-						}
-					}
-					hs.WriteRow(1, int(s.Pages[pos/tc.p]), pos%tc.p, kr, vr)
-				}
-			}
-			heads := tc.kvh * tc.group
-			hw := heads * tc.d
-			qmag := tc.qmag
-			if qmag == 0 {
-				qmag = 1
-			}
-			q := make([]float32, rows*hw)
-			for i := range q {
-				q[i] = float32(rng.NormFloat64() * qmag)
-			}
-			scale := float32(1 / math.Sqrt(float64(tc.d)))
-			got := make([]float32, rows*hw)
-			err = d.Do(func(c *Ctx) error {
-				kv, err := c.AllocKV(l)
-				if err != nil {
-					return err
-				}
-				defer kv.Free(c)
-				kv.Splits = tc.splits
-				pk, pv, pks, pvs := kv.LayerPtrs(1)
-				for _, u := range []error{Upload(c, pk, hk), Upload(c, pv, hv)} {
-					if u != nil {
-						return u
-					}
-				}
-				if l.HasTokenScales() {
-					if err := Upload(c, pks, hks); err != nil {
-						return err
-					}
-					if err := Upload(c, pvs, hvs); err != nil {
-						return err
-					}
-				}
-				buf, err := c.Alloc(int64(8*len(q)), "test q/out")
-				if err != nil {
-					return err
-				}
-				defer c.Free(buf)
-				qp, op := buf.Ptr, buf.Ptr.Add(int64(4*len(q)))
-				if err := Upload(c, qp, q); err != nil {
-					return err
-				}
-				if err := c.Memset32(op, 0x7fc00000, int64(len(q))); err != nil { // NaN poison
-					return err
-				}
-				if err := kv.Attend(c, op, qp, rows, 1, b, heads, scale); err != nil {
-					return err
-				}
-				return Download(c, got, op)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, hw)
-			worst, worstAt := 0.0, ""
-			covered := make([]bool, rows)
-			for _, s := range b.Seqs {
-				for i := range s.NewTokens {
-					r := s.Offset + i
-					covered[r] = true
-					hs.Attend(want, q[r*hw:(r+1)*hw], 1, s.Pages, s.Cached+i+1, heads, scale)
-					for h := range heads {
-						g := got[r*hw+h*tc.d : r*hw+(h+1)*tc.d]
-						wv := want[h*tc.d : (h+1)*tc.d]
-						var num, den float64
-						for j := range g {
-							if math.IsNaN(float64(g[j])) || math.IsInf(float64(g[j]), 0) {
-								t.Fatalf("row %d head %d dim %d: %v (not written or not finite)", r, h, j, g[j])
-							}
-							e := float64(g[j] - wv[j])
-							num += e * e
-							den += float64(wv[j]) * float64(wv[j])
-						}
-						rel := math.Sqrt(num / max(den, 1e-30))
-						if rel > worst {
-							worst, worstAt = rel, fmt.Sprintf("row %d (pos %d) head %d", r, s.Cached+i, h)
-						}
-					}
-				}
-			}
-			for r := range rows {
-				if !covered[r] {
-					for j := range hw {
-						if !math.IsNaN(float64(got[r*hw+j])) {
-							t.Fatalf("row %d belongs to no sequence but was written (%v)", r, got[r*hw+j])
-						}
-					}
-				}
-			}
-			t.Logf("max rel. error %.2e at %s", worst, worstAt)
-			if worst > attnTol {
-				t.Errorf("max rel. error %.2e at %s exceeds %.0e", worst, worstAt, attnTol)
-			}
+			checkAttention(t, d, ci, tc)
 		})
 	}
+}
+
+// faCases cover the FA prefill kernel: every KV dtype x head_dim 64/128/256,
+// each with three (GQA ratio, chunk, cached depth) combinations that
+// together take every ratio 1/4/8, chunk 64/100/512 and depth 0/1000/5000,
+// and a second sequence (a 64-token chunk at another depth) in the batch;
+// then forced splits, static FP8 scales, odd GQA ratios, small pages, and
+// a batch mixing FA chunks with decode rows and a short chunk (both
+// kernels and both merges in one call).
+func faCases() []attnCase {
+	dts := []struct {
+		dt kvcache.DType
+		sm kvcache.ScaleMode
+	}{{kvcache.BF16, 0}, {kvcache.F16, 0}, {kvcache.FP8E4M3, kvcache.DynamicScales}, {kvcache.FP8E5M2, kvcache.DynamicScales}}
+	groups := []int{1, 4, 8}
+	chunks := []int{64, 100, 512}
+	depths := []int{0, 1000, 5000}
+	pages := []int{16, 64, 256}
+	var cs []attnCase
+	for di, dt := range dts {
+		for ki, hd := range []int{64, 128, 256} {
+			for i := range 3 {
+				a := di + ki
+				chunk, depth := chunks[(i+a)%3], depths[(i+2*a)%3]
+				cs = append(cs, attnCase{
+					dt: dt.dt, sm: dt.sm, kvh: 2, group: groups[(i+ki)%3], d: hd, p: pages[(i+di)%3],
+					seqs: []seqShape{{depth, chunk}, {depths[(i+2*a+1)%3], 64}},
+					long: chunk == 512 && depth == 5000, fa: true,
+				})
+			}
+		}
+	}
+	mixed := []seqShape{{1000, 100}, {50, 1}, {0, 64}, {7, 9}, {3000, 1}}
+	return append(cs,
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: []seqShape{{1000, 100}, {0, 300}}, splits: 3, fa: true},
+		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}}, splits: 7, fa: true, qmag: 3},
+		attnCase{dt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 128, p: 128, seqs: []seqShape{{200, 130}}, fa: true},
+		attnCase{dt: kvcache.FP8E5M2, sm: kvcache.StaticScales, kvh: 2, group: 7, d: 64, p: 16, seqs: []seqShape{{33, 77}}, fa: true},
+		attnCase{dt: kvcache.F16, kvh: 3, group: 3, d: 128, p: 8, seqs: []seqShape{{100, 65}}, fa: true, qmag: 3},
+		attnCase{dt: kvcache.BF16, kvh: 1, group: 16, d: 128, p: 1, seqs: []seqShape{{10, 70}}, fa: true},
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: mixed, fa: true},
+		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 4, fa: true},
+	)
+}
+
+// TestAttentionFAMatchesHostStore checks attn_fa (FTCHAT_PREFILL_ATTN=fa)
+// against the CPU attention (kvcache.HostStore) with attnTol, outputs
+// poisoned with NaN first.
+func TestAttentionFAMatchesHostStore(t *testing.T) {
+	d := openTestDevice(t)
+	for ci, tc := range faCases() {
+		t.Run(tc.String(), func(t *testing.T) {
+			if tc.long && testing.Short() {
+				t.Skip("long context case skipped in -short mode")
+			}
+			checkAttention(t, d, 1000+ci, tc)
+		})
+	}
+}
+
+// checkAttention runs one case on the GPU and compares every (row, head)
+// with the CPU reference.
+func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
+	rng := rand.New(rand.NewPCG(uint64(ci), 7))
+	pages := pagesFor(tc.seqs, tc.p, false) + 2
+	l := testLayout(tc.dt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
+	hs, err := kvcache.NewHostStore(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Poison the whole layer: rows the kernel must not read are NaN.
+	hk, hv, hks, hvs := hs.Raw(1)
+	for i := range hk {
+		hk[i], hv[i] = 0xff, 0xff
+	}
+	if l.HasTokenScales() {
+		for i := range hks {
+			hks[i], hvs[i] = float32(math.NaN()), float32(math.NaN())
+		}
+	}
+	b, rows := testBatch(rng, tc.seqs, tc.p, pages, 1, false)
+	w := tc.kvh * tc.d
+	kr, vr := make([]float32, w), make([]float32, w)
+	for _, s := range b.Seqs {
+		for pos := range s.Cached + s.NewTokens {
+			for h := range tc.kvh {
+				for i := range tc.d {
+					kr[h*tc.d+i] = float32(rng.NormFloat64())
+				}
+				randRow(rng, vr[h*tc.d:(h+1)*tc.d])
+			}
+			if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
+				// keep values inside the static scale's range
+				for i := range kr {
+					kr[i] *= 0.5
+					vr[i] = float32(rng.NormFloat64())
+				}
+			}
+			hs.WriteRow(1, int(s.Pages[pos/tc.p]), pos%tc.p, kr, vr)
+		}
+	}
+	heads := tc.kvh * tc.group
+	hw := heads * tc.d
+	qmag := tc.qmag
+	if qmag == 0 {
+		qmag = 1
+	}
+	q := make([]float32, rows*hw)
+	for i := range q {
+		q[i] = float32(rng.NormFloat64() * qmag)
+	}
+	scale := float32(1 / math.Sqrt(float64(tc.d)))
+	got := make([]float32, rows*hw)
+	err = d.Do(func(c *Ctx) error {
+		kv, err := c.AllocKV(l)
+		if err != nil {
+			return err
+		}
+		defer kv.Free(c)
+		kv.Splits = tc.splits
+		if tc.fa {
+			kv.Prefill = PrefillFA
+		}
+		pk, pv, pks, pvs := kv.LayerPtrs(1)
+		for _, u := range []error{Upload(c, pk, hk), Upload(c, pv, hv)} {
+			if u != nil {
+				return u
+			}
+		}
+		if l.HasTokenScales() {
+			if err := Upload(c, pks, hks); err != nil {
+				return err
+			}
+			if err := Upload(c, pvs, hvs); err != nil {
+				return err
+			}
+		}
+		buf, err := c.Alloc(int64(8*len(q)), "test q/out")
+		if err != nil {
+			return err
+		}
+		defer c.Free(buf)
+		qp, op := buf.Ptr, buf.Ptr.Add(int64(4*len(q)))
+		if err := Upload(c, qp, q); err != nil {
+			return err
+		}
+		if err := c.Memset32(op, 0x7fc00000, int64(len(q))); err != nil { // NaN poison
+			return err
+		}
+		if err := kv.Attend(c, op, qp, rows, 1, b, heads, scale); err != nil {
+			return err
+		}
+		if tc.fa && kv.lastFA == 0 {
+			return fmt.Errorf("the FA kernel did not run")
+		}
+		return Download(c, got, op)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := hostAttend(hs, b, q, rows, heads, scale)
+	worst, worstAt := 0.0, ""
+	covered := make([]bool, rows)
+	for _, s := range b.Seqs {
+		for i := range s.NewTokens {
+			r := s.Offset + i
+			covered[r] = true
+			for h := range heads {
+				g := got[r*hw+h*tc.d : r*hw+(h+1)*tc.d]
+				wv := want[r*hw+h*tc.d : r*hw+(h+1)*tc.d]
+				var num, den float64
+				for j := range g {
+					if math.IsNaN(float64(g[j])) || math.IsInf(float64(g[j]), 0) {
+						t.Fatalf("row %d head %d dim %d: %v (not written or not finite)", r, h, j, g[j])
+					}
+					e := float64(g[j] - wv[j])
+					num += e * e
+					den += float64(wv[j]) * float64(wv[j])
+				}
+				rel := math.Sqrt(num / max(den, 1e-30))
+				if rel > worst {
+					worst, worstAt = rel, fmt.Sprintf("row %d (pos %d) head %d", r, s.Cached+i, h)
+				}
+			}
+		}
+	}
+	for r := range rows {
+		if !covered[r] {
+			for j := range hw {
+				if !math.IsNaN(float64(got[r*hw+j])) {
+					t.Fatalf("row %d belongs to no sequence but was written (%v)", r, got[r*hw+j])
+				}
+			}
+		}
+	}
+	t.Logf("max rel. error %.2e at %s", worst, worstAt)
+	if worst > attnTol {
+		t.Errorf("max rel. error %.2e at %s exceeds %.0e", worst, worstAt, attnTol)
+	}
+}
+
+// hostAttend is the CPU reference of a batch (layer 1): AttendRows, which
+// is bitwise Attend per row, over tiles of 32 rows on all cores.
+func hostAttend(hs *kvcache.HostStore, b *model.Batch, q []float32, rows, heads int, scale float32) []float32 {
+	hw := heads * hs.Layout().HeadDim
+	out := make([]float32, rows*hw)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, s := range b.Seqs {
+		for r0 := 0; r0 < s.NewTokens; r0 += 32 {
+			n := min(32, s.NewTokens-r0)
+			lo, hi := (s.Offset+r0)*hw, (s.Offset+r0+n)*hw
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				hs.AttendRows(out[lo:hi], q[lo:hi], n, 1, s.Pages, s.Cached+r0, heads, scale)
+			}()
+		}
+	}
+	wg.Wait()
+	return out
 }
 
 // TestAttentionBatchErrors checks that malformed batches give one clear
@@ -481,7 +577,7 @@ func TestAttentionBatchErrors(t *testing.T) {
 		{"bad pos", model.Batch{Pos: []int32{3}, Seqs: []model.SeqSpan{{Cached: 2, NewTokens: 1, Pages: []int32{0}}}}, 1, "position 3"},
 		{"no seqs", model.Batch{}, 1, "no sequences"},
 	} {
-		_, err := kv.buildMeta(nil, &tc.b, tc.rows, 4)
+		_, err := kv.buildMeta(nil, &tc.b, tc.rows, 4, 0)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -496,7 +592,7 @@ func TestBatchMetaAlignment(t *testing.T) {
 	for rows := 1; rows <= 4; rows++ {
 		for np := 1; np <= 4; np++ {
 			b := model.Batch{Seqs: []model.SeqSpan{{Cached: 8*np - rows, NewTokens: rows, Pages: make([]int32, np)}}}
-			m, err := kv.buildMeta(nil, &b, rows, 2)
+			m, err := kv.buildMeta(nil, &b, rows, 2, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -518,5 +614,84 @@ func TestChooseSplits(t *testing.T) {
 		if got := chooseSplits(tc.slots, tc.ctas, tc.maxK, 0); got != tc.want {
 			t.Errorf("chooseSplits(%d, %d, %d) = %d, want %d", tc.slots, tc.ctas, tc.maxK, got, tc.want)
 		}
+	}
+}
+
+// TestFASmemMatchesKernel: the launcher's shared-memory size of each FA
+// kernel (faSmemBytes) equals the kernel's own (attn_fa_smem).
+func TestFASmemMatchesKernel(t *testing.T) {
+	d := openTestDevice(t)
+	got := make([]int32, 12)
+	err := d.Do(func(c *Ctx) error {
+		buf, err := c.Alloc(64, "test smem sizes")
+		if err != nil {
+			return err
+		}
+		defer c.Free(buf)
+		f, err := c.Function(attentionModule, "attn_fa_smem")
+		if err != nil {
+			return err
+		}
+		if err := c.Launch(f, Dim3{X: 1}, Dim3{X: 32}, 0, c.Stream(), buf.Ptr); err != nil {
+			return err
+		}
+		return Download(c, got, buf.Ptr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range got {
+		fp8, dim := i >= 6, faHeadDims[i%3]
+		if want := faSmemBytes(fp8, dim); int(w) != want {
+			t.Errorf("dtype code %d, head_dim %d: kernel uses %d bytes of shared memory, launcher %d", i/3, dim, w, want)
+		}
+	}
+}
+
+// TestBatchMetaFATiles: with FA tiles on, sequences of at least
+// faMinTokens new tokens become tiles of faTok tokens and leave the row
+// blocks; the two merge row lists split rowSeq between the kernels.
+func TestBatchMetaFATiles(t *testing.T) {
+	l := kvcache.Layout{Layers: 1, KVHeads: 2, HeadDim: 128, PageSize: 16, Pages: 64, DType: kvcache.BF16}
+	kv := &KVCache{Layout: l}
+	b := model.Batch{Seqs: []model.SeqSpan{
+		{Offset: 0, Cached: 10, NewTokens: 1, Pages: []int32{1}},
+		{Offset: 1, Cached: 0, NewTokens: 100, Pages: make([]int32, 7)},
+		{Offset: 101, Cached: 5, NewTokens: 63, Pages: make([]int32, 5)},
+		{Offset: 164, Cached: 40, NewTokens: 64, Pages: make([]int32, 7)},
+	}}
+	rows := 229 // one spare row
+	m, err := kv.buildMeta(nil, &b, rows, 4, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.nblocks != 1+32 { // seq 0: one block; seq 2: 63 tokens in blocks of 2
+		t.Errorf("%d row blocks, want 33", m.nblocks)
+	}
+	var tiles [][2]int32
+	for i := range m.nfa {
+		tiles = append(tiles, [2]int32{m.words[m.faOff+2*i], m.words[m.faOff+2*i+1]})
+	}
+	want := [][2]int32{{1, 0}, {1, 16}, {1, 32}, {1, 48}, {1, 64}, {1, 80}, {1, 96}, {3, 0}, {3, 16}, {3, 32}, {3, 48}}
+	if !slices.Equal(tiles, want) {
+		t.Errorf("FA tiles %v, want %v", tiles, want)
+	}
+	if m.maxK != 68 || m.maxKFA != 104 {
+		t.Errorf("maxK %d (blocks), %d (FA); want 68, 104", m.maxK, m.maxKFA)
+	}
+	for r := range rows {
+		all, old, fa := m.words[m.rowOff+r], m.words[m.oldRowOff+r], m.words[m.faRowOff+r]
+		isFA := all == 1 || all == 3
+		if (isFA && (old != -1 || fa != all)) || (!isFA && (fa != -1 || old != all)) {
+			t.Fatalf("row %d: rowSeq %d, old list %d, FA list %d", r, all, old, fa)
+		}
+	}
+	// FA off: the layout is the block kernel's alone.
+	m0, err := kv.buildMeta(nil, &b, rows, 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m0.nfa != 0 || m0.oldRowOff != m0.rowOff || m0.faRowOff != m0.rowOff || len(m0.words) != m0.blkOff+2*m0.nblocks {
+		t.Errorf("FA off: %d tiles, row lists at %d/%d (rowSeq %d), %d words", m0.nfa, m0.oldRowOff, m0.faRowOff, m0.rowOff, len(m0.words))
 	}
 }

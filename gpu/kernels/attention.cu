@@ -1,6 +1,9 @@
 // Paged attention of the ftchat CUDA backend: one kernel for decode and
-// prefill/extend (flash-decoding with tensor cores), a merge kernel for
-// split sequences, and a read-bandwidth probe for the benchmarks.
+// prefill/extend (flash-decoding with tensor cores, attn_*), a
+// FlashAttention-2-style kernel for prefill chunks of >= 64 new tokens
+// (attn_fa_*, selected by FTCHAT_PREFILL_ATTN=fa, see its comment below), a
+// merge kernel for split sequences, and a read-bandwidth probe for the
+// benchmarks.
 //
 // Work unit: one warp computes up to 8 query rows (query token x query head
 // of one GQA group) against one chunk ("split") of the keys of one kv head,
@@ -570,6 +573,404 @@ ATTN_ALL_D(attn_bf16, KV_BF16, 2)
 ATTN_ALL_D(attn_f16, KV_F16, 2)
 ATTN_ALL_D(attn_e4m3, KV_E4M3, ATTN_MINB_D128_FP8)
 ATTN_ALL_D(attn_e5m2, KV_E5M2, ATTN_MINB_D128_FP8)
+
+// ---------------------------------------------------------------------------
+// attn_fa: FlashAttention-2-style prefill for chunks of many new tokens.
+//
+// A CTA of 4 warps owns a tile of 64 query rows of one kv head's GQA group
+// (row r = token r/group x head r%group of the tile's tokens; 16 rows per
+// warp as the m16 of mma.sync m16n8k16) and loops over tiles of FA_BK keys
+// of one split of the sequence's keys. Each key tile is copied once per CTA
+// into shared memory with cp.async (two stages: the next tile streams in
+// while this one computes), so a K/V byte is read once per 64 query rows
+// instead of once per 8. FP8 codes are widened to bf16 once per tile into a
+// padded 16-bit tile (the same exact bit placement as fp8pair); 16-bit
+// pages are used as they arrive. B fragments come from ldmatrix (.trans
+// for V); rows are padded by 16 bytes so the 8 rows of a matrix hit
+// different banks.
+//
+// Precision as in attn_body: q and p are split into hi + lo 16-bit halves
+// (two MMAs into one float32 accumulator), the per-token scales multiply
+// the score (K) and the softmax weight (V), softmax is float32 in the log2
+// domain, fp16 pages scale q by a power of two per row. Causal: the row at
+// position p sees keys <= p. splits > 1: unnormalized partials into
+// part/partML as attn_body writes them, combined by attn_merge.
+//
+// tiles[i] = {seq, first new token} of the tiles (64/group tokens each).
+#ifndef FA_BK_D256
+#define FA_BK_D256 32
+#endif
+#ifndef FA_BK
+#define FA_BK 64
+#endif
+
+namespace {
+
+template <int D>
+struct FaCfg {
+    static constexpr int BK = D >= 256 ? FA_BK_D256 : FA_BK;  // keys per tile
+    static constexpr int ROW16 = (D + 8) * 2;                  // padded 16-bit row, bytes
+};
+
+// faSmemBytes is the dynamic shared memory of attn_fa (gpu/attention_fa.go
+// computes the same): q fragments, 16-bit K/V tiles (two stages, or one
+// widened tile for FP8), raw FP8 stages, K/V scales per stage.
+template <int T, int D>
+__host__ __device__ constexpr int faSmemBytes() {
+    constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
+    constexpr int BK = FaCfg<D>::BK;
+    return 256 * D + (FP8 ? 2 : 4) * BK * FaCfg<D>::ROW16 + (FP8 ? 4 * BK * D : 0) + 16 * BK;
+}
+
+__device__ __forceinline__ uint32_t smaddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cpCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cpWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ void ldm4(uint32_t a, uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3) : "r"(a));
+}
+__device__ __forceinline__ void ldm4t(uint32_t a, uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3) : "r"(a));
+}
+
+}  // namespace
+
+template <int T, int D>
+__device__ __forceinline__ void attn_fa_body(
+    const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,
+    float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
+    const float* __restrict__ ks, const float* __restrict__ vs, int dyn,
+    const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ tiles,
+    int ntiles, int kvh, int group, int pageShift, int splits, int rows, float scaleLog2) {
+    constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
+    constexpr bool F16 = T == KV_F16;  // fp16 MMAs; FP8 is widened to bf16
+    constexpr int E = FP8 ? 1 : 2;
+    constexpr int BK = FaCfg<D>::BK;
+    constexpr int ROW16 = FaCfg<D>::ROW16;
+    constexpr int KT = D / 16;  // k-tiles of QK^T
+    constexpr int NT = D / 8;   // n-tiles of PV
+    constexpr int SN = BK / 8;  // n-tiles of QK^T (keys)
+    constexpr int CR = D * E / 16;  // 16-byte chunks per K (or V) row
+    static_assert(SN % 2 == 0 && NT % 2 == 0, "tile shapes");
+
+    extern __shared__ uint4 fsm[];
+    uint4* qs = fsm;  // [warp][kk][hi, lo][lane]
+    uint8_t* kv16 = (uint8_t*)(fsm + 4 * KT * 2 * 32);  // [stage][K, V][BK][ROW16]
+    uint8_t* raw = kv16 + (FP8 ? 2 : 4) * BK * ROW16;    // FP8: [stage][K, V][BK][D]
+    float* scl = (float*)(raw + (FP8 ? 4 * BK * D : 0));  // [stage][K, V][BK]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const long long cta = blockIdx.x;
+    if (cta >= (long long)ntiles * kvh * splits) return;  // whole CTA
+    const int blk = ntiles - 1 - (int)(cta % ntiles);  // the longest tiles first
+    const long long rest = cta / ntiles;
+    const int kh = (int)(rest % kvh);
+    const int split = (int)(rest / kvh);
+
+    const int2 td = tiles[blk];
+    const int4 sq = seqs[td.x];
+    const int tok0 = td.y;
+    const int tpt = 64 / group;
+    const int ntok = min(tpt, sq.z - tok0);
+    const int heads = kvh * group;
+    const int kmax = sq.y + tok0 + ntok;
+    const int chunk = ((kmax + splits - 1) / splits + BK - 1) / BK * BK;
+    const int kbeg = split * chunk, kend = min(kmax, kbeg + chunk);
+    const int pmask = (1 << pageShift) - 1;
+    const int* ptab = pt + sq.w;
+
+    // This thread's two rows: warp*16 + g (0) and + 8 (1).
+    int rpos[2];
+    bool rvalid[2];
+    size_t rindex[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = warp * 16 + g + 8 * h;
+        const int tr = r / group, hh = r % group;
+        rvalid[h] = tr < ntok;
+        rpos[h] = sq.y + tok0 + tr;
+        rindex[h] = (size_t)(sq.x + tok0 + tr) * heads + kh * group + hh;
+    }
+
+    // q fragments, split into hi/lo: a0 row g dims 16kk+2t.., a1 row g+8,
+    // a2 row g dims 16kk+2t+8.., a3 row g+8.
+    float rowfac[2] = {scaleLog2, scaleLog2};
+    {
+        float qmul[2] = {1.f, 1.f};
+        if (F16) {
+            // fp16 has a small range: scale each q row by a power of two so
+            // its largest element sits in [2^13, 2^14); undone on the score.
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float amax = 0.f;
+                if (rvalid[h]) {
+                    const float* qr = q + rindex[h] * D;
+                    for (int kk = 0; kk < KT; kk++) {
+                        const float2 a = *(const float2*)(qr + 16 * kk + 2 * t);
+                        const float2 b = *(const float2*)(qr + 16 * kk + 2 * t + 8);
+                        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y))));
+                    }
+                }
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                int e = 0;
+                if (amax > 0.f) e = (int)((__float_as_uint(amax) >> 23) & 0xff) - 127 - 13;
+                e = max(-100, min(100, e));
+                qmul[h] = __uint_as_float((uint32_t)(127 - e) << 23);
+                rowfac[h] *= __uint_as_float((uint32_t)(127 + e) << 23);
+            }
+        }
+#pragma unroll 4
+        for (int kk = 0; kk < KT; kk++) {
+            float2 x[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = i & 1;
+                x[i] = make_float2(0.f, 0.f);
+                if (rvalid[h]) x[i] = *(const float2*)(q + rindex[h] * D + 16 * kk + 2 * t + 8 * (i >> 1));
+                x[i].x *= qmul[h], x[i].y *= qmul[h];
+            }
+            uint4 hi, lo;
+            split16<F16>(x[0].x, x[0].y, hi.x, lo.x);
+            split16<F16>(x[1].x, x[1].y, hi.y, lo.y);
+            split16<F16>(x[2].x, x[2].y, hi.z, lo.z);
+            split16<F16>(x[3].x, x[3].y, hi.w, lo.w);
+            qs[((warp * KT + kk) * 2 + 0) * 32 + lane] = hi;
+            qs[((warp * KT + kk) * 2 + 1) * 32 + lane] = lo;
+        }
+    }
+
+    // load issues the cp.async copies of key tile k0 into stage st; keys at
+    // or past kend are zero-filled (their scores are masked, and zero V
+    // rows keep 0 * V finite).
+    auto load = [&](int st, int k0) {
+        uint8_t* dk = FP8 ? raw + (size_t)(2 * st) * BK * D : kv16 + (size_t)(2 * st) * BK * ROW16;
+        const int dstRow = FP8 ? D : ROW16;
+        const int vOff = FP8 ? BK * D : BK * ROW16;
+        for (int i = tid; i < BK * CR; i += 128) {
+            const int kr = i / CR, c = i % CR;
+            const int tok = k0 + kr;
+            const bool ok = tok < kend;
+            size_t off = 0;
+            if (ok) {
+                const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                off = idx * (size_t)(D * E) + 16 * c;
+            }
+            const uint32_t d = smaddr(dk + kr * dstRow + 16 * c);
+            cp16(d, kc + off, ok);
+            cp16(d + vOff, vc + off, ok);
+        }
+        if (FP8 && tid < BK) {
+            const int tok = k0 + tid;
+            float* sk = scl + (2 * st) * BK + tid;
+            float* sv = sk + BK;
+            if (tok >= kend) {
+                *sk = 0.f, *sv = 0.f;
+            } else if (dyn) {
+                const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                cp4(smaddr(sk), ks + idx);
+                cp4(smaddr(sv), vs + idx);
+            } else {
+                *sk = __ldg(ks + kh), *sv = __ldg(vs + kh);
+            }
+        }
+        cpCommit();
+    };
+
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    // ldmatrix lane addresses (bytes inside a 16-bit tile): K x4 = (keys
+    // 8j.., dims 16kk+0/8) then (keys 8j+8.., same dims); V x4.trans =
+    // (keys 16kk+0/8.., dims 8n..) then (same keys, dims 8n+8..).
+    const int kLane = ((lane >> 4) * 8 + (lane & 7)) * ROW16 + ((lane >> 3) & 1) * 16;
+    const int vLane = (((lane >> 3) & 1) * 8 + (lane & 7)) * ROW16 + (lane >> 4) * 16;
+
+    int st = 0;
+    if (kbeg < kend) load(0, kbeg);
+    for (int k0 = kbeg; k0 < kend; k0 += BK, st ^= 1) {
+        const bool more = k0 + BK < kend;
+        if (more) {
+            load(st ^ 1, k0 + BK);
+            cpWait<1>();
+        } else {
+            cpWait<0>();
+        }
+        __syncthreads();
+        const uint8_t* tk;
+        if (FP8) {
+            // widen the stage's codes into the 16-bit tile (exact, bf16)
+            const uint32_t* src = (const uint32_t*)(raw + (size_t)(2 * st) * BK * D);
+            for (int i = tid; i < 2 * BK * (D / 4); i += 128) {
+                const int kv = i / (BK * (D / 4)), rem = i % (BK * (D / 4));
+                const int kr = rem / (D / 4), c4 = rem % (D / 4);
+                const uint32_t x = src[i];
+                uint2 w;
+                w.x = fp8pair<T>(prmt(x, x, 0x1000u));
+                w.y = fp8pair<T>(prmt(x, x, 0x3020u));
+                *(uint2*)(kv16 + (size_t)kv * BK * ROW16 + kr * ROW16 + 8 * c4) = w;
+            }
+            __syncthreads();
+            tk = kv16;
+        } else {
+            tk = kv16 + (size_t)(2 * st) * BK * ROW16;
+        }
+        const uint32_t kBase = smaddr(tk), vBase = kBase + BK * ROW16;
+        const float* sk = scl + (2 * st) * BK;
+        const float* sv = sk + BK;
+
+        // S = Q K^T for the warp's 16 rows and BK keys.
+        float s[SN][4];
+#pragma unroll
+        for (int j = 0; j < SN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++) {
+            const uint4 qh = qs[((warp * KT + kk) * 2 + 0) * 32 + lane];
+            const uint4 ql = qs[((warp * KT + kk) * 2 + 1) * 32 + lane];
+#pragma unroll
+            for (int j = 0; j < SN; j += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldm4(kBase + kLane + j * 8 * ROW16 + kk * 32, b0, b1, b2, b3);
+                mma<F16>(s[j], qh, b0, b1);
+                mma<F16>(s[j + 1], qh, b2, b3);
+                mma<F16>(s[j], ql, b0, b1);
+                mma<F16>(s[j + 1], ql, b2, b3);
+            }
+        }
+
+        // Scale, mask, online softmax (rows h = 0: g, 1: g+8).
+        float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < SN; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1;
+                const int kr = j * 8 + 2 * t + (e & 1);
+                const int tok = k0 + kr;
+                float x = s[j][e] * rowfac[h];
+                if (FP8) x *= sk[kr];
+                x = (rvalid[h] && tok < kend && tok <= rpos[h]) ? x : -INFINITY;
+                s[j][e] = x;
+                mt[h] = fmaxf(mt[h], x);
+            }
+        }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+            mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+            const float mn = fmaxf(m[h], mt[h]);
+            const float ref = mn == -INFINITY ? 0.f : mn;
+            corr[h] = exp2f(m[h] - ref);
+            m[h] = mn;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < SN; j++) {
+                const float p0 = exp2f(s[j][2 * h] - ref), p1 = exp2f(s[j][2 * h + 1] - ref);
+                s[j][2 * h] = p0, s[j][2 * h + 1] = p1;
+                sum += p0 + p1;
+            }
+            l[h] = l[h] * corr[h] + sum;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+
+        // O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A
+        // fragment of PV k-tile kk.
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            float p[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[e] = s[2 * kk][e], p[4 + e] = s[2 * kk + 1][e];
+            if (FP8) {
+                const float v0 = sv[16 * kk + 2 * t], v1 = sv[16 * kk + 2 * t + 1];
+                const float v2 = sv[16 * kk + 8 + 2 * t], v3 = sv[16 * kk + 8 + 2 * t + 1];
+                p[0] *= v0, p[1] *= v1, p[2] *= v0, p[3] *= v1;
+                p[4] *= v2, p[5] *= v3, p[6] *= v2, p[7] *= v3;
+            }
+            uint4 ah, al;
+            split16<F16>(p[0], p[1], ah.x, al.x);  // row g, keys 2t..
+            split16<F16>(p[2], p[3], ah.y, al.y);  // row g+8
+            split16<F16>(p[4], p[5], ah.z, al.z);  // row g, keys 2t+8..
+            split16<F16>(p[6], p[7], ah.w, al.w);  // row g+8
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldm4t(vBase + vLane + kk * 16 * ROW16 + n * 16, b0, b1, b2, b3);
+                mma<F16>(o[n], ah, b0, b1);
+                mma<F16>(o[n + 1], ah, b2, b3);
+                mma<F16>(o[n], al, b0, b1);
+                mma<F16>(o[n + 1], al, b2, b3);
+            }
+        }
+        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if (!rvalid[h]) continue;
+        if (splits == 1) {
+            const float inv = 1.f / l[h];
+            float* dst = out + rindex[h] * D + 2 * t;
+#pragma unroll
+            for (int j = 0; j < NT; j++) *(float2*)(dst + 8 * j) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+        } else {
+            const size_t pi = (size_t)split * rows * heads + rindex[h];
+            float* dst = part + pi * D + 2 * t;
+#pragma unroll
+            for (int j = 0; j < NT; j++) *(float2*)(dst + 8 * j) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+            if (t == 0) partML[pi] = make_float2(m[h], l[h]);
+        }
+    }
+}
+
+#define ATTN_FA_KERNEL(NAME, T, D, MINB)                                                               \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                      \
+        const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,                \
+        float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,   \
+        const float* __restrict__ ks, const float* __restrict__ vs, int dyn,                           \
+        const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ tiles,     \
+        int ntiles, int kvh, int group, int pageShift, int splits, int rows, float scaleLog2) {        \
+        attn_fa_body<T, D>(q, out, part, partML, kc, vc, ks, vs, dyn, seqs, pt, tiles, ntiles, kvh,    \
+                           group, pageShift, splits, rows, scaleLog2);                                 \
+    }
+
+#define ATTN_FA_ALL_D(PREFIX, T)                \
+    ATTN_FA_KERNEL(PREFIX##_d64, T, 64, 3)      \
+    ATTN_FA_KERNEL(PREFIX##_d128, T, 128, 2)    \
+    ATTN_FA_KERNEL(PREFIX##_d256, T, 256, 1)
+
+ATTN_FA_ALL_D(attn_fa_bf16, KV_BF16)
+ATTN_FA_ALL_D(attn_fa_f16, KV_F16)
+ATTN_FA_ALL_D(attn_fa_e4m3, KV_E4M3)
+ATTN_FA_ALL_D(attn_fa_e5m2, KV_E5M2)
+
+// attn_fa_smem reports faSmemBytes per kernel (dtype code x {64, 128, 256})
+// so the launcher can check its own formula against the build.
+extern "C" __global__ void attn_fa_smem(int* __restrict__ dst) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        const int v[12] = {faSmemBytes<KV_BF16, 64>(), faSmemBytes<KV_BF16, 128>(), faSmemBytes<KV_BF16, 256>(),
+                           faSmemBytes<KV_F16, 64>(),  faSmemBytes<KV_F16, 128>(),  faSmemBytes<KV_F16, 256>(),
+                           faSmemBytes<KV_E4M3, 64>(), faSmemBytes<KV_E4M3, 128>(), faSmemBytes<KV_E4M3, 256>(),
+                           faSmemBytes<KV_E5M2, 64>(), faSmemBytes<KV_E5M2, 128>(), faSmemBytes<KV_E5M2, 256>()};
+        for (int i = 0; i < 12; i++) dst[i] = v[i];
+    }
+}
 
 // attn_merge combines the split partials of each (row, head) of a
 // sequence: out = sum_i 2^(m_i-M) acc_i / sum_i 2^(m_i-M) l_i. One CTA of

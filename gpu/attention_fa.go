@@ -1,0 +1,168 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"unsafe"
+)
+
+// PrefillKernel selects the attention kernel of prefill chunks (sequences
+// with at least faMinTokens new tokens in the batch).
+type PrefillKernel int
+
+const (
+	// PrefillDefault takes $FTCHAT_PREFILL_ATTN: "fa" for PrefillFA,
+	// anything else (unset, "old") for PrefillBlocks.
+	PrefillDefault PrefillKernel = iota
+	// PrefillBlocks runs prefill through attn_<dtype>_d<dim>, the decode
+	// kernel (a warp of up to 8 query rows per key split).
+	PrefillBlocks
+	// PrefillFA runs prefill through attn_fa_<dtype>_d<dim>: CTAs of 64
+	// query rows sharing each key tile in shared memory (FlashAttention-2
+	// style). Head dims without an FA kernel, and devices whose shared
+	// memory cannot hold its tiles, keep PrefillBlocks.
+	PrefillFA
+)
+
+func (p PrefillKernel) String() string {
+	switch p {
+	case PrefillBlocks:
+		return "old"
+	case PrefillFA:
+		return "fa"
+	}
+	return "default"
+}
+
+// prefillByEnv is PrefillDefault's meaning, read once.
+var prefillByEnv = func() PrefillKernel {
+	if os.Getenv("FTCHAT_PREFILL_ATTN") == "fa" {
+		return PrefillFA
+	}
+	return PrefillBlocks
+}()
+
+const (
+	// faMinTokens is the smallest chunk of new tokens of one sequence the
+	// FA kernel takes; decode rows and shorter chunks fill too little of
+	// its 64-row tiles.
+	faMinTokens = 64
+	// faRows is the query rows (tokens x heads of one GQA group) of an FA
+	// CTA: 4 warps of 16.
+	faRows = 64
+	// faWaves sizes FA auto-splitting: long key ranges are split until
+	// this many waves of resident CTAs are filled.
+	faWaves = 2
+	// faMinSplitTokens is the smallest key chunk FA auto-splitting makes.
+	faMinSplitTokens = 1024
+)
+
+// faHeadDims are the head dimensions attn_fa is instantiated for.
+var faHeadDims = []int{64, 128, 256}
+
+// faKeyTile mirrors FaCfg<D>::BK in kernels/attention.cu.
+func faKeyTile(d int) int {
+	if d >= 256 {
+		return 32
+	}
+	return 64
+}
+
+// faSmemBytes mirrors faSmemBytes<T, D>() in kernels/attention.cu: q
+// fragments (hi and lo, 256*D bytes), 16-bit K/V tiles of padded rows (two
+// stages, or one widened tile for FP8), the raw FP8 stages and the K/V
+// scales of both stages.
+func faSmemBytes(fp8 bool, d int) int {
+	bk := faKeyTile(d)
+	row16 := (d + 8) * 2
+	n := 256*d + 16*bk
+	if fp8 {
+		return n + 2*bk*row16 + 4*bk*d
+	}
+	return n + 4*bk*row16
+}
+
+// attnShape returns the heads per warp of the block kernel and the tokens
+// per FA tile (0: FA not used) for heads query heads on this pool.
+func (kv *KVCache) attnShape(c *Ctx, heads int) (hpw, faTok int) {
+	l := kv.Layout
+	group := max(heads/l.KVHeads, 1)
+	hpw = min(group, maxGroup)
+	sel := kv.Prefill
+	if sel == PrefillDefault {
+		sel = prefillByEnv
+	}
+	if sel != PrefillFA || group > faRows {
+		return hpw, 0
+	}
+	ok := false
+	for _, d := range faHeadDims {
+		ok = ok || d == l.HeadDim
+	}
+	if !ok || faSmemBytes(l.DType.IsFP8(), l.HeadDim) > c.d.info.SharedMemOptin {
+		return hpw, 0
+	}
+	return hpw, faRows / group
+}
+
+// faOccupancy is the resident FA CTAs per SM with smem bytes of dynamic
+// shared memory.
+func faOccupancy(c *Ctx, f *Function, smem int) (int, error) {
+	var n int32
+	if err := c.drv.check("cuOccupancyMaxActiveBlocksPerMultiprocessor("+f.Name+")",
+		ccall(c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&n)), f.h, 128, uintptr(smem))); err != nil {
+		return 0, err
+	}
+	return max(int(n), 1), nil
+}
+
+// attendFA runs attn_fa_<dtype>_d<dim> over m's FA tiles, split along the
+// keys (attn_merge combines the splits) when the tiles alone do not fill
+// faWaves waves of the device.
+func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMeta, heads int, scale float32) error {
+	l := kv.Layout
+	d := l.HeadDim
+	name := fmt.Sprintf("attn_fa_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
+	f, err := c.Function(attentionModule, name)
+	if err != nil {
+		return err
+	}
+	smem := faSmemBytes(l.DType.IsFP8(), d)
+	if !kv.faSmem[f] {
+		if err := c.SetMaxDynamicShared(f, smem); err != nil {
+			return err
+		}
+		if kv.faSmem == nil {
+			kv.faSmem = map[*Function]bool{}
+		}
+		kv.faSmem[f] = true
+	}
+	ctas := m.nfa * l.KVHeads
+	splits := kv.Splits
+	if splits <= 0 {
+		occ, err := faOccupancy(c, f, smem)
+		if err != nil {
+			return err
+		}
+		splits = chooseSplits(occ*c.d.info.SMs*faWaves, ctas, m.maxKFA, faMinSplitTokens)
+	}
+	splits = capSplits(splits, rows, heads, d)
+	part, partML, err := kv.splitWorkspace(c, splits, rows, heads)
+	if err != nil {
+		return err
+	}
+	seqs, pt, _, _ := kv.metaPtrs(m)
+	tiles := kv.meta.Ptr.Add(int64(4 * m.faOff))
+	ly := kv.layers[layer]
+	scaleLog2 := scale * float32(math.Log2E)
+	if err := c.Launch(f, Dim3{X: ctas * splits}, Dim3{X: 128}, smem, c.Stream(),
+		q, dst, part, partML, ly.k, ly.v, ly.ks, ly.vs, l.HasTokenScales(),
+		seqs, pt, tiles, m.nfa, l.KVHeads, heads/l.KVHeads, log2(l.PageSize), splits, rows, scaleLog2); err != nil {
+		return err
+	}
+	if splits == 1 {
+		return nil
+	}
+	return kv.merge(c, part, partML, dst, kv.meta.Ptr.Add(int64(4*m.faRowOff)), rows, heads, splits)
+}
