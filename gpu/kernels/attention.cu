@@ -840,95 +840,100 @@ __device__ __forceinline__ void attn_fa_body(
         const uint32_t kBase = smaddr(tk), vBase = kBase + BK * ROW16;
         const float* sk = scl + (2 * st) * BK;
         const float* sv = sk + BK;
-
-        // S = Q K^T for the warp's 16 rows and BK keys.
-        float s[SN][4];
+        // Row h sees the keys below lim[h]: up to its position and inside
+        // the split (an invalid row none). A warp none of whose rows sees a
+        // key of this tile skips it (its softmax state would not change).
+        const int lim[2] = {rvalid[0] ? min(rpos[0] + 1, kend) : 0, rvalid[1] ? min(rpos[1] + 1, kend) : 0};
+        if (__any_sync(0xffffffffu, max(lim[0], lim[1]) > k0)) {
+            // S = Q K^T for the warp's 16 rows and BK keys.
+            float s[SN][4];
 #pragma unroll
-        for (int j = 0; j < SN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            for (int j = 0; j < SN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < KT; kk++) {
-            const uint4 qh = qs[((warp * KT + kk) * 2 + 0) * 32 + lane];
-            const uint4 ql = qs[((warp * KT + kk) * 2 + 1) * 32 + lane];
+            for (int kk = 0; kk < KT; kk++) {
+                const uint4 qh = qs[((warp * KT + kk) * 2 + 0) * 32 + lane];
+                const uint4 ql = qs[((warp * KT + kk) * 2 + 1) * 32 + lane];
 #pragma unroll
-            for (int j = 0; j < SN; j += 2) {
-                uint32_t b0, b1, b2, b3;
-                ldm4(kBase + kLane + j * 8 * ROW16 + kk * 32, b0, b1, b2, b3);
-                mma<F16>(s[j], qh, b0, b1);
-                mma<F16>(s[j + 1], qh, b2, b3);
-                if (FA_QLO) {
-                    mma<F16>(s[j], ql, b0, b1);
-                    mma<F16>(s[j + 1], ql, b2, b3);
+                for (int j = 0; j < SN; j += 2) {
+                    uint32_t b0, b1, b2, b3;
+                    ldm4(kBase + kLane + j * 8 * ROW16 + kk * 32, b0, b1, b2, b3);
+                    mma<F16>(s[j], qh, b0, b1);
+                    mma<F16>(s[j + 1], qh, b2, b3);
+                    if (FA_QLO) {
+                        mma<F16>(s[j], ql, b0, b1);
+                        mma<F16>(s[j + 1], ql, b2, b3);
+                    }
                 }
             }
-        }
 
-        // Scale, mask, online softmax (rows h = 0: g, 1: g+8).
-        float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < SN; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1;
-                const int kr = j * 8 + 2 * t + (e & 1);
-                const int tok = k0 + kr;
-                float x = s[j][e] * rowfac[h];
-                if (FP8) x *= sk[kr];
-                x = (rvalid[h] && tok < kend && tok <= rpos[h]) ? x : -INFINITY;
-                s[j][e] = x;
-                mt[h] = fmaxf(mt[h], x);
-            }
-        }
-        float corr[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
-            mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
-            const float mn = fmaxf(m[h], mt[h]);
-            const float ref = mn == -INFINITY ? 0.f : mn;
-            corr[h] = exp2f(m[h] - ref);
-            m[h] = mn;
-            float sum = 0.f;
+            // Scale, mask, online softmax (rows h = 0: g, 1: g+8).
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int j = 0; j < SN; j++) {
-                const float p0 = exp2f(s[j][2 * h] - ref), p1 = exp2f(s[j][2 * h + 1] - ref);
-                s[j][2 * h] = p0, s[j][2 * h + 1] = p1;
-                sum += p0 + p1;
-            }
-            l[h] = l[h] * corr[h] + sum;
-        }
 #pragma unroll
-        for (int j = 0; j < NT; j++) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
-
-        // O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A
-        // fragment of PV k-tile kk.
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            float p[8];
-#pragma unroll
-            for (int e = 0; e < 4; e++) p[e] = s[2 * kk][e], p[4 + e] = s[2 * kk + 1][e];
-            if (FP8) {
-                const float v0 = sv[16 * kk + 2 * t], v1 = sv[16 * kk + 2 * t + 1];
-                const float v2 = sv[16 * kk + 8 + 2 * t], v3 = sv[16 * kk + 8 + 2 * t + 1];
-                p[0] *= v0, p[1] *= v1, p[2] *= v0, p[3] *= v1;
-                p[4] *= v2, p[5] *= v3, p[6] *= v2, p[7] *= v3;
-            }
-            uint4 ah, al;
-            split16<F16>(p[0], p[1], ah.x, al.x);  // row g, keys 2t..
-            split16<F16>(p[2], p[3], ah.y, al.y);  // row g+8
-            split16<F16>(p[4], p[5], ah.z, al.z);  // row g, keys 2t+8..
-            split16<F16>(p[6], p[7], ah.w, al.w);  // row g+8
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b0, b1, b2, b3;
-                ldm4t(vBase + vLane + kk * 16 * ROW16 + n * 16, b0, b1, b2, b3);
-                mma<F16>(o[n], ah, b0, b1);
-                mma<F16>(o[n + 1], ah, b2, b3);
-                if (FA_PLO) {
-                    mma<F16>(o[n], al, b0, b1);
-                    mma<F16>(o[n + 1], al, b2, b3);
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1;
+                    const int kr = j * 8 + 2 * t + (e & 1);
+                    const int tok = k0 + kr;
+                    float x = s[j][e] * rowfac[h];
+                    if (FP8) x *= sk[kr];
+                    x = tok < lim[h] ? x : -INFINITY;
+                    s[j][e] = x;
+                    mt[h] = fmaxf(mt[h], x);
                 }
             }
-        }
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+                const float mn = fmaxf(m[h], mt[h]);
+                const float ref = mn == -INFINITY ? 0.f : mn;
+                corr[h] = exp2f(m[h] - ref);
+                m[h] = mn;
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < SN; j++) {
+                    const float p0 = exp2f(s[j][2 * h] - ref), p1 = exp2f(s[j][2 * h + 1] - ref);
+                    s[j][2 * h] = p0, s[j][2 * h + 1] = p1;
+                    sum += p0 + p1;
+                }
+                l[h] = l[h] * corr[h] + sum;
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+
+            // O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A
+            // fragment of PV k-tile kk.
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                float p[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) p[e] = s[2 * kk][e], p[4 + e] = s[2 * kk + 1][e];
+                if (FP8) {
+                    const float v0 = sv[16 * kk + 2 * t], v1 = sv[16 * kk + 2 * t + 1];
+                    const float v2 = sv[16 * kk + 8 + 2 * t], v3 = sv[16 * kk + 8 + 2 * t + 1];
+                    p[0] *= v0, p[1] *= v1, p[2] *= v0, p[3] *= v1;
+                    p[4] *= v2, p[5] *= v3, p[6] *= v2, p[7] *= v3;
+                }
+                uint4 ah, al;
+                split16<F16>(p[0], p[1], ah.x, al.x);  // row g, keys 2t..
+                split16<F16>(p[2], p[3], ah.y, al.y);  // row g+8
+                split16<F16>(p[4], p[5], ah.z, al.z);  // row g, keys 2t+8..
+                split16<F16>(p[6], p[7], ah.w, al.w);  // row g+8
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    uint32_t b0, b1, b2, b3;
+                    ldm4t(vBase + vLane + kk * 16 * ROW16 + n * 16, b0, b1, b2, b3);
+                    mma<F16>(o[n], ah, b0, b1);
+                    mma<F16>(o[n + 1], ah, b2, b3);
+                    if (FA_PLO) {
+                        mma<F16>(o[n], al, b0, b1);
+                        mma<F16>(o[n + 1], al, b2, b3);
+                    }
+                }
+            }
+        }  // the warp's rows see keys of this tile
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
 
