@@ -49,6 +49,7 @@ type KVCache struct {
 	metaFA   int     // tokens per FA tile the uploaded metadata was built for (0: none)
 	faSmem   map[*Function]bool
 	lastFA   int // FA tiles the last Attend launched (tests check the kernel ran)
+	lastFAsp int // and its key splits (benchmarks report them)
 	scratch  []int32
 	ws       Buffer // split partials: acc then (max, sum)
 

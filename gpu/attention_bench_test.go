@@ -46,6 +46,7 @@ type benchResult struct {
 	bytes     int64
 	tflops    float64
 	readShare float64
+	faSplits  int // key splits of the FA kernel (0: not run)
 }
 
 // fillBench writes pseudo-random words of kind (see bench_fill) over n bytes.
@@ -227,6 +228,9 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 		flops += 4 * float64(s.heads*s.dim) * float64(total-s.newT+i+1)
 	}
 	res.us = us
+	if kv.lastFA > 0 {
+		res.faSplits = kv.lastFAsp
+	}
 	res.gbs = float64(res.bytes) / us / 1e3
 	res.tflops = flops * float64(s.batch) / us / 1e6
 	return res, nil
@@ -332,6 +336,11 @@ func BenchmarkAttention(b *testing.B) {
 					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
 						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: k})
 					}
+					if depth > 0 { // FA key splitting sized for 1 and 4 waves instead of faWaves
+						for _, w := range []int{1, 4} {
+							run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, waves: w})
+						}
+					}
 				}
 			}
 		}
@@ -375,6 +384,12 @@ func benchTable(rs []benchResult, readBW float64) string {
 		}
 		if s.prefill != PrefillDefault {
 			variant = "prefill=" + s.prefill.String()
+			if s.waves != 0 {
+				variant += fmt.Sprintf(",waves=%d", s.waves)
+			}
+			if r.faSplits > 0 {
+				variant += fmt.Sprintf(",splits=%d", r.faSplits)
+			}
 		}
 		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %d | %d | %s | %.1f | %.0f | %.0f%% | %s | %.1f |\n",
 			s.name, s.heads, s.kvh, s.dim, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, variant, r.us, r.gbs, 100*r.readShare, ratio, r.tflops)

@@ -51,8 +51,8 @@ const (
 	// faRows is the query rows (tokens x heads of one GQA group) of an FA
 	// CTA: 4 warps of 16.
 	faRows = 64
-	// faWaves sizes FA auto-splitting: long key ranges are split until
-	// this many waves of resident CTAs are filled.
+	// faWaves sizes FA auto-splitting unless KVCache.Waves is set: long
+	// key ranges are split until this many waves of resident CTAs are filled.
 	faWaves = 2
 	// faMinSplitTokens is the smallest key chunk FA auto-splitting makes.
 	faMinSplitTokens = 1024
@@ -145,9 +145,14 @@ func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMe
 		if err != nil {
 			return err
 		}
-		splits = chooseSplits(occ*c.d.info.SMs*faWaves, ctas, m.maxKFA, faMinSplitTokens)
+		waves := kv.Waves
+		if waves <= 0 {
+			waves = faWaves
+		}
+		splits = chooseSplits(occ*c.d.info.SMs*waves, ctas, m.maxKFA, faMinSplitTokens)
 	}
 	splits = capSplits(splits, rows, heads, d)
+	kv.lastFAsp = splits
 	part, partML, err := kv.splitWorkspace(c, splits, rows, heads)
 	if err != nil {
 		return err
