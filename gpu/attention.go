@@ -39,6 +39,9 @@ type KVCache struct {
 	// Prefill picks the kernel for sequences with at least faMinTokens new
 	// tokens (PrefillDefault: $FTCHAT_PREFILL_ATTN, see attention_fa.go).
 	Prefill PrefillKernel
+	// FAWarps is the warps of an FA CTA, 4 or 8 (16 query rows each; other
+	// values: $FTCHAT_FA_WARPS, default 4).
+	FAWarps int
 
 	layers []kvLayer
 	static Buffer // static FP8 scales: K [Layers*KVHeads] then V
@@ -47,11 +50,12 @@ type KVCache struct {
 	metaHost []int32 // seqs | page table | rowSeq | blocks, as last uploaded
 	metaHpw  int     // heads per warp the uploaded blocks were built for
 	metaFA   int     // tokens per FA tile the uploaded metadata was built for (0: none)
-	faSmem   map[*Function]bool
-	lastFA   int // FA tiles the last Attend launched (tests check the kernel ran)
-	lastFAsp int // and its key splits (benchmarks report them)
 	scratch  []int32
 	ws       Buffer // split partials: acc then (max, sum)
+
+	faSmem   map[*Function]int // dynamic shared memory each FA kernel was opened up to
+	lastFA   int               // FA tiles the last Attend launched (tests check the kernel ran)
+	lastFAsp int               // and its key splits (benchmarks report them)
 
 	ropeBuf Buffer
 	ropeKey []float64 // Dim, Base, NeoX, Scale, FreqFactors... of ropeBuf

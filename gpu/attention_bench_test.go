@@ -28,7 +28,8 @@ import (
 // FTCHAT_BENCH_ONLY=fa runs only the FA prefill comparison: 512 new tokens
 // at 0 / 4K / 32K cached, Llama-3.1-8B and Qwen3.6 shapes, bf16 and
 // fp8_e4m3, the block kernel (prefill=old) and attn_fa (prefill=fa) in the
-// same run, tabulated side by side in TFLOP/s at the end.
+// same run, tabulated side by side in TFLOP/s at the end; then attn_fa
+// with CTAs of 8 warps and with key splits sized for 1 and 4 waves.
 
 type attnShape struct {
 	name             string
@@ -38,6 +39,7 @@ type attnShape struct {
 	batch, ctx, newT int
 	waves            int           // KVCache.Waves
 	prefill          PrefillKernel // KVCache.Prefill
+	faWarps          int           // KVCache.FAWarps
 }
 
 type benchResult struct {
@@ -47,6 +49,7 @@ type benchResult struct {
 	tflops    float64
 	readShare float64
 	faSplits  int // key splits of the FA kernel (0: not run)
+	faWarps   int // and its warps per CTA
 }
 
 // fillBench writes pseudo-random words of kind (see bench_fill) over n bytes.
@@ -169,6 +172,7 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 	defer kv.Free(c)
 	kv.Waves = s.waves
 	kv.Prefill = s.prefill
+	kv.FAWarps = s.faWarps
 	codes, scales := kv.LayerBytes()
 	for i := range l.Layers {
 		k, v, ks, vs := kv.LayerPtrs(i)
@@ -229,7 +233,7 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 	}
 	res.us = us
 	if kv.lastFA > 0 {
-		res.faSplits = kv.lastFAsp
+		res.faSplits, res.faWarps = kv.lastFAsp, kv.faWarps()
 	}
 	res.gbs = float64(res.bytes) / us / 1e3
 	res.tflops = flops * float64(s.batch) / us / 1e6
@@ -260,6 +264,9 @@ func BenchmarkAttention(b *testing.B) {
 		name := fmt.Sprintf("%s/%v/p%d/b%d/ctx%d/new%d/w%d", s.name, s.dtype, s.pageSize, s.batch, s.ctx, s.newT, s.waves)
 		if s.prefill != PrefillDefault {
 			name += "/" + s.prefill.String()
+		}
+		if s.faWarps != 0 {
+			name += fmt.Sprintf("/warps%d", s.faWarps)
 		}
 		b.Run(name, func(b *testing.B) {
 			var r benchResult
@@ -336,6 +343,8 @@ func BenchmarkAttention(b *testing.B) {
 					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
 						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: k})
 					}
+					// CTAs of 8 warps (128 query rows) instead of 4
+					run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, faWarps: 8})
 					if depth > 0 { // FA key splitting sized for 1 and 4 waves instead of faWaves
 						for _, w := range []int{1, 4} {
 							run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, waves: w})
@@ -387,6 +396,9 @@ func benchTable(rs []benchResult, readBW float64) string {
 			if s.waves != 0 {
 				variant += fmt.Sprintf(",waves=%d", s.waves)
 			}
+			if s.faWarps != 0 {
+				variant += fmt.Sprintf(",warps=%d", s.faWarps)
+			}
 			if r.faSplits > 0 {
 				variant += fmt.Sprintf(",splits=%d", r.faSplits)
 			}
@@ -398,30 +410,36 @@ func benchTable(rs []benchResult, readBW float64) string {
 	return sb.String()
 }
 
-// faTable puts the FA prefill runs beside the block kernel's on the same
+// faTable puts each FA prefill run beside the block kernel's on the same
 // configuration: TFLOP/s (causal FLOPs) and the speed-up.
 func faTable(rs []benchResult) string {
+	base := func(s attnShape) attnShape {
+		s.prefill, s.waves, s.faWarps = PrefillBlocks, 0, 0
+		return s
+	}
 	old := map[attnShape]benchResult{}
 	for _, r := range rs {
-		if r.shape.prefill == PrefillBlocks {
-			s := r.shape
-			s.prefill = PrefillFA
-			old[s] = r
+		if r.shape.prefill == PrefillBlocks && r.shape.waves == 0 {
+			old[base(r.shape)] = r
 		}
 	}
 	var sb strings.Builder
 	for _, r := range rs {
-		o, ok := old[r.shape]
+		o, ok := old[base(r.shape)]
 		if r.shape.prefill != PrefillFA || !ok {
 			continue
 		}
 		if sb.Len() == 0 {
-			sb.WriteString("\n| prefill shape | KV dtype | cached | new tokens | old (µs) | old TFLOP/s | fa (µs) | fa TFLOP/s | fa speed-up |\n")
-			sb.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+			sb.WriteString("\n| prefill shape | KV dtype | cached | new tokens | fa variant | old (µs) | old TFLOP/s | fa (µs) | fa TFLOP/s | fa speed-up |\n")
+			sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 		}
 		s := r.shape
-		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n",
-			s.name, s.heads, s.kvh, s.dim, s.dtype, s.ctx-s.newT, s.newT, o.us, o.tflops, r.us, r.tflops, o.us/r.us)
+		variant := fmt.Sprintf("warps=%d,splits=%d", r.faWarps, r.faSplits)
+		if s.waves != 0 {
+			variant += fmt.Sprintf(",waves=%d", s.waves)
+		}
+		fmt.Fprintf(&sb, "| %s (%d/%d/%d) | %v | %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.2fx |\n",
+			s.name, s.heads, s.kvh, s.dim, s.dtype, s.ctx-s.newT, s.newT, variant, o.us, o.tflops, r.us, r.tflops, o.us/r.us)
 	}
 	return sb.String()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"unsafe"
 )
 
@@ -19,9 +20,9 @@ const (
 	// kernel (a warp of up to 8 query rows per key split).
 	PrefillBlocks
 	// PrefillFA runs prefill through attn_fa_<dtype>_d<dim>: CTAs of 64
-	// query rows sharing each key tile in shared memory (FlashAttention-2
-	// style). Head dims without an FA kernel, and devices whose shared
-	// memory cannot hold its tiles, keep PrefillBlocks.
+	// (or 128, KVCache.FAWarps) query rows sharing each key tile in shared
+	// memory (FlashAttention-2 style). Head dims without an FA kernel, and
+	// devices whose shared memory cannot hold its tiles, keep PrefillBlocks.
 	PrefillFA
 )
 
@@ -43,14 +44,20 @@ var prefillByEnv = func() PrefillKernel {
 	return PrefillBlocks
 }()
 
+// faWarpsByEnv is the FA CTA size when KVCache.FAWarps is 0:
+// $FTCHAT_FA_WARPS = 8 for 128 query rows per CTA, else 4 (64 rows).
+var faWarpsByEnv = func() int {
+	if os.Getenv("FTCHAT_FA_WARPS") == "8" {
+		return 8
+	}
+	return 4
+}()
+
 const (
 	// faMinTokens is the smallest chunk of new tokens of one sequence the
 	// FA kernel takes; decode rows and shorter chunks fill too little of
 	// its 64-row tiles.
 	faMinTokens = 64
-	// faRows is the query rows (tokens x heads of one GQA group) of an FA
-	// CTA: 4 warps of 16.
-	faRows = 64
 	// faWaves sizes FA auto-splitting unless KVCache.Waves is set: long
 	// key ranges are split until this many waves of resident CTAs are filled.
 	faWaves = 2
@@ -69,18 +76,28 @@ func faKeyTile(d int) int {
 	return 64
 }
 
-// faSmemBytes mirrors faSmemBytes<T, D>() in kernels/attention.cu: q
-// fragments (hi and lo, 256*D bytes), 16-bit K/V tiles of padded rows (two
-// stages, or one widened tile for FP8), the raw FP8 stages and the K/V
-// scales of both stages.
-func faSmemBytes(fp8 bool, d int) int {
+// faSmemFixed mirrors faSmemFixed<T, D>() in kernels/attention.cu: 16-bit
+// K/V tiles of padded rows (two stages, or one widened tile for FP8), the
+// raw FP8 stages and the K/V scales of both stages.
+func faSmemFixed(fp8 bool, d int) int {
 	bk := faKeyTile(d)
 	row16 := (d + 8) * 2
-	n := 256*d + 16*bk
 	if fp8 {
-		return n + 2*bk*row16 + 4*bk*d
+		return 2*bk*row16 + 4*bk*d + 16*bk
 	}
-	return n + 4*bk*row16
+	return 4*bk*row16 + 16*bk
+}
+
+// faSmemBytes is the dynamic shared memory of an FA CTA of warps warps:
+// each warp's q fragments (hi and lo, 64*D bytes) and faSmemFixed.
+func faSmemBytes(fp8 bool, d, warps int) int { return warps*64*d + faSmemFixed(fp8, d) }
+
+// faWarps is the warps (16 query rows each) of an FA CTA.
+func (kv *KVCache) faWarps() int {
+	if kv.FAWarps == 4 || kv.FAWarps == 8 {
+		return kv.FAWarps
+	}
+	return faWarpsByEnv
 }
 
 // attnShape returns the heads per warp of the block kernel and the tokens
@@ -93,25 +110,20 @@ func (kv *KVCache) attnShape(c *Ctx, heads int) (hpw, faTok int) {
 	if sel == PrefillDefault {
 		sel = prefillByEnv
 	}
-	if sel != PrefillFA || group > faRows {
+	warps := kv.faWarps()
+	if sel != PrefillFA || group > 16*warps || !slices.Contains(faHeadDims, l.HeadDim) ||
+		faSmemBytes(l.DType.IsFP8(), l.HeadDim, warps) > c.d.info.SharedMemOptin {
 		return hpw, 0
 	}
-	ok := false
-	for _, d := range faHeadDims {
-		ok = ok || d == l.HeadDim
-	}
-	if !ok || faSmemBytes(l.DType.IsFP8(), l.HeadDim) > c.d.info.SharedMemOptin {
-		return hpw, 0
-	}
-	return hpw, faRows / group
+	return hpw, 16 * warps / group
 }
 
-// faOccupancy is the resident FA CTAs per SM with smem bytes of dynamic
-// shared memory.
-func faOccupancy(c *Ctx, f *Function, smem int) (int, error) {
+// faOccupancy is the resident FA CTAs per SM of block threads with smem
+// bytes of dynamic shared memory.
+func faOccupancy(c *Ctx, f *Function, block, smem int) (int, error) {
 	var n int32
 	if err := c.drv.check("cuOccupancyMaxActiveBlocksPerMultiprocessor("+f.Name+")",
-		ccall(c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&n)), f.h, 128, uintptr(smem))); err != nil {
+		ccall(c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&n)), f.h, uintptr(block), uintptr(smem))); err != nil {
 		return 0, err
 	}
 	return max(int(n), 1), nil
@@ -128,20 +140,21 @@ func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMe
 	if err != nil {
 		return err
 	}
-	smem := faSmemBytes(l.DType.IsFP8(), d)
-	if !kv.faSmem[f] {
+	warps := kv.faWarps()
+	smem := faSmemBytes(l.DType.IsFP8(), d, warps)
+	if kv.faSmem[f] < smem {
 		if err := c.SetMaxDynamicShared(f, smem); err != nil {
 			return err
 		}
 		if kv.faSmem == nil {
-			kv.faSmem = map[*Function]bool{}
+			kv.faSmem = map[*Function]int{}
 		}
-		kv.faSmem[f] = true
+		kv.faSmem[f] = smem
 	}
 	ctas := m.nfa * l.KVHeads
 	splits := kv.Splits
 	if splits <= 0 {
-		occ, err := faOccupancy(c, f, smem)
+		occ, err := faOccupancy(c, f, 32*warps, smem)
 		if err != nil {
 			return err
 		}
@@ -161,7 +174,7 @@ func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMe
 	tiles := kv.meta.Ptr.Add(int64(4 * m.faOff))
 	ly := kv.layers[layer]
 	scaleLog2 := scale * float32(math.Log2E)
-	if err := c.Launch(f, Dim3{X: ctas * splits}, Dim3{X: 128}, smem, c.Stream(),
+	if err := c.Launch(f, Dim3{X: ctas * splits}, Dim3{X: 32 * warps}, smem, c.Stream(),
 		q, dst, part, partML, ly.k, ly.v, ly.ks, ly.vs, l.HasTokenScales(),
 		seqs, pt, tiles, m.nfa, l.KVHeads, heads/l.KVHeads, log2(l.PageSize), splits, rows, scaleLog2); err != nil {
 		return err

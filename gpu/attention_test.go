@@ -280,6 +280,7 @@ type attnCase struct {
 	qmag       float64 // q magnitude (peakier softmax when larger)
 	long       bool
 	fa         bool // KVCache.Prefill = PrefillFA, and the FA kernel must run
+	faWarps    int  // KVCache.FAWarps
 }
 
 func (c attnCase) String() string {
@@ -287,7 +288,11 @@ func (c attnCase) String() string {
 	for _, s := range c.seqs {
 		lens = append(lens, fmt.Sprintf("%d+%d", s.cached, s.new))
 	}
-	return fmt.Sprintf("%v-%v/kvh%d/g%d/d%d/p%d/s%d/%s", c.dt, c.sm, c.kvh, c.group, c.d, c.p, c.splits, strings.Join(lens, ","))
+	s := fmt.Sprintf("%v-%v/kvh%d/g%d/d%d/p%d/s%d/%s", c.dt, c.sm, c.kvh, c.group, c.d, c.p, c.splits, strings.Join(lens, ","))
+	if c.faWarps != 0 {
+		s += fmt.Sprintf("/w%d", c.faWarps)
+	}
+	return s
 }
 
 func attnCases() []attnCase {
@@ -343,7 +348,7 @@ func TestAttentionMatchesHostStore(t *testing.T) {
 // and a second sequence (a 64-token chunk at another depth) in the batch;
 // then forced splits, static FP8 scales, odd GQA ratios, small pages, and
 // a batch mixing FA chunks with decode rows and a short chunk (both
-// kernels and both merges in one call).
+// kernels and both merges in one call); last, CTAs of 8 warps (128 rows).
 func faCases() []attnCase {
 	dts := []struct {
 		dt kvcache.DType
@@ -377,6 +382,11 @@ func faCases() []attnCase {
 		attnCase{dt: kvcache.BF16, kvh: 1, group: 16, d: 128, p: 1, seqs: []seqShape{{10, 70}}, fa: true},
 		attnCase{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: mixed, fa: true},
 		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 4, fa: true},
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.F16, kvh: 2, group: 3, d: 64, p: 16, seqs: []seqShape{{100, 300}}, splits: 3, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 1, d: 256, p: 256, seqs: []seqShape{{1000, 512}}, fa: true, faWarps: 8},
 	)
 }
 
@@ -457,6 +467,7 @@ func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 		kv.Splits = tc.splits
 		if tc.fa {
 			kv.Prefill = PrefillFA
+			kv.FAWarps = tc.faWarps
 		}
 		pk, pv, pks, pvs := kv.LayerPtrs(1)
 		for _, u := range []error{Upload(c, pk, hk), Upload(c, pv, hv)} {
@@ -618,7 +629,8 @@ func TestChooseSplits(t *testing.T) {
 }
 
 // TestFASmemMatchesKernel: the launcher's shared-memory size of each FA
-// kernel (faSmemBytes) equals the kernel's own (attn_fa_smem).
+// kernel beside the q fragments (faSmemFixed) equals the kernel's own
+// (attn_fa_smem).
 func TestFASmemMatchesKernel(t *testing.T) {
 	d := openTestDevice(t)
 	got := make([]int32, 12)
@@ -642,7 +654,7 @@ func TestFASmemMatchesKernel(t *testing.T) {
 	}
 	for i, w := range got {
 		fp8, dim := i >= 6, faHeadDims[i%3]
-		if want := faSmemBytes(fp8, dim); int(w) != want {
+		if want := faSmemFixed(fp8, dim); int(w) != want {
 			t.Errorf("dtype code %d, head_dim %d: kernel uses %d bytes of shared memory, launcher %d", i/3, dim, w, want)
 		}
 	}

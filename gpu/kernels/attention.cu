@@ -577,13 +577,14 @@ ATTN_ALL_D(attn_e5m2, KV_E5M2, ATTN_MINB_D128_FP8)
 // ---------------------------------------------------------------------------
 // attn_fa: FlashAttention-2-style prefill for chunks of many new tokens.
 //
-// A CTA of 4 warps owns a tile of 64 query rows of one kv head's GQA group
-// (row r = token r/group x head r%group of the tile's tokens; 16 rows per
-// warp as the m16 of mma.sync m16n8k16) and loops over tiles of FA_BK keys
+// A CTA of nw warps (4 or 8, the launch's blockDim) owns a tile of 16*nw
+// query rows of one kv head's GQA group (row r = token r/group x head
+// r%group of the tile's tokens; 16 rows per warp as the m16 of mma.sync
+// m16n8k16) and loops over tiles of FA_BK keys
 // of one split of the sequence's keys. Each key tile is copied once per CTA
 // into shared memory with cp.async (two stages: the next tile streams in
 // while this one computes), so a K/V byte is read once per 64 query rows
-// instead of once per 8. FP8 codes are widened to bf16 once per tile into a
+// (or 128) instead of once per 8. FP8 codes are widened to bf16 once per tile into a
 // padded 16-bit tile (the same exact bit placement as fp8pair); 16-bit
 // pages are used as they arrive. B fragments come from ldmatrix (.trans
 // for V); rows are padded by 16 bytes so the 8 rows of a matrix hit
@@ -596,7 +597,7 @@ ATTN_ALL_D(attn_e5m2, KV_E5M2, ATTN_MINB_D128_FP8)
 // position p sees keys <= p. splits > 1: unnormalized partials into
 // part/partML as attn_body writes them, combined by attn_merge.
 //
-// tiles[i] = {seq, first new token} of the tiles (64/group tokens each).
+// tiles[i] = {seq, first new token} of the tiles (16*nw/group tokens each).
 #ifndef FA_BK_D256
 #define FA_BK_D256 32
 #endif
@@ -621,14 +622,15 @@ struct FaCfg {
     static constexpr int ROW16 = (D + 8) * 2;                  // padded 16-bit row, bytes
 };
 
-// faSmemBytes is the dynamic shared memory of attn_fa (gpu/attention_fa.go
-// computes the same): q fragments, 16-bit K/V tiles (two stages, or one
-// widened tile for FP8), raw FP8 stages, K/V scales per stage.
+// faSmemFixed + nw * 64 * D is the dynamic shared memory of attn_fa with
+// nw warps (gpu/attention_fa.go computes the same): q fragments (64*D bytes
+// per warp), then 16-bit K/V tiles (two stages, or one widened tile for
+// FP8), raw FP8 stages, K/V scales per stage.
 template <int T, int D>
-__host__ __device__ constexpr int faSmemBytes() {
+__host__ __device__ constexpr int faSmemFixed() {
     constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
     constexpr int BK = FaCfg<D>::BK;
-    return 256 * D + (FP8 ? 2 : 4) * BK * FaCfg<D>::ROW16 + (FP8 ? 4 * BK * D : 0) + 16 * BK;
+    return (FP8 ? 2 : 4) * BK * FaCfg<D>::ROW16 + (FP8 ? 4 * BK * D : 0) + 16 * BK;
 }
 
 __device__ __forceinline__ uint32_t smaddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -672,9 +674,10 @@ __device__ __forceinline__ void attn_fa_body(
     constexpr int CR = D * E / 16;  // 16-byte chunks per K (or V) row
     static_assert(SN % 2 == 0 && NT % 2 == 0, "tile shapes");
 
+    const int nthr = blockDim.x, nw = nthr >> 5;
     extern __shared__ uint4 fsm[];
     uint4* qs = fsm;  // [warp][kk][hi, lo][lane]
-    uint8_t* kv16 = (uint8_t*)(fsm + 4 * KT * 2 * 32);  // [stage][K, V][BK][ROW16]
+    uint8_t* kv16 = (uint8_t*)(fsm + nw * KT * 2 * 32);  // [stage][K, V][BK][ROW16]
     uint8_t* raw = kv16 + (FP8 ? 2 : 4) * BK * ROW16;    // FP8: [stage][K, V][BK][D]
     float* scl = (float*)(raw + (FP8 ? 4 * BK * D : 0));  // [stage][K, V][BK]
 
@@ -690,7 +693,7 @@ __device__ __forceinline__ void attn_fa_body(
     const int2 td = tiles[blk];
     const int4 sq = seqs[td.x];
     const int tok0 = td.y;
-    const int tpt = 64 / group;
+    const int tpt = 16 * nw / group;
     const int ntok = min(tpt, sq.z - tok0);
     const int heads = kvh * group;
     const int kmax = sq.y + tok0 + ntok;
@@ -767,7 +770,7 @@ __device__ __forceinline__ void attn_fa_body(
         uint8_t* dk = FP8 ? raw + (size_t)(2 * st) * BK * D : kv16 + (size_t)(2 * st) * BK * ROW16;
         const int dstRow = FP8 ? D : ROW16;
         const int vOff = FP8 ? BK * D : BK * ROW16;
-        for (int i = tid; i < BK * CR; i += 128) {
+        for (int i = tid; i < BK * CR; i += nthr) {
             const int kr = i / CR, c = i % CR;
             const int tok = k0 + kr;
             const bool ok = tok < kend;
@@ -823,7 +826,7 @@ __device__ __forceinline__ void attn_fa_body(
         if (FP8) {
             // widen the stage's codes into the 16-bit tile (exact, bf16)
             const uint32_t* src = (const uint32_t*)(raw + (size_t)(2 * st) * BK * D);
-            for (int i = tid; i < 2 * BK * (D / 4); i += 128) {
+            for (int i = tid; i < 2 * BK * (D / 4); i += nthr) {
                 const int kv = i / (BK * (D / 4)), rem = i % (BK * (D / 4));
                 const int kr = rem / (D / 4), c4 = rem % (D / 4);
                 const uint32_t x = src[i];
@@ -957,8 +960,11 @@ __device__ __forceinline__ void attn_fa_body(
     }
 }
 
-#define ATTN_FA_KERNEL(NAME, T, D, MINB)                                                               \
-    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                      \
+// Launched with 128 or 256 threads; the register cap (255) is what
+// __launch_bounds__(256, 1) allows, so 4-warp CTAs of head_dim <= 128 still
+// fit two (d128) or more per SM.
+#define ATTN_FA_KERNEL(NAME, T, D)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                      \
         const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,                \
         float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,   \
         const float* __restrict__ ks, const float* __restrict__ vs, int dyn,                           \
@@ -968,24 +974,24 @@ __device__ __forceinline__ void attn_fa_body(
                            group, pageShift, splits, rows, scaleLog2);                                 \
     }
 
-#define ATTN_FA_ALL_D(PREFIX, T)                \
-    ATTN_FA_KERNEL(PREFIX##_d64, T, 64, 3)      \
-    ATTN_FA_KERNEL(PREFIX##_d128, T, 128, 2)    \
-    ATTN_FA_KERNEL(PREFIX##_d256, T, 256, 1)
+#define ATTN_FA_ALL_D(PREFIX, T)       \
+    ATTN_FA_KERNEL(PREFIX##_d64, T, 64)     \
+    ATTN_FA_KERNEL(PREFIX##_d128, T, 128)   \
+    ATTN_FA_KERNEL(PREFIX##_d256, T, 256)
 
 ATTN_FA_ALL_D(attn_fa_bf16, KV_BF16)
 ATTN_FA_ALL_D(attn_fa_f16, KV_F16)
 ATTN_FA_ALL_D(attn_fa_e4m3, KV_E4M3)
 ATTN_FA_ALL_D(attn_fa_e5m2, KV_E5M2)
 
-// attn_fa_smem reports faSmemBytes per kernel (dtype code x {64, 128, 256})
-// so the launcher can check its own formula against the build.
+// attn_fa_smem reports faSmemFixed per kernel (dtype code x {64, 128,
+// 256}) so the launcher can check its own formula against the build.
 extern "C" __global__ void attn_fa_smem(int* __restrict__ dst) {
     if (threadIdx.x == 0 && blockIdx.x == 0) {
-        const int v[12] = {faSmemBytes<KV_BF16, 64>(), faSmemBytes<KV_BF16, 128>(), faSmemBytes<KV_BF16, 256>(),
-                           faSmemBytes<KV_F16, 64>(),  faSmemBytes<KV_F16, 128>(),  faSmemBytes<KV_F16, 256>(),
-                           faSmemBytes<KV_E4M3, 64>(), faSmemBytes<KV_E4M3, 128>(), faSmemBytes<KV_E4M3, 256>(),
-                           faSmemBytes<KV_E5M2, 64>(), faSmemBytes<KV_E5M2, 128>(), faSmemBytes<KV_E5M2, 256>()};
+        const int v[12] = {faSmemFixed<KV_BF16, 64>(), faSmemFixed<KV_BF16, 128>(), faSmemFixed<KV_BF16, 256>(),
+                           faSmemFixed<KV_F16, 64>(),  faSmemFixed<KV_F16, 128>(),  faSmemFixed<KV_F16, 256>(),
+                           faSmemFixed<KV_E4M3, 64>(), faSmemFixed<KV_E4M3, 128>(), faSmemFixed<KV_E4M3, 256>(),
+                           faSmemFixed<KV_E5M2, 64>(), faSmemFixed<KV_E5M2, 128>(), faSmemFixed<KV_E5M2, 256>()};
         for (int i = 0; i < 12; i++) dst[i] = v[i];
     }
 }
