@@ -36,7 +36,7 @@ stamp() { echo "[$(date -u +%T)] $*"; }
 # new decode paths of this session, each with its switch (old path = 0)
 NEWPATHS=${NEWPATHS:-FTCHAT_DEVICE_SAMPLING=1 FTCHAT_MOEV=2 FTCHAT_FUSE=1 FTCHAT_PREFILL_ATTN=fa}
 OLDPATHS=${OLDPATHS:-FTCHAT_DEVICE_SAMPLING=0 FTCHAT_MOEV=1 FTCHAT_FUSE=0 FTCHAT_PREFILL_ATTN=old}
-NEWTESTS='TestDeviceSampling|TestSampleKernelModule|TestTopKPasses|TestMoE|TestRMSNormVariants|TestAddRMSNorm|TestNorms|TestHostExpert|TestHostMoEMatchesCPU|TestSplitCPUSlots|TestFP8|TestHFMixedModelGPUvsCPU|'"${FA_TESTS:-TestPrefillFA}"
+NEWTESTS='TestDeviceSampling|TestSampleKernelModule|TestTopKPasses|TestMoE|TestRMSNormVariants|TestAddRMSNorm|TestNorms|TestHostExpert|TestHostMoEMatchesCPU|TestSplitCPUSlots|TestFP8|TestHFMixedModelGPUvsCPU|'"${FA_TESTS:-TestAttention|TestFASmem|TestBatchMetaFA|TestKV}"
 
 wait_llama() {
   for _ in $(seq 1 "${1:-100}"); do
@@ -76,11 +76,15 @@ tests)
   for _ in $(seq 1 120); do grep -q '^done' /tmp/gen.log && break; sleep 2; done
   tail -3 /tmp/gen.log; ls -la $NV $Q4L
   stamp "gpu benchmarks"
-  (cd gpu && timeout "${T_BENCHS:-90}" $B/gpu.test -test.run '^$' -test.bench "${GPU_BENCH:-MoEDecode|AddRMSNorm|SampleRow|ReadBandwidth|${FA_BENCH:-PrefillFA}}" -test.benchtime 20x) \
+  (cd gpu && timeout "${T_BENCHS:-90}" $B/gpu.test -test.run '^$' -test.bench "${GPU_BENCH:-MoEDecode|AddRMSNorm|SampleRow|ReadBandwidth}" -test.benchtime 20x) \
     >"$L/gpu_bench.log" 2>&1
   (cd gpu && timeout 60 $B/gpu.test -test.run '^$' -test.bench 'HostExperts/(device|mapped|stream|cpu|cpu-intdot|split|split-intdot|split-c[1-4]|split-intdot-c[1-4])/rows=(1|8)$' \
     -test.benchtime 20x) >>"$L/gpu_bench.log" 2>&1
+  # prefill attention: the block kernel and attn_fa side by side (TFLOP/s table at the end)
+  (cd gpu && FTCHAT_BENCH_ONLY=fa timeout 60 $B/gpu.test -test.run '^$' -test.bench 'BenchmarkAttention' -test.benchtime 1x) \
+    >"$L/attn_fa_bench.log" 2>&1
   grep -E '^Benchmark|GB/s' "$L/gpu_bench.log" | head -80
+  grep -vE '^(goos|goarch|pkg|cpu):' "$L/attn_fa_bench.log" | tail -30
   # Decode A/B: the same file and command with the old and the new paths, alternating.
   for r in 1; do
     for set in old new; do
