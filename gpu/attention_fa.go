@@ -38,10 +38,12 @@ func (p PrefillKernel) String() string {
 
 // prefillByEnv is PrefillDefault's meaning, read once.
 var prefillByEnv = func() PrefillKernel {
-	if os.Getenv("FTCHAT_PREFILL_ATTN") == "fa" {
-		return PrefillFA
+	// attn_fa by default since the H200 run of 2026-12-02 (1.1-5.8x the
+	// block kernel at 512 new tokens, docs/benchmarks.md); "old" keeps it.
+	if os.Getenv("FTCHAT_PREFILL_ATTN") == "old" {
+		return PrefillBlocks
 	}
-	return PrefillBlocks
+	return PrefillFA
 }()
 
 // faWarpsByEnv is the FA CTA size when KVCache.FAWarps is 0:

@@ -61,12 +61,14 @@ var moeForce atomic.Int32
 
 // moeGemv2 selects the second decode-GEMV pair (kernels/moe_gemv2.cuh:
 // a warp per MOE2_RW rows, the activation staged in shared memory):
-// FTCHAT_MOEV=2, or tests. Either kernel falls back to the first pair
+// the default (FTCHAT_MOEV=1 turns it off), or tests. Either kernel falls back to the first pair
 // when its staged activation would not fit moe2MaxShared. It also selects
 // moe_topk2 for the routing (moeTopkKernel).
 var moeGemv2 atomic.Bool
 
-func init() { moeGemv2.Store(os.Getenv("FTCHAT_MOEV") == "2") }
+// On by default since the H200 run of 2026-12-02 (docs/benchmarks.md);
+// FTCHAT_MOEV=1 keeps the first pair.
+func init() { moeGemv2.Store(os.Getenv("FTCHAT_MOEV") != "1") }
 
 const (
 	moe2Rows      = 16       // MOE2_ROWS in kernels/moe_gemv2.cuh: output rows per CTA

@@ -9,12 +9,15 @@ import (
 )
 
 // normV2 selects the register-resident RMSNorm kernels of kernels/ops.cu
-// (rmsnorm2, and add_rmsnorm for AddRMSNorm): FTCHAT_FUSE=1, or tests.
+// (rmsnorm2, and add_rmsnorm for AddRMSNorm): the default (FTCHAT_FUSE=0
+// turns it off), or tests.
 // Off, RMSNorm runs the first rmsnorm kernel and AddRMSNorm issues add
 // and rmsnorm, as the model code did before the extension.
 var normV2 atomic.Bool
 
-func init() { normV2.Store(os.Getenv("FTCHAT_FUSE") == "1") }
+// On by default since the H200 run of 2026-12-02 (docs/benchmarks.md);
+// FTCHAT_FUSE=0 keeps the first kernels.
+func init() { normV2.Store(os.Getenv("FTCHAT_FUSE") != "0") }
 
 // rmsnormKernel is the kernel RMSNorm launches.
 func rmsnormKernel() string {

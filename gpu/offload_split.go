@@ -114,6 +114,18 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 	if kc == 0 || !gemvs || n*K > 65535 || moeForce.Load() == 3 {
 		return b.moeMapped(c, d, s, hl, router, m)
 	}
+	// The split call's own operations are issued directly, never replayed
+	// from a cached graph: TestHostExpertSplit crashed inside cuGraphLaunch
+	// on the H200 (2026-12-02, IntDot, recorded, packed ids) when the
+	// [ids, weights, gate/up, down] list was replayed. The layer already
+	// waits for the host, so its graph saved little.
+	if err := c.flushPending(); err != nil {
+		return true, err
+	}
+	if was := c.rec.active; was {
+		c.rec.active = false
+		defer func() { c.rec.active = was }()
+	}
 	start := time.Now()
 	kg := K - kc
 	ff := l.ff
