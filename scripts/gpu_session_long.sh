@@ -168,8 +168,31 @@ fullgpu)
   grep -vE '…' "$L/hf_load.txt" | grep -E 'plan|GPU:|fp8|Elapsed|Maximum resident|Exit|rror' | head -20
   tar -czf "$OUT/fullgpu-logs.tgz" -C /tmp/out fullgpu
   ;;
+verify)
+  # A fresh machine after the first three calls: the defaults flipped by
+  # them (new kernels on), the fixed tests, and the serve load test on the
+  # dense Llama-3.1-8B shape (issue 14's batching target).
+  L=/tmp/out/verify; mkdir -p $L $B
+  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
+  ( $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o /tmp/l8b.gguf; echo done ) >/tmp/gen8b.log 2>&1 &
+  stamp "gpu tests at the new defaults"
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout "${T_GPU:-150}" $B/gpu.test -test.v -test.run \
+    'TestMoE|TestNorms|TestRMSNorm|TestAddRMSNorm|TestAttention|TestFA|TestHostExpert|TestHostMoEMatchesCPU|TestDeviceSampling|TestSampleKernelModule|TestTopKPasses|TestFP8|TestHybrid' \
+    -test.skip 'TestPTX' -test.timeout 300s) >"$L/gpu_test.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$L/gpu_test.log" | head -30
+  grep -E '^--- (PASS|FAIL|SKIP)' "$L/gpu_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
+  stamp "engine GPU tests at the new defaults"
+  (cd engine && FTCHAT_REQUIRE_GPU=1 timeout "${T_ENGINE:-120}" $B/engine.test -test.v -test.run 'GPU|Placement' -test.timeout 300s) \
+    >"$L/engine_test.log" 2>&1
+  echo "engine tests rc=$?"; grep -E '^--- (PASS|FAIL|SKIP)' "$L/engine_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
+  for _ in $(seq 1 60); do grep -q '^done' /tmp/gen8b.log && break; sleep 2; done
+  stamp "serve load test, Llama-3.1-8B shape"
+  timeout "${LOAD_T:-170}" python3 scripts/loadtest.py --ftchat $B/ftchat --model /tmp/l8b.gguf --device cuda --max-tokens 64 \
+    --kv-dtypes bf16,fp8_e4m3 --json "$L/loadtest.json" 2>&1 | tee "$L/loadtest.txt"
+  tar -czf "$OUT/verify-logs.tgz" -C /tmp/out verify
+  ;;
 *)
-  echo "usage: $0 tests|offload|fullgpu" >&2
+  echo "usage: $0 tests|offload|fullgpu|verify" >&2
   exit 2
   ;;
 esac
