@@ -191,8 +191,23 @@ verify)
     --kv-dtypes bf16,fp8_e4m3 --json "$L/loadtest.json" 2>&1 | tee "$L/loadtest.txt"
   tar -czf "$OUT/verify-logs.tgz" -C /tmp/out verify
   ;;
+moe30)
+  # The Qwen3-30B-A3B shape (48 attention layers: where attn_fa matters most)
+  # at the new defaults, full GPU, depths 0 to 128K. No llama.cpp build in
+  # this call: compare with the llama-bench rows of an earlier run, named.
+  L=/tmp/out/moe30; mkdir -p $L $B
+  [ -x $B/ftchat ] || { xz -dc .gpu/ftchat.xz >$B/ftchat && chmod +x $B/ftchat; }
+  M=/tmp/qwen3-30b-a3b.gguf
+  [ -s $M ] || $B/ftchat dev gen-model --preset qwen3-30b-a3b --type Q4_K -o $M >"$L/gen.log" 2>&1
+  stamp "ftchat bench speed, qwen3-30b-a3b Q4_K" | tee "$L/speed.txt"
+  timeout "${T_BENCH:-110}" $B/ftchat bench speed --model $M --device cuda --ctx-size 40960 --depths 0,4096,32768 \
+    --dtypes fp8_e4m3,bf16 --prefill 512 --decode 128 2>&1 | grep -v '…' | tee -a "$L/speed.txt"
+  timeout "${T_LONG:-110}" $B/ftchat bench speed --model $M --device cuda --ctx-size $CTX --depths $LONGD \
+    --dtypes fp8_e4m3 --prefill 512 --decode 128 2>&1 | grep -v '…' | tee -a "$L/speed.txt"
+  cp "$L/speed.txt" "$OUT/moe30_speed.txt"
+  ;;
 *)
-  echo "usage: $0 tests|offload|fullgpu|verify" >&2
+  echo "usage: $0 tests|offload|fullgpu|verify|moe30" >&2
   exit 2
   ;;
 esac
