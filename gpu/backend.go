@@ -213,13 +213,16 @@ func (b *Backend) trim(c *Ctx) {
 var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
-// typed families, ops for the rest.
+// typed families, sample for the sampling kernels, ops for the rest.
 func kernelModule(name string) string {
 	if m, ok := moeKernelModule(name); ok {
 		return m
 	}
 	if name == fp4ScaleKernel {
 		return "mm_nvfp4"
+	}
+	if strings.HasPrefix(name, "sample_") {
+		return sampleModule
 	}
 	for _, p := range typedKernels {
 		if rest, ok := strings.CutPrefix(name, p); ok {

@@ -48,10 +48,10 @@ func (b *Backend) ArgmaxRow(logits model.Tensor, row int, penalty float32, ids [
 		}
 		defer b.release(pbuf)
 		res := pbuf.Ptr.Add(int64(parts) * 8)
-		if err := b.sampleLaunch(c, "sample_argmax_part", Dim3{X: parts}, Dim3{X: 256}, x, t.cols, argmaxChunk, pbuf); err != nil {
+		if err := b.launch(c, "sample_argmax_part", Dim3{X: parts}, Dim3{X: 256}, x, t.cols, argmaxChunk, pbuf); err != nil {
 			return err
 		}
-		if err := b.sampleLaunch(c, "sample_argmax_final", Dim3{X: 1}, Dim3{X: 256}, pbuf, parts, x, res); err != nil {
+		if err := b.launch(c, "sample_argmax_final", Dim3{X: 1}, Dim3{X: 256}, pbuf, parts, x, res); err != nil {
 			return err
 		}
 		return Download(c, out[:], res)
@@ -96,7 +96,7 @@ func (b *Backend) TopKRow(logits model.Tensor, row, k int, penalty float32, ids 
 			if src >= 0 {
 				row, in = 0, bufs[src]
 			}
-			return b.sampleLaunch(c, "sample_topk_tile", Dim3{X: tiles}, Dim3{X: sampleThreads}, row, in, n, k, bufs[dst])
+			return b.launch(c, "sample_topk_tile", Dim3{X: tiles}, Dim3{X: sampleThreads}, row, in, n, k, bufs[dst])
 		})
 		if err != nil {
 			return err
@@ -104,7 +104,7 @@ func (b *Backend) TopKRow(logits model.Tensor, row, k int, penalty float32, ids 
 		in := bufs[last]
 		idp := buf.Ptr.Add(2 * keys)
 		valp := idp.Add(int64(k) * 4)
-		if err := b.sampleLaunch(c, "sample_topk_emit", Dim3{X: cdiv(k, 256)}, Dim3{X: 256}, in, k, x, idp, valp); err != nil {
+		if err := b.launch(c, "sample_topk_emit", Dim3{X: cdiv(k, 256)}, Dim3{X: 256}, in, k, x, idp, valp); err != nil {
 			return err
 		}
 		if err := Download(c, outIDs, idp); err != nil {
@@ -116,19 +116,6 @@ func (b *Backend) TopKRow(logits model.Tensor, row, k int, penalty float32, ids 
 		return nil, nil, err
 	}
 	return outIDs, outVals, nil
-}
-
-// sampleLaunch runs kernel name of the sample module on the work stream.
-func (b *Backend) sampleLaunch(c *Ctx, name string, grid, block Dim3, args ...any) error {
-	f, ok := b.fns[name]
-	if !ok {
-		var err error
-		if f, err = c.Function(sampleModule, name); err != nil {
-			return err
-		}
-		b.fns[name] = f
-	}
-	return c.Launch(f, grid, block, 0, c.Stream(), args...)
 }
 
 // topkPasses plans TopKRow's sample_topk_tile launches over a row of cols
@@ -190,7 +177,7 @@ func (b *Backend) penalised(c *Ctx, t *Tensor, row int, penalty float32, ids []i
 		err = c.CopyDevice(buf.Ptr, x, rowBytes)
 	}
 	if err == nil {
-		err = b.sampleLaunch(c, "sample_penalise", Dim3{X: cdiv(len(ids), 256)}, Dim3{X: 256}, x, buf, p, len(ids), t.cols, penalty)
+		err = b.launch(c, "sample_penalise", Dim3{X: cdiv(len(ids), 256)}, Dim3{X: 256}, x, buf, p, len(ids), t.cols, penalty)
 	}
 	if err != nil {
 		done()

@@ -14,11 +14,11 @@ import (
 )
 
 // TestSampleKernelModule checks, without a GPU, that the sampling kernels
-// are entries of the sample module.
+// are entries of the module kernelModule names for them (sample).
 func TestSampleKernelModule(t *testing.T) {
 	for _, arch := range []int{80, 90} {
 		for _, n := range []string{"sample_penalise", "sample_argmax_part", "sample_argmax_final", "sample_topk_tile", "sample_topk_emit"} {
-			mod := sampleModule
+			mod := kernelModule(n)
 			ptx, err := KernelPTX(mod, arch)
 			if err != nil {
 				t.Fatal(err)
