@@ -15,7 +15,7 @@ func randFP8(r *rand.Rand, n int) []byte {
 	raw := make([]byte, n)
 	for i := range raw {
 		c := byte(r.Uint32())
-		if c&0x7F == 0x7F {
+		if gguf.E4M3IsNaN(c) {
 			c ^= 1
 		}
 		raw[i] = c

@@ -9,6 +9,9 @@ import "math"
 // into float32 position with the bias raised from 7 to 127, a subnormal
 // one (exponent 0) is its mantissa times 2^-9, both exact in float32.
 
+// E4M3IsNaN reports whether c is one of E4M3's two NaN codes (0x7F, 0xFF).
+func E4M3IsNaN(c byte) bool { return c&0x7F == 0x7F }
+
 // E4M3 returns the float32 value of an FP8 E4M3 code.
 func E4M3(c byte) float32 { return e4m3Tab[c] }
 
@@ -21,7 +24,7 @@ var e4m3Tab = func() (t [256]float32) {
 		mag := c & 0x7F
 		var bits uint32
 		switch {
-		case mag == 0x7F:
+		case E4M3IsNaN(byte(c)):
 			bits = 0x7FC00000
 		case mag >= 8: // exponent field >= 1
 			bits = (mag<<20 + 120<<23)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/safetensors"
 )
@@ -319,7 +320,7 @@ func (m *mapper) fp8Scales(s spec) ([]float32, error) {
 // quantizer writes, as the dequantizing path does.
 func checkFP8Codes(b []byte) error {
 	for i, c := range b {
-		if c&0x7F == 0x7F {
+		if gguf.E4M3IsNaN(c) {
 			return fmt.Errorf("FP8 tensor holds a NaN code at byte %d", i)
 		}
 	}

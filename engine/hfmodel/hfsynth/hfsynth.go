@@ -388,7 +388,7 @@ func fillBytes(b []byte, t tensor, r *rand.Rand) {
 		case fillFP8: // any code but the NaNs 0x7F/0xFF
 			for k := range 8 {
 				c := byte(x >> (8 * k))
-				if c&0x7F == 0x7F {
+				if gguf.E4M3IsNaN(c) {
 					c ^= 1
 				}
 				o[k] = c
