@@ -247,15 +247,10 @@ func clip(s string) string {
 // and values without a schema, stay strings: the tool's own argument check
 // then names the problem.
 func TypedValue(schema map[string]any, raw string) any {
-	types := schemaTypes(schema)
-	if len(types) == 0 {
+	if IsStringSchema(schema) {
 		return raw
 	}
-	for _, t := range types {
-		if t == "string" {
-			return raw
-		}
-	}
+	types := schemaTypes(schema)
 	v := strings.TrimSpace(raw)
 	for _, t := range types {
 		switch t {
