@@ -75,7 +75,7 @@ func EngineFlags(f *pflag.FlagSet) {
 	f.Int("threads", 0, "CPU threads (0 = all cores)")
 	f.Bool("cpu-moe", false, "GPU: keep every layer's routed MoE experts in host RAM (the rest of the model on the GPU)")
 	f.Int("n-cpu-moe", 0, "GPU: keep the routed MoE experts of the first N layers in host RAM (0 = automatic: as many on the GPU as --gpu-memory holds)")
-	f.String("expert-run", "auto", "GPU: how experts in host RAM run: auto (mapped for decode, stream for prefill) | mapped (the GPU reads the chosen experts over PCIe) | split (decode: the GPU reads some chosen experts while the host cores compute the rest; FTCHAT_SPLIT_CPU=N slots on the CPU) | cpu (host cores) | stream (the layer copied to the GPU per call)")
+	f.String("expert-run", "auto", "GPU: how experts in host RAM run: auto (mapped for decode, stream for prefill) | mapped (the GPU reads the chosen experts over PCIe) | split (decode: the GPU reads some chosen experts while the host cores compute the rest; FTCHAT_SPLIT_CPU=N slots on the CPU) | cpu (host cores) | cpu-decode (host cores for decode, prefill streamed, as llama.cpp's --n-cpu-moe) | stream (the layer copied to the GPU per call)")
 	f.String("cache-type-k", "", "KV cache storage of the keys alone (overrides --kv-cache-dtype for K): bf16 | fp16 | fp8_e4m3 | fp8_e5m2")
 	f.String("cache-type-v", "", "KV cache storage of the values alone (overrides --kv-cache-dtype for V)")
 	f.Int("state-slots", 0, fmt.Sprintf("hybrid models (Qwen3.5/3.6): recurrent-state slots beside the KV pool, live conversations plus turn snapshots (0 = %d)", engine.DefaultStateSlots))

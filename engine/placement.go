@@ -85,8 +85,10 @@ func ParseExpertRun(s string) (gpu.HostRun, error) {
 		return gpu.HostMapped, nil
 	case "split":
 		return gpu.HostSplit, nil
+	case "cpu-decode":
+		return gpu.HostCPUDecode, nil
 	}
-	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores), stream (copied to the GPU per call), mapped (the GPU reads the selected experts in host RAM) and split (decode: the GPU reads some of the selected experts while the host cores compute the others)", s)
+	return 0, fmt.Errorf("--expert-run %q: supported values are auto, cpu (host cores), cpu-decode (host cores for decode, prefill streamed to the GPU), stream (copied to the GPU per call), mapped (the GPU reads the selected experts in host RAM) and split (decode: the GPU reads some of the selected experts while the host cores compute the others)", s)
 }
 
 // validateExperts checks the placement flags (Options.Validate).
@@ -301,6 +303,8 @@ func hostRunName(r gpu.HostRun) string {
 		return "mapped"
 	case gpu.HostSplit:
 		return "split"
+	case gpu.HostCPUDecode:
+		return "cpu-decode"
 	}
 	return "auto"
 }

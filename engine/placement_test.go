@@ -255,7 +255,7 @@ func TestPlanKVStaging(t *testing.T) {
 }
 
 func TestParseExpertRun(t *testing.T) {
-	for s, want := range map[string]gpu.HostRun{"": gpu.HostAuto, "auto": gpu.HostAuto, "cpu": gpu.HostCPU, " Stream ": gpu.HostStream, "split": gpu.HostSplit} {
+	for s, want := range map[string]gpu.HostRun{"": gpu.HostAuto, "auto": gpu.HostAuto, "cpu": gpu.HostCPU, " Stream ": gpu.HostStream, "split": gpu.HostSplit, "cpu-decode": gpu.HostCPUDecode} {
 		if got, err := ParseExpertRun(s); err != nil || got != want {
 			t.Errorf("%q: %v %v", s, got, err)
 		}

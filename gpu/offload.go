@@ -184,8 +184,11 @@ func (p Placement) path(rows int) hostPath {
 	if rows >= least {
 		return pathStream
 	}
-	if p.Run == HostSplit {
+	switch p.Run {
+	case HostSplit:
 		return pathSplit
+	case HostCPUDecode:
+		return pathCPU
 	}
 	return pathMapped
 }

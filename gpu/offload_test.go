@@ -103,12 +103,17 @@ func TestHostExpertStaging(t *testing.T) {
 		{Placement{Run: HostAuto}, defaultStreamMinRows, pathStream},
 		{Placement{Run: HostAuto, StreamMinRows: 5}, 4, pathMapped},
 		{Placement{Run: HostAuto, StreamMinRows: 5}, 5, pathStream},
+		{Placement{Run: HostCPUDecode}, 1, pathCPU},
+		{Placement{Run: HostCPUDecode}, defaultStreamMinRows - 1, pathCPU},
+		{Placement{Run: HostCPUDecode}, defaultStreamMinRows, pathStream},
+		{Placement{Run: HostSplit}, 1, pathSplit},
+		{Placement{Run: HostSplit}, defaultStreamMinRows, pathStream},
 	} {
 		if got := c.p.path(c.rows); got != c.want {
 			t.Errorf("%+v path(%d) = %v, want %v", c.p, c.rows, got, c.want)
 		}
 	}
-	for run, want := range map[HostRun]bool{HostAuto: true, HostMapped: true, HostCPU: false, HostStream: false} {
+	for run, want := range map[HostRun]bool{HostAuto: true, HostMapped: true, HostCPU: false, HostStream: false, HostCPUDecode: false} {
 		if got := (Placement{Run: run}).mapWanted(); got != want {
 			t.Errorf("Run %d: mapWanted %v, want %v", run, got, want)
 		}
@@ -435,7 +440,7 @@ func TestHostExpertModel(t *testing.T) {
 			f := synthModel(t, c.preset, c.typ, 9)
 			r0 := runHostModel(t, f, nil, 0)
 			r1 := runHostModel(t, f, nil, 1)
-			for _, run := range []HostRun{HostStream, HostCPU, HostAuto, HostMapped, HostSplit} {
+			for _, run := range []HostRun{HostStream, HostCPU, HostAuto, HostMapped, HostSplit, HostCPUDecode} {
 				p := Placement{HostExperts: c.host, Run: run, StreamMinRows: 32}
 				got := runHostModel(t, f, &p, 0)
 				checkHostModel(t, fmt.Sprintf("run %d", run), got, r0, r1, p)
@@ -508,7 +513,7 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 	}
 	for s := range got.logits {
 		want, tol, ref := r0.logits[s], 0.0, "all-device"
-		if p.Run == HostCPU || (!mapped && (p.Run == HostMapped || ((p.Run == HostAuto || p.Run == HostSplit) && s > 0))) {
+		if p.Run == HostCPU || (p.Run == HostCPUDecode && s > 0) || (!mapped && (p.Run == HostMapped || ((p.Run == HostAuto || p.Run == HostSplit) && s > 0))) {
 			want, tol, ref = r1.logits[s], 5e-2, "all-device float32 MoE"
 		} else if p.Run == HostSplit && s > 0 {
 			// The same prefill (streamed: the device's grouped GEMMs) and
@@ -537,6 +542,9 @@ func checkHostModel(t *testing.T, name string, got, r0, r1 hostModelRun, p Place
 	case HostSplit:
 		wantStream, wantStreamTok = H, 100*H
 		wantSplit, wantSplitTok = (steps-1)*H, (tokens-100)*H
+	case HostCPUDecode:
+		wantStream, wantStreamTok = H, 100*H
+		wantCPU, wantCPUTok = (steps-1)*H, (tokens-100)*H
 	}
 	if !mapped {
 		wantCPU, wantCPUTok = wantCPU+wantMapped+wantSplit, wantCPUTok+wantMappedTok+wantSplitTok

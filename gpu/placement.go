@@ -50,6 +50,11 @@ const (
 	// while the host CPU computes the others, and the CPU's partial sum is
 	// added on the device (offload_split.go); larger calls stream.
 	HostSplit
+	// HostCPUDecode: calls below StreamMinRows (decode) run on the host
+	// CPU, larger ones (prefill) stream, as llama.cpp's --n-cpu-moe does
+	// (its big batches copy the weights to the GPU): the CPU-expert
+	// configuration a long prompt can still prefill in.
+	HostCPUDecode
 )
 
 // OnHost reports whether block layer's experts stay in host RAM.
@@ -238,8 +243,8 @@ func (in PlacementInput) plan(h int) PlacementPlan {
 		}
 	}
 	if p.HostBlocks > 0 && in.Run != HostCPU && in.Run != HostMapped {
-		// HostCPU and HostMapped never stream (HostSplit streams prefill
-		// like HostAuto), and the backend allocates
+		// HostCPU and HostMapped never stream (HostSplit and
+		// HostCPUDecode stream prefill like HostAuto), and the backend allocates
 		// the staging at the first streamed call.
 		p.Staging = StreamStagingBytes(largest)
 	}
