@@ -78,6 +78,7 @@ func EngineFlags(f *pflag.FlagSet) {
 	f.String("expert-run", "auto", "GPU: how experts in host RAM run: auto (mapped for decode, stream for prefill) | mapped (the GPU reads the chosen experts over PCIe) | split (decode: the GPU reads some chosen experts while the host cores compute the rest; FTCHAT_SPLIT_CPU=N slots on the CPU) | cpu (host cores) | cpu-decode (host cores for decode, prefill streamed, as llama.cpp's --n-cpu-moe) | stream (the layer copied to the GPU per call)")
 	f.String("cache-type-k", "", "KV cache storage of the keys alone (overrides --kv-cache-dtype for K): bf16 | fp16 | fp8_e4m3 | fp8_e5m2")
 	f.String("cache-type-v", "", "KV cache storage of the values alone (overrides --kv-cache-dtype for V)")
+	f.Int("ubatch-size", 0, fmt.Sprintf("prompt tokens per prefill step (0 = %d; llama.cpp's --ubatch-size): larger steps amortise each streamed expert layer over more tokens and take more GPU workspace, at most %d", engine.DefaultPrefillChunk, engine.MaxPrefillChunk))
 	f.Int("state-slots", 0, fmt.Sprintf("hybrid models (Qwen3.5/3.6): recurrent-state slots beside the KV pool, live conversations plus turn snapshots (0 = %d)", engine.DefaultStateSlots))
 }
 
@@ -106,20 +107,21 @@ func ChatFlags(f *pflag.FlagSet) {
 func ConfigFrom(v *viper.Viper) Config {
 	c := Config{
 		Engine: engine.Options{
-			Model:      v.GetString("model"),
-			Device:     v.GetString("device"),
-			KVDType:    v.GetString("kv-cache-dtype"),
-			KVScales:   v.GetString("kv-scales"),
-			PageSize:   v.GetInt("page-size"),
-			ContextLen: v.GetInt("ctx-size"),
-			KVTokens:   v.GetInt("kv-tokens"),
-			Threads:    v.GetInt("threads"),
-			StateSlots: v.GetInt("state-slots"),
-			CPUMoE:     v.GetBool("cpu-moe"),
-			NCPUMoE:    v.GetInt("n-cpu-moe"),
-			ExpertRun:  v.GetString("expert-run"),
-			KVDTypeK:   v.GetString("cache-type-k"),
-			KVDTypeV:   v.GetString("cache-type-v"),
+			Model:        v.GetString("model"),
+			Device:       v.GetString("device"),
+			KVDType:      v.GetString("kv-cache-dtype"),
+			KVScales:     v.GetString("kv-scales"),
+			PageSize:     v.GetInt("page-size"),
+			ContextLen:   v.GetInt("ctx-size"),
+			KVTokens:     v.GetInt("kv-tokens"),
+			Threads:      v.GetInt("threads"),
+			StateSlots:   v.GetInt("state-slots"),
+			PrefillChunk: v.GetInt("ubatch-size"),
+			CPUMoE:       v.GetBool("cpu-moe"),
+			NCPUMoE:      v.GetInt("n-cpu-moe"),
+			ExpertRun:    v.GetString("expert-run"),
+			KVDTypeK:     v.GetString("cache-type-k"),
+			KVDTypeV:     v.GetString("cache-type-v"),
 		},
 		GPUMemoryText: v.GetString("gpu-memory"),
 		Sampling: engine.Sampling{
@@ -232,6 +234,7 @@ var settingChecks = map[string]func(string) string{
 	"kv-tokens":      atLeast(0),
 	"threads":        atLeast(0),
 	"state-slots":    atLeast(0),
+	"ubatch-size":    atLeast(0),
 	"n-cpu-moe":      atLeast(0),
 
 	"agent-max-steps": atLeast(1),

@@ -55,6 +55,11 @@ const MaxThreads = cpu.MaxThreads
 // DefaultPrefillChunk bounds the activations of one prefill step.
 const DefaultPrefillChunk = 256
 
+// MaxPrefillChunk bounds --ubatch-size: the GPU workspace grows with it
+// (engine.WorkspaceBytes), and past a few thousand tokens a larger step
+// gains nothing even for streamed experts.
+const MaxPrefillChunk = 16384
+
 // Hardware is what Validate needs to know about the machine.
 type Hardware struct {
 	CUDA        bool   // a usable CUDA device was found
@@ -123,6 +128,9 @@ func (o Options) Validate(hw Hardware) error {
 	}
 	if o.StateSlots > MaxStateSlots {
 		return fmt.Errorf("--state-slots %d: at most %d (each holds one sequence's recurrent state; %d is the default)", o.StateSlots, MaxStateSlots, DefaultStateSlots)
+	}
+	if o.PrefillChunk < 0 || o.PrefillChunk > MaxPrefillChunk {
+		return fmt.Errorf("--ubatch-size %d: must be 0 (default %d) or 1 to %d tokens", o.PrefillChunk, DefaultPrefillChunk, MaxPrefillChunk)
 	}
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)

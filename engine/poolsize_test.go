@@ -69,6 +69,21 @@ func TestThreadCountBeyondLimitRefused(t *testing.T) {
 	}
 }
 
+// TestUbatchSizeBounds guards --ubatch-size (Options.PrefillChunk): the
+// GPU workspace is planned for it, so a huge step must be refused before
+// anything is sized from it.
+func TestUbatchSizeBounds(t *testing.T) {
+	for _, c := range []struct {
+		chunk int
+		ok    bool
+	}{{-1, false}, {MaxPrefillChunk + 1, false}, {1 << 30, false}, {MaxPrefillChunk, true}, {2048, true}, {1, true}, {0, true}} {
+		err := Options{PrefillChunk: c.chunk}.Validate(Hardware{})
+		if c.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "--ubatch-size") {
+			t.Errorf("--ubatch-size %d: %v", c.chunk, err)
+		}
+	}
+}
+
 // TestTinyKVTokensSaysTheMinimum: a --kv-tokens (or --ctx-size) too small
 // for one page names the setting and the smallest value that works, and
 // that value loads.
