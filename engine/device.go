@@ -8,6 +8,7 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/sample"
 	"github.com/ftchat/ftchat/gpu"
+	"github.com/ftchat/ftchat/internal/timing"
 )
 
 // probeHardware looks for a usable CUDA device unless the user asked for
@@ -30,6 +31,7 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	timing.Mark("cuda context")
 	// FTCHAT_GEMV=chunked selects the older decode GEMV (a knob for
 	// benchmarks; see gpu.BackendOptions).
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked"})

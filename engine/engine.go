@@ -19,6 +19,7 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/tokenizer"
 	"github.com/ftchat/ftchat/gpu"
+	"github.com/ftchat/ftchat/internal/timing"
 )
 
 // LoadProgress reports what Load is doing.
@@ -93,6 +94,7 @@ func Load(ctx context.Context, opts Options, progress func(LoadProgress)) (*Engi
 		progress = func(LoadProgress) {}
 	}
 	hw := probeHardware(opts.Device)
+	timing.Mark("device probe")
 	if err := opts.Validate(hw); err != nil {
 		return nil, err
 	}
@@ -107,6 +109,7 @@ func Load(ctx context.Context, opts Options, progress func(LoadProgress)) (*Engi
 	if err != nil {
 		return nil, err
 	}
+	timing.Mark("model file opened")
 	e := &Engine{opts: opts, file: f, sessions: map[*Session]struct{}{}}
 	if err := e.init(hw, progress); err != nil {
 		e.Close()
@@ -130,10 +133,12 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	if err != nil {
 		return err
 	}
+	timing.Mark("tokenizer and template")
 	be, budget, err := e.openBackend(hw)
 	if err != nil {
 		return err
 	}
+	timing.Mark("backend opened")
 	e.be, e.budget = be, budget
 	if err := e.placeExperts(cfg); err != nil {
 		return err
@@ -143,6 +148,7 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	if err != nil {
 		return err
 	}
+	timing.Mark("weights loaded")
 	if e.budget > 0 {
 		e.mdl.CacheRows = e.plannedRows() // the activation sets the GPU plan reserves
 	}
@@ -186,7 +192,9 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 			return fmt.Errorf("--state-slots %d: %w", e.state.l.Slots, err)
 		}
 	}
-	return e.allocPool(layout)
+	err = e.allocPool(layout)
+	timing.Mark("kv pool allocated")
+	return err
 }
 
 func modelName(c model.Config, path string) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/charmbracelet/colorprofile"
 
 	"github.com/ftchat/ftchat/engine"
+	"github.com/ftchat/ftchat/internal/timing"
 )
 
 // Config is everything Run and PrintMode need. Engine and Session are
@@ -254,8 +255,13 @@ func PrintMode(ctx context.Context, cfg Config) error {
 	)
 	think := thinkingWriter{w: cfg.Thinking}
 	defer think.end()
+	first := true
 	for ev := range cfg.Session.Generate(ctx, req) {
 		think.event(ev)
+		if first && ev.Kind == engine.EventText {
+			timing.Mark("first token (prefill done)")
+			first = false
+		}
 		switch ev.Kind {
 		case engine.EventText:
 			if werr == nil && ev.Text != "" {
@@ -276,6 +282,7 @@ func PrintMode(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
+	timing.Mark("answer done")
 	if werr != nil {
 		return werr
 	}
