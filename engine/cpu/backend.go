@@ -193,7 +193,7 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 func supportedTypes() string {
 	s := ""
 	for _, t := range []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1,
-		gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q8_K, gguf.MXFP4, gguf.NVFP4, gguf.FP8_E4M3} {
+		gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q8_K, gguf.MXFP4, gguf.NVFP4, gguf.FP8_E4M3, gguf.FP8_E4M3_B32} {
 		if gguf.DequantizeSupported(t) {
 			if s != "" {
 				s += ", "

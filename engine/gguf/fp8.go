@@ -1,6 +1,9 @@
 package gguf
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // FP8_E4M3 blocks are 32 E4M3 codes (OCP float8 e4m3fn: 1 sign, 4
 // exponent bits of bias 7, 3 mantissa bits; no infinities, 0x7F and 0xFF
@@ -74,7 +77,54 @@ func quantFP8E4M3(x []float32, b []byte) {
 	}
 }
 
+// FP8_E4M3_B32 blocks hold a little-endian float32 scale and then 32 E4M3
+// codes (36 bytes); element j is E4M3(code j) × scale, one float32
+// rounding, as the dequantizing loader computes it. It keeps Hugging Face
+// FP8 weights with per-row scales or block scales (weight_scale_inv of
+// 128x128 blocks, DeepSeek/Qwen FP8) 8-bit in memory: the loader copies
+// the scale of each row or block into every 32-element block it covers.
+//
+// Why a self-contained block rather than the codes plus a separate grid of
+// scales: every matmul, MoE and embedding path of both backends (the CPU
+// row kernels, the GPU's deq32 templates, host-resident experts) reads a
+// weight as independent 32-element units, so a unit that carries its own
+// scale works in all of them without a second operand. The cost is 1.125
+// B/weight instead of about 1.0, and a repack at load (the codes no longer
+// alias the mapped shard). The scale stays float32 because checkpoints
+// store arbitrary float32 values (amax/448); any narrower form would round
+// them. 32-element blocks (not 128) accept every row of whole 32-element
+// units, as FP8_E4M3 does.
+
+func dequantFP8E4M3B32(b []byte, y []float32) {
+	b, y = b[:36], y[:32]
+	d := math.Float32frombits(binary.LittleEndian.Uint32(b))
+	for j, c := range b[4:] {
+		y[j] = e4m3Tab[c] * d
+	}
+}
+
+// quantFP8E4M3B32 scales the block so that its largest magnitude becomes
+// 448 (all-zero blocks get scale 0) and stores each element's nearest code.
+func quantFP8E4M3B32(x []float32, b []byte) {
+	x, b = x[:32], b[:36]
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 448
+	binary.LittleEndian.PutUint32(b, math.Float32bits(d))
+	for j, v := range x {
+		if d == 0 {
+			b[4+j] = 0
+			continue
+		}
+		b[4+j] = ToE4M3(v / d)
+	}
+}
+
 func init() {
 	blockDecoders[FP8_E4M3] = dequantFP8E4M3
 	blockEncoders[FP8_E4M3] = quantFP8E4M3
+	blockDecoders[FP8_E4M3_B32] = dequantFP8E4M3B32
+	blockEncoders[FP8_E4M3_B32] = quantFP8E4M3B32
 }

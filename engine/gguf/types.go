@@ -42,11 +42,16 @@ const (
 	// tensor, as for NVFP4. Its id lies far above ggml's (consecutive small
 	// integers), and GGUF files claiming it are refused (Internal).
 	FP8_E4M3 Type = 1 << 16
+	// FP8_E4M3_B32 is ftchat's in-memory form of a Hugging Face FP8 E4M3
+	// weight with per-row or per-block scales (W8A16, engine/gguf/fp8.go):
+	// 36-byte blocks of a float32 scale and 32 E4M3 codes, the value
+	// code × scale. Internal, like FP8_E4M3.
+	FP8_E4M3_B32 Type = 1<<16 + 1
 )
 
 // Internal reports whether t is one of ftchat's in-memory types, which no
 // GGUF file may hold (the reader refuses them, the writer does not write them).
-func (t Type) Internal() bool { return t == FP8_E4M3 }
+func (t Type) Internal() bool { return t == FP8_E4M3 || t == FP8_E4M3_B32 }
 
 var typeInfo = map[Type]struct {
 	name       string
@@ -61,7 +66,7 @@ var typeInfo = map[Type]struct {
 	Q4_K: {"Q4_K", 256, 144}, Q5_K: {"Q5_K", 256, 176},
 	Q6_K: {"Q6_K", 256, 210}, Q8_K: {"Q8_K", 256, 292},
 	MXFP4: {"MXFP4", 32, 17}, NVFP4: {"NVFP4", 64, 36},
-	FP8_E4M3: {"FP8_E4M3", 32, 32},
+	FP8_E4M3: {"FP8_E4M3", 32, 32}, FP8_E4M3_B32: {"FP8_E4M3_B32", 32, 36},
 }
 
 func (t Type) String() string {
