@@ -20,8 +20,9 @@ import (
 func genHFCmd() *cobra.Command {
 	var preset, quant, out string
 	var seed uint64
+	var layers int
 	cmd := &cobra.Command{
-		Use:   "gen-hf --preset P [--quant Q] [--seed S] -o DIR",
+		Use:   "gen-hf --preset P [--quant Q] [--seed S] [--layers N] -o DIR",
 		Short: "Write a random-weight Hugging Face checkpoint directory of a real model shape",
 		Long: "Presets (Qwen3.5/3.6 MoE hybrids): " + strings.Join(hfPresets(), ", ") +
 			"\nQuantizations: " + strings.Join(hfsynth.Quants(), ", ") +
@@ -34,6 +35,14 @@ func genHFCmd() *cobra.Command {
 			spec, err := synth.Preset(preset, gguf.BF16)
 			if err != nil {
 				return err
+			}
+			if layers < 0 {
+				return fmt.Errorf("--layers %d: want a positive layer count (0 keeps the preset's %d)", layers, spec.Layers)
+			}
+			if layers > 0 {
+				// The first N layers of the preset's pattern: a smaller
+				// directory of the same per-layer shape, for load tests.
+				spec.Layers = layers
 			}
 			size, err := hfsynth.Size(spec, quant)
 			if err != nil {
@@ -59,6 +68,7 @@ func genHFCmd() *cobra.Command {
 	cmd.Flags().StringVar(&preset, "preset", "", "model shape: "+strings.Join(hfPresets(), ", "))
 	cmd.Flags().StringVar(&quant, "quant", hfsynth.NVFP4Mixed, "quantization: "+strings.Join(hfsynth.Quants(), ", "))
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed")
+	cmd.Flags().IntVar(&layers, "layers", 0, "write only the first N layers (0: the preset's count)")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "output directory (must not exist or be empty)")
 	return cmd
 }
