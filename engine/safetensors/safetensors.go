@@ -90,9 +90,10 @@ type File struct {
 	Tensors  []Tensor // in offset order
 	Metadata map[string]string
 
-	data  []byte // the data section
-	idx   map[string]int
-	unmap func() error
+	data   []byte // the data section
+	idx    map[string]int
+	unmap  func() error
+	mapped bool // data is a mapping made by Open, whose pages Release may give back
 }
 
 // Open maps the file at path and parses its header.
@@ -114,7 +115,7 @@ func Open(path string) (*File, error) {
 		unmap()
 		return nil, err
 	}
-	f.unmap = unmap
+	f.unmap, f.mapped = unmap, true
 	return f, nil
 }
 
@@ -264,9 +265,29 @@ func (f *File) Data(t Tensor) ([]byte, error) {
 	return f.data[t.Begin:t.End:t.End], nil
 }
 
+// Release gives back the memory of t's pages (the whole pages inside its
+// bytes, internal/mmapfile.Release) once a loader has converted t into a
+// buffer of its own, and returns the bytes given back. t's data stay valid:
+// a later read pages them in again from the file. A File made by Parse
+// gives nothing back.
+func (f *File) Release(t Tensor) (int, error) {
+	if !f.mapped {
+		return 0, nil
+	}
+	b, err := f.Data(t)
+	if err != nil {
+		return 0, err
+	}
+	n, err := mmapfile.Release(b)
+	if err != nil {
+		return 0, &Error{f.Path, fmt.Sprintf("tensor %q: giving back its pages: %v", t.Name, err)}
+	}
+	return n, nil
+}
+
 // Close releases the mapping; data slices become invalid.
 func (f *File) Close() error {
-	f.data = nil
+	f.data, f.mapped = nil, false
 	if f.unmap != nil {
 		u := f.unmap
 		f.unmap = nil

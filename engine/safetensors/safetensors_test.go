@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -177,4 +178,52 @@ func FuzzParseIndex(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRelease: a parsed (heap) file gives nothing back and keeps its bytes;
+// an opened one gives back the whole pages of a tensor on Linux, and the
+// tensor reads back the same.
+func TestRelease(t *testing.T) {
+	big := make([]float32, 5*os.Getpagesize()/4)
+	for i := range big {
+		big[i] = float32(i % 1000)
+	}
+	b := encode(t, map[string][]float32{"a": {1, 2, 3}, "big": big}, []string{"a", "big"})
+	pf, err := Parse("x.safetensors", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, _ := pf.Tensor("big")
+	want, _ := pf.Data(bt)
+	want = append([]byte(nil), want...)
+	if n, err := pf.Release(bt); n != 0 || err != nil {
+		t.Fatalf("parsed file: Release = %d, %v; want 0, nil", n, err)
+	}
+	if got, _ := pf.Data(bt); string(got) != string(want) {
+		t.Fatal("parsed file: tensor changed by Release")
+	}
+
+	path := filepath.Join(t.TempDir(), "x.safetensors")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := f.Release(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantN := 4 * os.Getpagesize(); runtime.GOOS == "linux" && n < wantN {
+		t.Errorf("opened file: released %d bytes, want at least %d (the whole pages of %d)", n, wantN, len(want))
+	}
+	if got, _ := f.Data(bt); string(got) != string(want) {
+		t.Fatal("opened file: tensor reads back different bytes after Release")
+	}
+	f.Close()
+	if _, err := f.Release(bt); err != nil {
+		t.Errorf("closed file: Release: %v", err)
+	}
 }
