@@ -378,7 +378,7 @@ var kernelSuffix = map[gguf.Type]string{
 	gguf.Q4_0: "q4_0", gguf.Q4_1: "q4_1", gguf.Q5_0: "q5_0", gguf.Q5_1: "q5_1",
 	gguf.Q8_0: "q8_0", gguf.Q8_1: "q8_1", gguf.Q2_K: "q2_k", gguf.Q3_K: "q3_k",
 	gguf.Q4_K: "q4_k", gguf.Q5_K: "q5_k", gguf.Q6_K: "q6_k",
-	gguf.MXFP4: "mxfp4", gguf.NVFP4: "nvfp4", gguf.FP8_E4M3: "fp8",
+	gguf.MXFP4: "mxfp4", gguf.NVFP4: "nvfp4", gguf.FP8_E4M3: "fp8", gguf.FP8_E4M3_B32: "fp8b",
 }
 
 func isFloatType(t gguf.Type) bool { return t == gguf.F32 || t == gguf.F16 || t == gguf.BF16 }
@@ -386,7 +386,7 @@ func isFloatType(t gguf.Type) bool { return t == gguf.F32 || t == gguf.F16 || t 
 // SupportedTypes lists the GGUF tensor types the GPU backend reads.
 func SupportedTypes() []gguf.Type {
 	return []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1,
-		gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.MXFP4, gguf.NVFP4, gguf.FP8_E4M3}
+		gguf.Q8_0, gguf.Q8_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.MXFP4, gguf.NVFP4, gguf.FP8_E4M3, gguf.FP8_E4M3_B32}
 }
 
 // LoadWeight uploads raw (the tensor's GGUF bytes) to the device; the

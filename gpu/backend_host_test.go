@@ -7,9 +7,14 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 )
 
-// Every tensor type the CPU engine can decode must have GPU kernels.
+// Every tensor type the CPU engine can decode (the GGUF ids and ftchat's
+// internal FP8 types) must have GPU kernels.
 func TestTypesCoverCPU(t *testing.T) {
+	types := []gguf.Type{gguf.FP8_E4M3, gguf.FP8_E4M3_B32}
 	for tt := gguf.Type(0); tt < 64; tt++ {
+		types = append(types, tt)
+	}
+	for _, tt := range types {
 		if gguf.DequantizeSupported(tt) {
 			if _, ok := kernelSuffix[tt]; !ok {
 				t.Errorf("%s is supported by the CPU engine but has no GPU kernels", tt)

@@ -15,7 +15,7 @@ var gemvrTypes = map[gguf.Type]bool{
 	gguf.F32: true, gguf.F16: true, gguf.BF16: true,
 	gguf.Q4_0: true, gguf.Q4_1: true, gguf.Q5_0: true, gguf.Q5_1: true, gguf.Q8_0: true, gguf.Q8_1: true,
 	gguf.Q2_K: true, gguf.Q3_K: true, gguf.Q4_K: true, gguf.Q5_K: true, gguf.Q6_K: true,
-	gguf.MXFP4: true, gguf.NVFP4: true, gguf.FP8_E4M3: true,
+	gguf.MXFP4: true, gguf.NVFP4: true, gguf.FP8_E4M3: true, gguf.FP8_E4M3_B32: true,
 }
 
 // gemvrByEnv: FTCHAT_GEMV=rows makes gemvr the single-token GEMV.
