@@ -30,16 +30,32 @@ func TestHFMixedModelGPUvsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	compareHFMixed(t, g, 1e-3)
+	compareHF(t, g, hfsynth.NVFP4Mixed, gguf.FP8_E4M3, 1e-3)
 }
 
-func compareHFMixed(t *testing.T, g model.Backend, tol float64) {
+// TestHFBlockFP8ModelGPUvsCPU: the same with hfsynth's 128x128-block FP8
+// checkpoint (quant_method fp8, weight_scale_inv): every attention, Gated
+// DeltaNet and expert projection loads as FP8_E4M3_B32 (its scales inside
+// its blocks), so the GEMVs, the MoE decode GEMVs and the embedding read
+// that type on the GPU; logits within 1e-3 (relative L2) of the CPU's.
+func TestHFBlockFP8ModelGPUvsCPU(t *testing.T) {
+	g, err := NewBackend(openTestDevice(t), BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	compareHF(t, g, hfsynth.FP8Block, gguf.FP8_E4M3_B32, 1e-3)
+}
+
+// compareHF writes qwen35moe-tiny under quant, loads it on g and on the
+// CPU, requires tensors of type typ, and compares 12 decode steps' logits.
+func compareHF(t *testing.T, g model.Backend, quant string, typ gguf.Type, tol float64) {
 	spec, err := synth.Preset("qwen35moe-tiny", gguf.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	if err := hfsynth.Write(dir, spec, hfsynth.NVFP4Mixed, 5, nil); err != nil {
+	if err := hfsynth.Write(dir, spec, quant, 5, nil); err != nil {
 		t.Fatal(err)
 	}
 	f, err := hfmodel.Open(dir)
@@ -69,12 +85,12 @@ func compareHFMixed(t *testing.T, g model.Backend, tol float64) {
 	t.Cleanup(func() { ms[0].Free() }) // before the backend's Close (cleanups run last in, first out)
 	fp8 := 0
 	for _, ti := range f.Tensors {
-		if ti.Type == gguf.FP8_E4M3 {
+		if ti.Type == typ {
 			fp8++
 		}
 	}
 	if fp8 == 0 {
-		t.Fatal("the checkpoint has no FP8_E4M3 tensors")
+		t.Fatalf("the checkpoint has no %s tensors", typ)
 	}
 	vocab := ms[0].Config.Vocab
 	r := rand.New(rand.NewPCG(70, 71))
@@ -91,7 +107,7 @@ func compareHFMixed(t *testing.T, g model.Backend, tol float64) {
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		msg := fmt.Sprintf("step %d: logits relative error %.3g (tol %.0g; %d FP8_E4M3 tensors)", step, e, tol, fp8)
+		msg := fmt.Sprintf("step %d: logits relative error %.3g (tol %.0g; %d %s tensors)", step, e, tol, fp8, typ)
 		if e > tol {
 			t.Error(msg)
 		} else {

@@ -15,7 +15,8 @@
 // shards unless a transform has to rewrite them; 1-D tensors, the conv
 // kernel and the routers are converted to F32, as the converter does.
 // Per-tensor FP8 E4M3 weights stay FP8 (FP8_E4M3 with a <name>.scale),
-// other FP8 weights are dequantized to F32 (fp8.go); NVFP4 weights are repacked into
+// per-row and block-scaled ones become FP8_E4M3_B32 (scales in the blocks,
+// fp8block.go), other FP8 weights are dequantized to F32 (fp8.go); NVFP4 weights are repacked into
 // ggml NVFP4 blocks with a <name>.scale tensor (nvfp4.go).
 package hfmodel
 

@@ -12,8 +12,9 @@ import (
 	"github.com/ftchat/ftchat/engine/safetensors"
 )
 
-// FP8 weights with a per-tensor scale stay FP8 (keepsFP8, below); the
-// others are dequantized to F32 at load (w = code * scale, 4 B/weight).
+// FP8 E4M3 weights with a per-tensor scale stay FP8 (keepsFP8, below),
+// those with per-row or block scales become FP8_E4M3_B32 (fp8block.go);
+// the others are dequantized to F32 at load (w = code * scale, 4 B/weight).
 //
 // Scale layouts, found by the scale tensor's shape:
 //   - per tensor: a scalar or [1] weight_scale (ModelOpt FP8,
@@ -251,8 +252,10 @@ func (m *mapper) dequantFP8(name string, t src) ([]byte, error) {
 // by the row/column/expert transforms) and the scale the F32 <name>.scale
 // tensor beside them (one value, or one per expert of a stacked tensor),
 // which engine/model applies after each product as it does NVFP4's. FP8
-// with per-row or 128x128-block scales, E5M2, and tensors ftchat keeps in
-// F32 (norms, the router, conv) are still dequantized to F32 at load.
+// with per-row or block scales is kept as FP8_E4M3_B32 (fp8block.go);
+// E5M2, block scales whose column size is not a multiple of 32, rows that
+// are not whole 32-element runs, and tensors ftchat keeps in F32 (norms,
+// the router, conv) are still dequantized to F32 at load.
 
 // keepsFP8 reports whether spec s can keep its FP8 E4M3 codes: a matrix
 // whose transform only moves bytes and whose every source has a

@@ -629,6 +629,8 @@ func (m *mapper) check(s spec) (gguf.TensorInfo, error) {
 	}
 	if fp8 && dims[0]%32 == 0 {
 		typ = gguf.FP8_E4M3
+	} else if dt == safetensors.F8E4M3 && m.keepsBlockFP8(s) {
+		typ = gguf.FP8_E4M3_B32 // per-row or block scales (fp8block.go)
 	}
 	return gguf.TensorInfo{Name: s.name, Dims: dims, Type: typ}, nil
 }
@@ -649,6 +651,9 @@ func (m *mapper) data(ti gguf.TensorInfo) ([]byte, error) {
 			return nil, fmt.Errorf("%s: %s: %w", m.ck.dir, s.from[0], err)
 		}
 		return b, nil
+	}
+	if ti.Type == gguf.FP8_E4M3_B32 {
+		return m.buildFP8B32(s) // its errors name the shard and the tensor
 	}
 	t := m.ck.tensors[s.from[0]]
 	if typ, ok := ggufType[t.t.DType]; ok && s.x == asIs && typ == ti.Type {

@@ -40,10 +40,20 @@ const (
 	// DeltaNet in_proj_qkv/in_proj_z/out_proj per-tensor FP8 E4M3 (scalar
 	// weight_scale), in_proj_a/b, embeddings, lm_head, routers and norms BF16.
 	NVFP4Mixed = "nvfp4-mixed"
+	// FP8Block is quant_method "fp8" with weight_block_size [128, 128], as
+	// DeepSeek-V3 and the Qwen FP8 exports write it: every linear layer
+	// (attention, Gated DeltaNet projections, routed and shared experts)
+	// F8_E4M3 with an F32 weight_scale_inv of [ceil(out/128), ceil(in/128)]
+	// (a code times its block's value is the weight); embeddings, lm_head,
+	// routers, conv and norms BF16.
+	FP8Block = "fp8-block"
 )
 
+// fp8BlockSize is FP8Block's weight_block_size (rows and columns).
+const fp8BlockSize = 128
+
 // Quants lists the quantizations Write accepts.
-func Quants() []string { return []string{BF16, NVFP4Mixed} }
+func Quants() []string { return []string{BF16, NVFP4Mixed, FP8Block} }
 
 // ShardBytes bounds a shard's tensor data (real exports use ~5 GB).
 const ShardBytes = 4 << 30
@@ -78,6 +88,7 @@ const (
 	fillCodes                  // random bytes (E2M1 code pairs)
 	fillFP8                    // E4M3 codes, NaN codes excluded
 	fillBlockScale             // E4M3 block scales in 64..448
+	fillScaleInv               // F32 FP8 block scales: 0.1/448 times 1/32 .. 1.25
 	fillScalar                 // one F32 value (val)
 )
 
@@ -109,7 +120,7 @@ func plan(s synth.Spec, quant string) ([]tensor, map[string]layerQuant, error) {
 		return nil, nil, fmt.Errorf("hfsynth: preset %q is %s; only qwen35moe (Qwen3.5/3.6 MoE hybrid) presets are written", s.Name, s.Arch)
 	}
 	switch quant {
-	case BF16, NVFP4Mixed:
+	case BF16, NVFP4Mixed, FP8Block:
 	default:
 		return nil, nil, fmt.Errorf("hfsynth: unknown quantization %q (known: %v)", quant, Quants())
 	}
@@ -132,8 +143,12 @@ func plan(s synth.Spec, quant string) ([]tensor, map[string]layerQuant, error) {
 	// linear adds a projection [out, in] in its layer's format.
 	linear := func(base, algo string, out, in int64) {
 		switch {
-		case quant == BF16 || algo == "":
+		case quant == BF16 || algo == "" && quant != FP8Block:
 			add(base+".weight", dBF16, fillWeight, out, in)
+		case quant == FP8Block:
+			add(base+".weight", dF8, fillFP8, out, in)
+			const b = fp8BlockSize
+			add(base+".weight_scale_inv", dF32, fillScaleInv, (out+b-1)/b, (in+b-1)/b)
 		case algo == "FP8":
 			add(base+".weight", dF8, fillFP8, out, in)
 			ts = append(ts, tensor{name: base + ".weight_scale", dt: dF32, fill: fillScalar, val: 0.1 / 448},
@@ -365,6 +380,12 @@ func fillBytes(b []byte, t tensor, r *rand.Rand) {
 	case fillScalar:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(t.val))
 		return
+	case fillScaleInv: // blocks an order of magnitude apart, as real exports have
+		for i := 0; i+4 <= len(b); i += 4 {
+			v := 0.1 / 448 * (0.25 + r.Float64()) * math.Ldexp(1, -r.IntN(4))
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(v)))
+		}
+		return
 	case fillALog, fillOne: // small vectors
 		for i := 0; i+2 <= len(b); i += 2 {
 			v := float32(1)
@@ -416,7 +437,8 @@ func fillBytes(b []byte, t tensor, r *rand.Rand) {
 	}
 }
 
-// writeSide writes config.json, hf_quant_config.json (NVFP4Mixed),
+// writeSide writes config.json (with FP8Block's quantization_config),
+// hf_quant_config.json (NVFP4Mixed),
 // generation_config.json and the tokenizer files.
 func writeSide(dir string, s synth.Spec, quant string, q map[string]layerQuant) error {
 	tokJSON, err := tokenizerFS.ReadFile("tokenizer/tokenizer.json")
@@ -492,6 +514,12 @@ func writeSide(dir string, s synth.Spec, quant string, q map[string]layerQuant) 
 				"exclude_modules": exclude, "quantized_layers": q},
 		}); err != nil {
 			return err
+		}
+	}
+	if quant == FP8Block {
+		cfg["quantization_config"] = map[string]any{
+			"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+			"weight_block_size": []int{fp8BlockSize, fp8BlockSize},
 		}
 	}
 	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {

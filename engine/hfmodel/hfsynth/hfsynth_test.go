@@ -18,9 +18,11 @@ import (
 )
 
 // TestWriteTinyLoads writes the qwen35moe-tiny preset as an NVFP4 MIXED
-// checkpoint and as BF16, opens each as the engine does and runs a prefill
-// on the CPU: the experts load as NVFP4 with their scales, the attention
-// and GDN projections as FP8_E4M3 with theirs (in_proj_a/b stay BF16),
+// checkpoint, as 128x128-block FP8 and as BF16, opens each as the engine
+// does and runs a prefill on the CPU: NVFP4 MIXED's experts load as NVFP4
+// with their scales, its attention and GDN projections as FP8_E4M3 with
+// theirs (in_proj_a/b stay BF16); every projection and expert of the block
+// FP8 one loads as FP8_E4M3_B32 (scales inside its blocks, no .scale);
 // the weight bytes are what Size promised plus nothing dequantized, the
 // logits are finite, and the tokenizer and its stop tokens load.
 func TestWriteTinyLoads(t *testing.T) {
@@ -50,7 +52,19 @@ func TestWriteTinyLoads(t *testing.T) {
 			types := map[gguf.Type]int{}
 			for _, ti := range f.Tensors {
 				types[ti.Type]++
+				proj := strings.HasSuffix(ti.Name, ".weight") && !strings.HasSuffix(ti.Name, "norm.weight") && !strings.Contains(ti.Name, "gate_inp") &&
+					ti.Name != "token_embd.weight" && ti.Name != "output.weight" && !strings.Contains(ti.Name, "conv1d")
 				switch {
+				case quant == hfsynth.FP8Block:
+					if proj && ti.Type != gguf.FP8_E4M3_B32 {
+						t.Errorf("%s is %s, want FP8_E4M3_B32", ti.Name, ti.Type)
+					}
+					if !proj && ti.Type == gguf.FP8_E4M3_B32 {
+						t.Errorf("%s is FP8_E4M3_B32; only projections are FP8", ti.Name)
+					}
+					if _, ok := f.Tensor(gguf.ScaleTensorName(ti.Name)); ok {
+						t.Errorf("%s has a .scale; FP8_E4M3_B32 carries its scales", ti.Name)
+					}
 				case quant == hfsynth.BF16 || !strings.HasSuffix(ti.Name, ".weight"):
 				case strings.Contains(ti.Name, "_exps.") || strings.Contains(ti.Name, "_shexp.weight") && !strings.Contains(ti.Name, "gate_inp"):
 					if ti.Type != gguf.NVFP4 {
@@ -73,6 +87,9 @@ func TestWriteTinyLoads(t *testing.T) {
 			t.Logf("%s: tensor types %v, %d bytes of checkpoint tensors", quant, types, size)
 			if quant == hfsynth.NVFP4Mixed && (types[gguf.NVFP4] == 0 || types[gguf.FP8_E4M3] == 0) {
 				t.Fatalf("types %v: want NVFP4 and FP8_E4M3 tensors", types)
+			}
+			if quant == hfsynth.FP8Block && types[gguf.FP8_E4M3_B32] == 0 {
+				t.Fatalf("types %v: want FP8_E4M3_B32 tensors", types)
 			}
 			be := cpu.New(cpu.Options{Threads: 2})
 			defer be.Close()
