@@ -265,22 +265,21 @@ func (f *File) Data(t Tensor) ([]byte, error) {
 	return f.data[t.Begin:t.End:t.End], nil
 }
 
-// Release gives back the memory of t's pages (the whole pages inside its
-// bytes, internal/mmapfile.Release) once a loader has converted t into a
-// buffer of its own, and returns the bytes given back. t's data stay valid:
-// a later read pages them in again from the file. A File made by Parse
-// gives nothing back.
-func (f *File) Release(t Tensor) (int, error) {
-	if !f.mapped {
+// ReleaseRange gives back the memory of the whole pages inside the data
+// section's bytes [begin, end) (internal/mmapfile.Release) once a loader
+// has converted the tensors there into buffers of its own, and returns the
+// bytes given back. The data stay valid: a later read pages them in again
+// from the file. A File made by Parse, or closed, gives nothing back.
+func (f *File) ReleaseRange(begin, end uint64) (int, error) {
+	if !f.mapped || begin >= end {
 		return 0, nil
 	}
-	b, err := f.Data(t)
-	if err != nil {
-		return 0, err
+	if end > uint64(len(f.data)) {
+		return 0, &Error{f.Path, fmt.Sprintf("release of data [%d, %d) past the end of the data (%d bytes)", begin, end, len(f.data))}
 	}
-	n, err := mmapfile.Release(b)
+	n, err := mmapfile.Release(f.data[begin:end])
 	if err != nil {
-		return 0, &Error{f.Path, fmt.Sprintf("tensor %q: giving back its pages: %v", t.Name, err)}
+		return 0, &Error{f.Path, fmt.Sprintf("giving back the pages of data [%d, %d): %v", begin, end, err)}
 	}
 	return n, nil
 }

@@ -180,10 +180,10 @@ func FuzzParseIndex(f *testing.F) {
 	})
 }
 
-// TestRelease: a parsed (heap) file gives nothing back and keeps its bytes;
-// an opened one gives back the whole pages of a tensor on Linux, and the
-// tensor reads back the same.
-func TestRelease(t *testing.T) {
+// TestReleaseRange: a parsed (heap) file gives nothing back and keeps its
+// bytes; an opened one gives back the whole pages of a tensor on Linux, and
+// the tensor reads back the same; a range past the data is refused.
+func TestReleaseRange(t *testing.T) {
 	big := make([]float32, 5*os.Getpagesize()/4)
 	for i := range big {
 		big[i] = float32(i % 1000)
@@ -196,11 +196,11 @@ func TestRelease(t *testing.T) {
 	bt, _ := pf.Tensor("big")
 	want, _ := pf.Data(bt)
 	want = append([]byte(nil), want...)
-	if n, err := pf.Release(bt); n != 0 || err != nil {
-		t.Fatalf("parsed file: Release = %d, %v; want 0, nil", n, err)
+	if n, err := pf.ReleaseRange(bt.Begin, bt.End); n != 0 || err != nil {
+		t.Fatalf("parsed file: ReleaseRange = %d, %v; want 0, nil", n, err)
 	}
 	if got, _ := pf.Data(bt); string(got) != string(want) {
-		t.Fatal("parsed file: tensor changed by Release")
+		t.Fatal("parsed file: tensor changed by ReleaseRange")
 	}
 
 	path := filepath.Join(t.TempDir(), "x.safetensors")
@@ -212,7 +212,10 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	n, err := f.Release(bt)
+	if _, err := f.ReleaseRange(0, bt.End+1); err == nil {
+		t.Error("a range past the data: no error")
+	}
+	n, err := f.ReleaseRange(bt.Begin, bt.End)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,10 +223,10 @@ func TestRelease(t *testing.T) {
 		t.Errorf("opened file: released %d bytes, want at least %d (the whole pages of %d)", n, wantN, len(want))
 	}
 	if got, _ := f.Data(bt); string(got) != string(want) {
-		t.Fatal("opened file: tensor reads back different bytes after Release")
+		t.Fatal("opened file: tensor reads back different bytes after ReleaseRange")
 	}
 	f.Close()
-	if _, err := f.Release(bt); err != nil {
-		t.Errorf("closed file: Release: %v", err)
+	if _, err := f.ReleaseRange(bt.Begin, bt.End); err != nil {
+		t.Errorf("closed file: ReleaseRange: %v", err)
 	}
 }

@@ -1,6 +1,9 @@
 package mmapfile
 
-import "os"
+import (
+	"os"
+	"sync/atomic"
+)
 
 // Release gives back the memory of the whole pages inside b, which must be
 // a part of data returned by Open (never other memory: on Linux the pages
@@ -30,3 +33,13 @@ func Resident(b []byte) ([]bool, error) {
 	}
 	return resident(b, os.Getpagesize())
 }
+
+// guard is Guard's setting.
+var guard atomic.Bool
+
+// Guard makes Release also revoke access to the pages it gives back
+// (PROT_NONE, Linux only), so that a later read of a released range kills
+// the process at the read instead of paging the range in again unseen. It
+// is for tests that check a loader never reads what it released, and
+// returns the previous setting.
+func Guard(on bool) bool { return guard.Swap(on) }

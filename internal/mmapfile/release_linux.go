@@ -25,6 +25,11 @@ func release(b []byte, page int) (int, error) {
 	if err := unix.Madvise(whole, unix.MADV_DONTNEED); err != nil {
 		return 0, err
 	}
+	if guard.Load() {
+		if err := unix.Mprotect(whole, unix.PROT_NONE); err != nil {
+			return 0, err
+		}
+	}
 	return len(whole), nil
 }
 

@@ -5,6 +5,7 @@ package mmapfile
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -70,5 +71,38 @@ func TestReleaseDropsWholePages(t *testing.T) {
 				t.Error("a released page read again is not resident")
 			}
 		})
+	}
+}
+
+// TestGuardFaults: under Guard a read of a released page kills the process
+// (run in a child: the test binary re-executed), while a read of the page
+// beside it, which the release did not cover, succeeds.
+func TestGuardFaults(t *testing.T) {
+	pg := os.Getpagesize()
+	if path := os.Getenv("MMAPFILE_GUARD_CHILD"); path != "" {
+		data, _, err := Open(path, "test file", func(int64) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		Guard(true)
+		if _, err := Release(data[pg+1 : 3*pg]); err != nil {
+			t.Fatal(err)
+		}
+		println("read beside:", data[pg])
+		println("read released:", data[2*pg])
+		return
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{7}, 4*pg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGuardFaults$")
+	cmd.Env = append(os.Environ(), "MMAPFILE_GUARD_CHILD="+path)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("reading a guarded released page did not fault:\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("read beside: 7")) || bytes.Contains(out, []byte("read released:")) || !bytes.Contains(out, []byte("fault")) {
+		t.Fatalf("want the page beside read and a fault at the released one; got:\n%s", out)
 	}
 }
