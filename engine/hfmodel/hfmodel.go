@@ -199,7 +199,7 @@ func Open(dir string) (*gguf.File, error) {
 		return nil, err
 	}
 	kv = append(kv, gguf.KV{Key: DirKey, Value: dir})
-	f, err := gguf.NewVirtual(dir, kv, m.infos, m.data, ck.close)
+	f, err := gguf.NewVirtual(dir, kv, m.infos, m.releasing(), ck.close)
 	if err != nil {
 		ck.close()
 		return nil, err
