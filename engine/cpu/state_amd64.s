@@ -1,3 +1,5 @@
+//go:build !purego
+
 #include "textflag.h"
 
 // func scaleAxpyAVX2(row *float32, s, a float32, acc *float32, n int)
