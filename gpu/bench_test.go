@@ -60,6 +60,16 @@ func BenchmarkMatMul(b *testing.B) {
 	benchMatMul(b, g, r, []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_1, gguf.F16}, shapes)
 }
 
+// BenchmarkMatMulFP8 times the Hugging Face FP8 weight forms (per-tensor
+// FP8_E4M3 and block-scaled FP8_E4M3_B32, 1 and 1.125 bytes a weight)
+// beside Q8_0 (1.0625), whose GEMV is the tuned 8-bit reference.
+func BenchmarkMatMulFP8(b *testing.B) {
+	g := newTestBackendB(b)
+	r := rand.New(rand.NewPCG(1, 1))
+	shapes := []struct{ out, in int }{{4096, 4096}, {14336, 4096}}
+	benchMatMul(b, g, r, []gguf.Type{gguf.FP8_E4M3, gguf.FP8_E4M3_B32, gguf.Q8_0}, shapes)
+}
+
 // benchMatMul times MatMul for every type and out x in shape: decode GEMV
 // (1 token; the chunked-x and whole-x variants) and prefill GEMM (512
 // tokens), reporting us/op, weight GB/s and TFLOP/s.

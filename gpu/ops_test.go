@@ -67,6 +67,9 @@ func randWeight(r *rand.Rand, t gguf.Type, rows, cols int) []byte {
 	if t == gguf.FP8_E4M3 { // 0x7F and 0xFF are NaN: a random byte would poison the reference too
 		return randFP8Codes(r, rows*cols)
 	}
+	if t == gguf.FP8_E4M3_B32 { // and random float32 scales would be NaN or huge
+		return randFP8B32Blocks(r, rows, cols, -8, -4)
+	}
 	nb := rows * cols / t.BlockElems()
 	raw := make([]byte, nb*t.BlockBytes())
 	for i := range raw {
