@@ -65,14 +65,15 @@ func resolveKVOptions(o Options) (kvTypes, error) {
 
 // validateKVTypes is Options.Validate's check of the K/V dtype options:
 // every pairing of bf16, fp16, fp8_e4m3 and fp8_e5m2 is accepted on the
-// CPU; --device cuda refuses a mixed pair (with --device auto the GPU
-// refuses it when it allocates the pool), and --kv-scales needs an fp8 half.
+// CPU; --device cuda refuses a pair the GPU does not run (a 16-bit K with
+// an fp8 V does; with --device auto the GPU refuses the others when it
+// allocates the pool), and --kv-scales needs an fp8 half.
 func (o Options) validateKVTypes(dev Device) error {
 	t, err := resolveKVOptions(o)
 	if err != nil {
 		return err
 	}
-	if dev.Kind == "cuda" && t.k != t.v {
+	if dev.Kind == "cuda" && !kvcache.GPUPairSupported(t.k, t.v) {
 		return kvcache.MixedOnGPUError(t.k, t.v)
 	}
 	if o.KVScales != "" && !t.anyFP8() {

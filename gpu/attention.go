@@ -62,21 +62,26 @@ type KVCache struct {
 }
 
 type kvLayer struct {
-	buf            Buffer
-	k, v, ks, vs   DevicePtr
-	kBytes, sBytes int64
+	buf              Buffer
+	k, v, ks, vs     DevicePtr
+	kBytes, vBytes   int64 // codes of each half
+	ksBytes, vsBytes int64 // per-token scales of each half (dynamic FP8 only)
 }
 
 // AllocKV allocates a zeroed pool for l through the budgeted allocator
-// (one allocation per layer: K codes, V codes, then K and V scales).
+// (one allocation per layer: K codes, V codes, then the K and V per-token
+// scales of the halves stored in dynamic FP8, as kvcache.HostStore has
+// them). K and V may differ in dtype where kvcache.GPUPairSupported says
+// so (a 16-bit K with an FP8 V).
 func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	if l.Mixed() {
-		// The attention and write kernels are instantiated per dtype for K
-		// and V together (attn_<dtype>_d<dim>, kv_write's one dtype code).
-		return nil, fmt.Errorf("gpu: %w", kvcache.MixedOnGPUError(l.KType(), l.VType()))
+	kt, vt := l.KType(), l.VType()
+	if !kvcache.GPUPairSupported(kt, vt) {
+		// Every pair is its own set of attention kernels (attn_<k>_<v>_d<dim>);
+		// attention.cu builds only the pairs kvcache.GPUPairs lists.
+		return nil, fmt.Errorf("gpu: %w", kvcache.MixedOnGPUError(kt, vt))
 	}
 	if !slices.Contains(attnHeadDims, l.HeadDim) {
 		return nil, fmt.Errorf("gpu: head_dim %d has no CUDA attention kernel; supported: %v", l.HeadDim, attnHeadDims)
@@ -84,13 +89,12 @@ func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
 	if l.PageSize&(l.PageSize-1) != 0 {
 		return nil, fmt.Errorf("gpu: page size %d is not a power of two", l.PageSize)
 	}
-	codes := int64(l.LayerElems()) * int64(l.DType.ElemBytes())
-	if codes/int64(l.HeadDim) > math.MaxInt32 {
+	kCodes, vCodes, kScales, vScales := kvHalfBytes(l)
+	if max(kCodes, vCodes)/int64(l.HeadDim) > math.MaxInt32 {
 		return nil, fmt.Errorf("gpu: KV pool of %d pages x %d kv heads x %d tokens has more rows than the kernels index (2^31)", l.Pages, l.KVHeads, l.PageSize)
 	}
-	scales := int64(l.LayerScales()) * 4
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
-	per := 2*align(codes) + 2*align(scales)
+	per := align(kCodes) + align(vCodes) + align(kScales) + align(vScales)
 	kv := &KVCache{Layout: l}
 	for i := range l.Layers {
 		b, err := c.Alloc(per, fmt.Sprintf("KV cache layer %d (%s)", i, kvcache.FormatBytes(per)))
@@ -102,33 +106,66 @@ func (c *Ctx) AllocKV(l kvcache.Layout) (*KVCache, error) {
 			kv.Free(c)
 			return nil, err
 		}
-		ly := kvLayer{buf: b, kBytes: codes, sBytes: scales}
+		ly := kvLayer{buf: b, kBytes: kCodes, vBytes: vCodes, ksBytes: kScales, vsBytes: vScales}
 		ly.k = b.Ptr
-		ly.v = b.Ptr.Add(align(codes))
-		if scales > 0 {
-			ly.ks = b.Ptr.Add(2 * align(codes))
-			ly.vs = ly.ks.Add(align(scales))
+		ly.v = ly.k.Add(align(kCodes))
+		next := ly.v.Add(align(vCodes))
+		if kScales > 0 {
+			ly.ks = next
+			next = next.Add(align(kScales))
+		}
+		if vScales > 0 {
+			ly.vs = next
 		}
 		kv.layers = append(kv.layers, ly)
 	}
-	if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
-		n := int64(l.Layers * l.KVHeads)
-		b, err := c.Alloc(8*n, "KV static scales")
+	if l.AnyFP8() && l.Scales == kvcache.StaticScales {
+		// One [Layers*KVHeads] table per FP8 half (kvcache.PoolBytes counts
+		// the same); a 16-bit half has none.
+		var tables []float32
+		kOff, vOff := -1, -1
+		if kt.IsFP8() {
+			kOff = len(tables)
+			tables = append(tables, l.KScale...)
+		}
+		if vt.IsFP8() {
+			vOff = len(tables)
+			tables = append(tables, l.VScale...)
+		}
+		b, err := c.Alloc(int64(4*len(tables)), "KV static scales")
 		if err != nil {
 			kv.Free(c)
 			return nil, err
 		}
 		kv.static = b
-		if err := Upload(c, b.Ptr, append(slices.Clone(l.KScale), l.VScale...)); err != nil {
+		if err := Upload(c, b.Ptr, tables); err != nil {
 			kv.Free(c)
 			return nil, err
 		}
 		for i := range kv.layers {
-			kv.layers[i].ks = b.Ptr.Add(int64(4 * i * l.KVHeads))
-			kv.layers[i].vs = b.Ptr.Add(4*n + int64(4*i*l.KVHeads))
+			if kOff >= 0 {
+				kv.layers[i].ks = b.Ptr.Add(int64(4 * (kOff + i*l.KVHeads)))
+			}
+			if vOff >= 0 {
+				kv.layers[i].vs = b.Ptr.Add(int64(4 * (vOff + i*l.KVHeads)))
+			}
 		}
 	}
 	return kv, nil
+}
+
+// kvHalfBytes is the size of one layer's K and V codes, each in its own
+// dtype, and of their per-token scales (0 for a 16-bit or static half).
+func kvHalfBytes(l kvcache.Layout) (kCodes, vCodes, kScales, vScales int64) {
+	kCodes = int64(l.LayerElems()) * int64(l.KType().ElemBytes())
+	vCodes = int64(l.LayerElems()) * int64(l.VType().ElemBytes())
+	if l.KHasScales() {
+		kScales = int64(l.LayerScales()) * 4
+	}
+	if l.VHasScales() {
+		vScales = int64(l.LayerScales()) * 4
+	}
+	return kCodes, vCodes, kScales, vScales
 }
 
 // Free releases the pool and its scratch buffers.
@@ -153,16 +190,24 @@ func (kv *KVCache) Free(c *Ctx) error {
 
 // LayerPtrs returns the device addresses of one layer's K codes, V codes
 // and K, V scales (per token for dynamic FP8, the layer's [kv_head] static
-// scales for static FP8, 0 for 16-bit pools), for copies and tests.
+// scales for static FP8, 0 for a 16-bit half), for copies and tests.
 func (kv *KVCache) LayerPtrs(layer int) (k, v, ks, vs DevicePtr) {
 	ly := kv.layers[layer]
 	return ly.k, ly.v, ly.ks, ly.vs
 }
 
-// LayerBytes returns the sizes of one layer's K (or V) codes and of its K
-// (or V) per-token scales (0 unless dynamic FP8).
+// LayerBytes returns the sizes of one layer's K codes and of its K
+// per-token scales (0 unless dynamic FP8); a pool of one dtype has V's
+// the same (LayerHalfBytes gives both halves).
 func (kv *KVCache) LayerBytes() (codes, scales int64) {
-	return kv.layers[0].kBytes, kv.layers[0].sBytes
+	return kv.layers[0].kBytes, kv.layers[0].ksBytes
+}
+
+// LayerHalfBytes returns the sizes of one layer's K and V codes and of
+// their per-token scales (0 for a half that has none).
+func (kv *KVCache) LayerHalfBytes() (kCodes, vCodes, kScales, vScales int64) {
+	ly := kv.layers[0]
+	return ly.kBytes, ly.vBytes, ly.ksBytes, ly.vsBytes
 }
 
 // batchMeta is the host form of a batch's kernel metadata: one int32 slice
@@ -347,6 +392,7 @@ func (kv *KVCache) checkLayer(layer int) error {
 	return nil
 }
 
+// dtypeCode is the KV_* code of d in kernels/kvwrite.cu and attention.cu.
 func dtypeCode(d kvcache.DType) int {
 	switch d {
 	case kvcache.F16:
@@ -357,6 +403,17 @@ func dtypeCode(d kvcache.DType) int {
 		return 3
 	}
 	return 0
+}
+
+// kernelDTypes is the dtype part of the attention kernels' names:
+// attn_<dtype>_d<dim> when K and V agree, attn_<k>_<v>_d<dim> when not.
+func kernelDTypes(l kvcache.Layout) string {
+	names := [...]string{"bf16", "f16", "e4m3", "e5m2"}
+	k, v := names[dtypeCode(l.KType())], names[dtypeCode(l.VType())]
+	if k == v {
+		return k
+	}
+	return k + "_" + v
 }
 
 func log2(n int) int {
@@ -409,7 +466,7 @@ func (kv *KVCache) ropeTable(c *Ctx, r model.Rope) (DevicePtr, error) {
 }
 
 // Write is Backend.KVWrite: RoPE on k, then k and v (each [rows][kv_heads
-// *head_dim] float32 on the device) are quantized to the pool's dtype and
+// *head_dim] float32 on the device) are quantized to the pool's dtypes and
 // stored at the pages and slots b gives each row, in one kernel.
 func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.Batch, rope model.Rope) error {
 	if err := kv.checkLayer(layer); err != nil {
@@ -444,7 +501,7 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 	}
 	return c.Launch(f, Dim3{X: (warps + 3) / 4}, Dim3{X: 128}, 0, c.Stream(),
 		k, v, rows, l.KVHeads, l.HeadDim, rowSeq, seqs, pt, log2(l.PageSize),
-		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.DType), dyn, inv, rope.Dim, neox)
+		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.KType()), dtypeCode(l.VType()), dyn, inv, rope.Dim, neox)
 }
 
 // chooseSplits picks how many key chunks each (row block, kv head) is
@@ -509,7 +566,8 @@ func (kv *KVCache) Attend(c *Ctx, dst, q DevicePtr, rows, layer int, b *model.Ba
 	return nil
 }
 
-// attendBlocks runs attn_<dtype>_d<dim> (and attn_merge) over m's row
+// attendBlocks runs attn_<dtype>_d<dim> (attn_<k>_<v>_d<dim> for a mixed
+// pool; and attn_merge) over m's row
 // blocks: decode and short prefill chunks, or every sequence when FA is off.
 func (kv *KVCache) attendBlocks(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMeta, heads int, scale float32) error {
 	l := kv.Layout
@@ -518,7 +576,7 @@ func (kv *KVCache) attendBlocks(c *Ctx, dst, q DevicePtr, rows, layer int, m bat
 	hslices := (group + hpw - 1) / hpw
 	base := m.nblocks * l.KVHeads * hslices
 	d := l.HeadDim
-	name := fmt.Sprintf("attn_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
+	name := fmt.Sprintf("attn_%s_d%d", kernelDTypes(l), d)
 	f, err := c.Function(attentionModule, name)
 	if err != nil {
 		return err

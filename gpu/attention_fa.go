@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"unsafe"
+
+	"github.com/ftchat/ftchat/engine/kvcache"
 )
 
 // PrefillKernel selects the attention kernel of prefill chunks (sequences
@@ -78,21 +80,28 @@ func faKeyTile(d int) int {
 	return 64
 }
 
-// faSmemFixed mirrors faSmemFixed<T, D>() in kernels/attention.cu: 16-bit
-// K/V tiles of padded rows (two stages, or one widened tile for FP8), the
-// raw FP8 stages and the K/V scales of both stages.
-func faSmemFixed(fp8 bool, d int) int {
+// faSmemFixed mirrors faSmemFixed<TK, TV, D>() in kernels/attention.cu
+// for K (FP8 when kFP8) and V (vFP8): 16-bit tiles of padded rows (two
+// stages of a 16-bit half, one widened tile of an FP8 half), the raw
+// stages of the FP8 halves and the K/V scales of both stages.
+func faSmemFixed(kFP8, vFP8 bool, d int) int {
 	bk := faKeyTile(d)
 	row16 := (d + 8) * 2
-	if fp8 {
-		return 2*bk*row16 + 4*bk*d + 16*bk
+	nw := 0 // FP8 halves
+	for _, f := range []bool{kFP8, vFP8} {
+		if f {
+			nw++
+		}
 	}
-	return 4*bk*row16 + 16*bk
+	return (2*(2-nw)+nw)*bk*row16 + nw*2*bk*d + 16*bk
 }
 
-// faSmemBytes is the dynamic shared memory of an FA CTA of warps warps:
-// each warp's q fragments (hi and lo, 64*D bytes) and faSmemFixed.
-func faSmemBytes(fp8 bool, d, warps int) int { return warps*64*d + faSmemFixed(fp8, d) }
+// faSmemBytes is the dynamic shared memory of an FA CTA of warps warps
+// over pool l: each warp's q fragments (hi and lo, 64*D bytes) and
+// faSmemFixed.
+func faSmemBytes(l kvcache.Layout, warps int) int {
+	return warps*64*l.HeadDim + faSmemFixed(l.KType().IsFP8(), l.VType().IsFP8(), l.HeadDim)
+}
 
 // faWarps is the warps (16 query rows each) of an FA CTA.
 func (kv *KVCache) faWarps() int {
@@ -114,7 +123,7 @@ func (kv *KVCache) attnShape(c *Ctx, heads int) (hpw, faTok int) {
 	}
 	warps := kv.faWarps()
 	if sel != PrefillFA || group > 16*warps || !slices.Contains(faHeadDims, l.HeadDim) ||
-		faSmemBytes(l.DType.IsFP8(), l.HeadDim, warps) > c.d.info.SharedMemOptin {
+		faSmemBytes(l, warps) > c.d.info.SharedMemOptin {
 		return hpw, 0
 	}
 	return hpw, 16 * warps / group
@@ -131,19 +140,20 @@ func faOccupancy(c *Ctx, f *Function, block, smem int) (int, error) {
 	return max(int(n), 1), nil
 }
 
-// attendFA runs attn_fa_<dtype>_d<dim> over m's FA tiles, split along the
+// attendFA runs attn_fa_<dtype>_d<dim> (attn_fa_<k>_<v>_d<dim> for a
+// mixed pool) over m's FA tiles, split along the
 // keys (attn_merge combines the splits) when the tiles alone do not fill
 // faWaves waves of the device.
 func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMeta, heads int, scale float32) error {
 	l := kv.Layout
 	d := l.HeadDim
-	name := fmt.Sprintf("attn_fa_%s_d%d", [...]string{"bf16", "f16", "e4m3", "e5m2"}[dtypeCode(l.DType)], d)
+	name := fmt.Sprintf("attn_fa_%s_d%d", kernelDTypes(l), d)
 	f, err := c.Function(attentionModule, name)
 	if err != nil {
 		return err
 	}
 	warps := kv.faWarps()
-	smem := faSmemBytes(l.DType.IsFP8(), d, warps)
+	smem := faSmemBytes(l, warps)
 	if kv.faSmem[f] < smem {
 		if err := c.SetMaxDynamicShared(f, smem); err != nil {
 			return err

@@ -102,9 +102,14 @@ func float32Bytes(f []float32) []byte {
 	return b
 }
 
-func testLayout(dt kvcache.DType, sm kvcache.ScaleMode, layers, kvh, d, p, pages int, rng *rand.Rand) kvcache.Layout {
+// testLayout is a pool storing K in dt and V in vt (Auto: dt too), with
+// random static scales when sm asks for them and a half is FP8.
+func testLayout(dt, vt kvcache.DType, sm kvcache.ScaleMode, layers, kvh, d, p, pages int, rng *rand.Rand) kvcache.Layout {
 	l := kvcache.Layout{Layers: layers, KVHeads: kvh, HeadDim: d, PageSize: p, Pages: pages, DType: dt, Scales: sm}
-	if dt.IsFP8() && sm == kvcache.StaticScales {
+	if vt != kvcache.Auto {
+		l = l.WithDTypes(dt, vt)
+	}
+	if l.AnyFP8() && sm == kvcache.StaticScales {
 		for range layers * kvh {
 			l.KScale = append(l.KScale, float32(0.001+0.05*rng.Float64()))
 			l.VScale = append(l.VScale, float32(0.001+0.05*rng.Float64()))
@@ -113,14 +118,40 @@ func testLayout(dt kvcache.DType, sm kvcache.ScaleMode, layers, kvh, d, p, pages
 	return l
 }
 
+// pairName names a K/V dtype pair in test names: "bf16", or "bf16+fp8_e4m3"
+// when V (vt, Auto: the same) differs.
+func pairName(dt, vt kvcache.DType) string {
+	if vt == kvcache.Auto || vt == dt {
+		return dt.String()
+	}
+	return dt.String() + "+" + vt.String()
+}
+
+// poisonScales fills the per-token scale pools a HostStore has (nil for a
+// 16-bit or static half) with x.
+func poisonScales(x float32, scales ...[]float32) {
+	for _, s := range scales {
+		for i := range s {
+			s[i] = x
+		}
+	}
+}
+
+// TestKVWriteMatchesHostStore: the codes and scales kv_write stores are
+// bit-identical to kvcache.HostStore.WriteRow's, for every dtype, static
+// and dynamic FP8 scales, and the mixed K/V pairs the GPU runs (16-bit K,
+// FP8 V), over the pool poisoned with 0xa5 bytes first.
 func TestKVWriteMatchesHostStore(t *testing.T) {
 	d := openTestDevice(t)
 	type dtc struct {
 		dt kvcache.DType
 		sm kvcache.ScaleMode
+		vt kvcache.DType // V's dtype; Auto: dt
 	}
-	dts := []dtc{{kvcache.BF16, 0}, {kvcache.F16, 0}, {kvcache.FP8E4M3, kvcache.DynamicScales},
-		{kvcache.FP8E5M2, kvcache.DynamicScales}, {kvcache.FP8E4M3, kvcache.StaticScales}, {kvcache.FP8E5M2, kvcache.StaticScales}}
+	dts := []dtc{{kvcache.BF16, 0, 0}, {kvcache.F16, 0, 0}, {kvcache.FP8E4M3, kvcache.DynamicScales, 0},
+		{kvcache.FP8E5M2, kvcache.DynamicScales, 0}, {kvcache.FP8E4M3, kvcache.StaticScales, 0}, {kvcache.FP8E5M2, kvcache.StaticScales, 0},
+		{kvcache.BF16, kvcache.DynamicScales, kvcache.FP8E4M3}, {kvcache.BF16, kvcache.StaticScales, kvcache.FP8E5M2},
+		{kvcache.F16, kvcache.DynamicScales, kvcache.FP8E5M2}, {kvcache.F16, kvcache.StaticScales, kvcache.FP8E4M3}}
 	dims := []int{64, 80, 96, 128, 256}
 	pageSizes := []int{1, 8, 16, 64, 256}
 	ropes := func(hd int) []model.Rope {
@@ -143,10 +174,10 @@ func TestKVWriteMatchesHostStore(t *testing.T) {
 			p := pageSizes[(di+ki)%len(pageSizes)]
 			rope := ropes(hd)[(di+2*ki)%5]
 			kvh := 1 + (di+ki)%3
-			name := fmt.Sprintf("%v-%v/d%d/p%d/kvh%d/rope%d-neox%v", dc.dt, dc.sm, hd, p, kvh, rope.Dim, rope.NeoX)
+			name := fmt.Sprintf("%v-%v/d%d/p%d/kvh%d/rope%d-neox%v", pairName(dc.dt, dc.vt), dc.sm, hd, p, kvh, rope.Dim, rope.NeoX)
 			t.Run(name, func(t *testing.T) {
 				pages := pagesFor(seqs, p, true) + 3
-				l := testLayout(dc.dt, dc.sm, 2, kvh, hd, p, pages, rng)
+				l := testLayout(dc.dt, dc.vt, dc.sm, 2, kvh, hd, p, pages, rng)
 				b, rows := testBatch(rng, seqs, p, pages, 1, true)
 				w := kvh * hd
 				k, v := make([]float32, rows*w), make([]float32, rows*w)
@@ -169,13 +200,13 @@ func TestKVWriteMatchesHostStore(t *testing.T) {
 				}
 				hk, hv, hks, hvs := hs.Raw(1)
 				for i := range hk {
-					hk[i], hv[i] = 0xa5, 0xa5
+					hk[i] = 0xa5
+				}
+				for i := range hv {
+					hv[i] = 0xa5
 				}
 				if l.HasTokenScales() {
-					for i := range hks {
-						hks[i] = math.Float32frombits(0xa5a5a5a5)
-						hvs[i] = hks[i]
-					}
+					poisonScales(math.Float32frombits(0xa5a5a5a5), hks, hvs)
 				}
 				kr := make([]float32, w)
 				for _, s := range b.Seqs {
@@ -191,8 +222,11 @@ func TestKVWriteMatchesHostStore(t *testing.T) {
 				gk := make([]byte, len(hk))
 				gv := make([]byte, len(hv))
 				var gks, gvs []float32
-				if l.HasTokenScales() {
-					gks, gvs = make([]float32, len(hks)), make([]float32, len(hks))
+				if l.KHasScales() {
+					gks = make([]float32, len(hks))
+				}
+				if l.VHasScales() {
+					gvs = make([]float32, len(hvs))
 				}
 				err = d.Do(func(c *Ctx) error {
 					kv, err := c.AllocKV(l)
@@ -230,6 +264,8 @@ func TestKVWriteMatchesHostStore(t *testing.T) {
 						if err := Download(c, gks, pks); err != nil {
 							return err
 						}
+					}
+					if gvs != nil {
 						if err := Download(c, gvs, pvs); err != nil {
 							return err
 						}
@@ -243,6 +279,8 @@ func TestKVWriteMatchesHostStore(t *testing.T) {
 				cmpBytes(t, "V codes", gv, hv)
 				if gks != nil {
 					cmpBytes(t, "K scales", float32Bytes(gks), float32Bytes(hks))
+				}
+				if gvs != nil {
 					cmpBytes(t, "V scales", float32Bytes(gvs), float32Bytes(hvs))
 				}
 			})
@@ -272,6 +310,7 @@ func cmpBytes(t *testing.T, what string, got, want []byte) {
 
 type attnCase struct {
 	dt         kvcache.DType
+	vt         kvcache.DType // V's dtype when it differs from dt (Auto: dt)
 	sm         kvcache.ScaleMode
 	kvh, group int
 	d, p       int
@@ -288,7 +327,7 @@ func (c attnCase) String() string {
 	for _, s := range c.seqs {
 		lens = append(lens, fmt.Sprintf("%d+%d", s.cached, s.new))
 	}
-	s := fmt.Sprintf("%v-%v/kvh%d/g%d/d%d/p%d/s%d/%s", c.dt, c.sm, c.kvh, c.group, c.d, c.p, c.splits, strings.Join(lens, ","))
+	s := fmt.Sprintf("%v-%v/kvh%d/g%d/d%d/p%d/s%d/%s", pairName(c.dt, c.vt), c.sm, c.kvh, c.group, c.d, c.p, c.splits, strings.Join(lens, ","))
 	if c.faWarps != 0 {
 		s += fmt.Sprintf("/w%d", c.faWarps)
 	}
@@ -322,6 +361,23 @@ func attnCases() []attnCase {
 		{dt: kvcache.FP8E4M3, kvh: 1, group: 8, d: 128, p: 64, seqs: []seqShape{{131071, 1}, {70000, 1}}, long: true},
 		{dt: kvcache.BF16, kvh: 1, group: 8, d: 128, p: 256, seqs: []seqShape{{131071, 1}}, long: true},
 		{dt: kvcache.FP8E4M3, kvh: 1, group: 4, d: 128, p: 16, seqs: []seqShape{{32000, 64}}, long: true},
+
+		// K and V in different dtypes (a 16-bit K, an FP8 V): every pair,
+		// every head_dim, both scale modes, splits, decode and mixed batches.
+		{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 16, seqs: dec},
+		{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 64, seqs: dec, splits: 7, qmag: 3},
+		{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 3, group: 3, d: 64, p: 8, seqs: dec},
+		{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 2, group: 2, d: 256, p: 32, seqs: dec},
+		{dt: kvcache.F16, vt: kvcache.FP8E5M2, kvh: 4, group: 1, d: 80, p: 256, seqs: dec},
+		{dt: kvcache.BF16, vt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 96, p: 128, seqs: dec},
+		{dt: kvcache.F16, vt: kvcache.FP8E5M2, sm: kvcache.StaticScales, kvh: 2, group: 7, d: 64, p: 16, seqs: dec},
+		{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 5},
+		{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 3, group: 1, d: 128, p: 8, seqs: mixed, qmag: 3},
+		{dt: kvcache.F16, vt: kvcache.FP8E5M2, kvh: 1, group: 3, d: 256, p: 64, seqs: mixed},
+		{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 6, d: 96, p: 16, seqs: mixed, splits: 3},
+		{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 80, p: 32, seqs: mixed},
+		{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 2, group: 6, d: 256, p: 8, seqs: dec},
+		{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 1, group: 8, d: 128, p: 64, seqs: []seqShape{{131071, 1}, {70000, 1}}, long: true},
 	}
 }
 
@@ -348,7 +404,9 @@ func TestAttentionMatchesHostStore(t *testing.T) {
 // and a second sequence (a 64-token chunk at another depth) in the batch;
 // then forced splits, static FP8 scales, odd GQA ratios, small pages, and
 // a batch mixing FA chunks with decode rows and a short chunk (both
-// kernels and both merges in one call); last, CTAs of 8 warps (128 rows).
+// kernels and both merges in one call); then CTAs of 8 warps (128 rows);
+// last, the mixed K/V pairs (16-bit K, FP8 V) x head_dim 64/128/256 and
+// their static scales, splits, mixed batches and 8-warp CTAs.
 func faCases() []attnCase {
 	dts := []struct {
 		dt kvcache.DType
@@ -373,7 +431,7 @@ func faCases() []attnCase {
 		}
 	}
 	mixed := []seqShape{{1000, 100}, {50, 1}, {0, 64}, {7, 9}, {3000, 1}}
-	return append(cs,
+	cs = append(cs,
 		attnCase{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: []seqShape{{1000, 100}, {0, 300}}, splits: 3, fa: true},
 		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}}, splits: 7, fa: true, qmag: 3},
 		attnCase{dt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 128, p: 128, seqs: []seqShape{{200, 130}}, fa: true},
@@ -387,6 +445,26 @@ func faCases() []attnCase {
 		attnCase{dt: kvcache.F16, kvh: 2, group: 3, d: 64, p: 16, seqs: []seqShape{{100, 300}}, splits: 3, fa: true, faWarps: 8},
 		attnCase{dt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 8},
 		attnCase{dt: kvcache.BF16, kvh: 2, group: 1, d: 256, p: 256, seqs: []seqShape{{1000, 512}}, fa: true, faWarps: 8},
+	)
+	for pi, pr := range kvcache.GPUPairs {
+		for ki, hd := range []int{64, 128, 256} {
+			a := pi + ki
+			chunk, depth := chunks[(a+1)%3], depths[a%3]
+			cs = append(cs, attnCase{
+				dt: pr[0], vt: pr[1], kvh: 2, group: groups[a%3], d: hd, p: pages[(a+1)%3],
+				seqs: []seqShape{{depth, chunk}, {depths[(a+2)%3], 64}},
+				long: chunk == 512 && depth == 5000, fa: true,
+			})
+		}
+	}
+	return append(cs,
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, sm: kvcache.StaticScales, kvh: 1, group: 8, d: 128, p: 128, seqs: []seqShape{{200, 130}}, fa: true},
+		attnCase{dt: kvcache.F16, vt: kvcache.FP8E5M2, sm: kvcache.StaticScales, kvh: 2, group: 7, d: 64, p: 16, seqs: []seqShape{{33, 77}}, fa: true},
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 4, fa: true},
+		attnCase{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 3, group: 3, d: 128, p: 8, seqs: []seqShape{{100, 65}}, fa: true, qmag: 3},
+		attnCase{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 8, qmag: 3},
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, splits: 3, fa: true, faWarps: 8},
 	)
 }
 
@@ -410,7 +488,7 @@ func TestAttentionFAMatchesHostStore(t *testing.T) {
 func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 	rng := rand.New(rand.NewPCG(uint64(ci), 7))
 	pages := pagesFor(tc.seqs, tc.p, false) + 2
-	l := testLayout(tc.dt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
+	l := testLayout(tc.dt, tc.vt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
 	hs, err := kvcache.NewHostStore(l)
 	if err != nil {
 		t.Fatal(err)
@@ -418,12 +496,13 @@ func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 	// Poison the whole layer: rows the kernel must not read are NaN.
 	hk, hv, hks, hvs := hs.Raw(1)
 	for i := range hk {
-		hk[i], hv[i] = 0xff, 0xff
+		hk[i] = 0xff
+	}
+	for i := range hv {
+		hv[i] = 0xff
 	}
 	if l.HasTokenScales() {
-		for i := range hks {
-			hks[i], hvs[i] = float32(math.NaN()), float32(math.NaN())
-		}
+		poisonScales(float32(math.NaN()), hks, hvs)
 	}
 	b, rows := testBatch(rng, tc.seqs, tc.p, pages, 1, false)
 	w := tc.kvh * tc.d
@@ -436,7 +515,7 @@ func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 				}
 				randRow(rng, vr[h*tc.d:(h+1)*tc.d])
 			}
-			if l.DType.IsFP8() && l.Scales == kvcache.StaticScales {
+			if l.AnyFP8() && l.Scales == kvcache.StaticScales {
 				// keep values inside the static scale's range
 				for i := range kr {
 					kr[i] *= 0.5
@@ -475,10 +554,12 @@ func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 				return u
 			}
 		}
-		if l.HasTokenScales() {
+		if l.KHasScales() {
 			if err := Upload(c, pks, hks); err != nil {
 				return err
 			}
+		}
+		if l.VHasScales() {
 			if err := Upload(c, pvs, hvs); err != nil {
 				return err
 			}
@@ -630,10 +711,10 @@ func TestChooseSplits(t *testing.T) {
 
 // TestFASmemMatchesKernel: the launcher's shared-memory size of each FA
 // kernel beside the q fragments (faSmemFixed) equals the kernel's own
-// (attn_fa_smem).
+// (attn_fa_smem), for every K/V pair the kernels are built for.
 func TestFASmemMatchesKernel(t *testing.T) {
 	d := openTestDevice(t)
-	got := make([]int32, 12)
+	got := make([]int32, 3*len(attnPairs()))
 	err := d.Do(func(c *Ctx) error {
 		buf, err := c.Alloc(64, "test smem sizes")
 		if err != nil {
@@ -653,9 +734,9 @@ func TestFASmemMatchesKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, w := range got {
-		fp8, dim := i >= 6, faHeadDims[i%3]
-		if want := faSmemFixed(fp8, dim); int(w) != want {
-			t.Errorf("dtype code %d, head_dim %d: kernel uses %d bytes of shared memory, launcher %d", i/3, dim, w, want)
+		pr, dim := attnPairs()[i/3], faHeadDims[i%3]
+		if want := faSmemFixed(pr[0].IsFP8(), pr[1].IsFP8(), dim); int(w) != want {
+			t.Errorf("%s, head_dim %d: kernel uses %d bytes of shared memory, launcher %d", pairName(pr[0], pr[1]), dim, w, want)
 		}
 	}
 }

@@ -11,17 +11,20 @@ import (
 
 // TestBackendKVAttention checks the Backend wiring of the paged KV write and
 // attention (a prefill chunk, then a decode step of two sequences) against
-// the CPU backend storing the same dtype. Tolerances: bf16 pools 2e-3 and
-// fp8 pools 2e-2 relative (one rounding of k/v may land on the other side
-// between backends, since the float32 inputs differ in the last bits).
+// the CPU backend storing the same dtypes: one for both halves, or a
+// 16-bit K with an fp8 V (kvcache.GPUPairs). Tolerances: bf16 pools 2e-3
+// and pools with an fp8 half 2e-2 relative (one rounding of k/v may land
+// on the other side between backends, since the float32 inputs differ in
+// the last bits).
 func TestBackendKVAttention(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	const heads, kvHeads, headDim, page = 8, 2, 64, 16
 	rope := model.Rope{Dim: headDim, Base: 10000, NeoX: true}
-	for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
-		t.Run(fmt.Sprint(dt), func(t *testing.T) {
+	for _, dt := range [][2]kvcache.DType{{kvcache.BF16, kvcache.BF16}, {kvcache.FP8E4M3, kvcache.FP8E4M3},
+		{kvcache.BF16, kvcache.FP8E4M3}, {kvcache.F16, kvcache.FP8E5M2}} {
+		t.Run(pairName(dt[0], dt[1]), func(t *testing.T) {
 			p := newPair(t)
-			l := kvcache.Layout{Layers: 2, KVHeads: kvHeads, HeadDim: headDim, PageSize: page, Pages: 16, DType: dt}
+			l := kvcache.Layout{Layers: 2, KVHeads: kvHeads, HeadDim: headDim, PageSize: page, Pages: 16}.WithDTypes(dt[0], dt[1])
 			if err := p.g.AllocKV(l); err != nil {
 				t.Fatal(err)
 			}
@@ -30,7 +33,7 @@ func TestBackendKVAttention(t *testing.T) {
 				t.Fatal(err)
 			}
 			tol := 2e-3
-			if dt == kvcache.FP8E4M3 {
+			if l.AnyFP8() {
 				tol = 2e-2
 			}
 			// Step 1: sequence A prefills 37 tokens, B 5 tokens; step 2: one token each.

@@ -11,6 +11,7 @@ import (
 //	device        dtypes                         head_dim                 page size
 //	cpu           bf16 fp16 fp8_e4m3 fp8_e5m2    any                      power of two 1..1024
 //	cuda sm_80+   bf16 fp16 fp8_e4m3 fp8_e5m2    64 80 96 128 256         power of two 1..1024
+//	              (K/V pairs: one dtype, or GPUPairs)
 //	cuda < sm_80  none (the kernels are built for compute_80 and newer)
 //
 // On sm_80..sm_87 FP8 codes are decoded with integer ops; sm_89+ uses the
@@ -59,22 +60,46 @@ func ValidateForDevice(d DType, computeCap int) error {
 		d, computeCap, what)
 }
 
-// MixedOnGPUError is the refusal of a pool whose K and V dtypes differ on
-// a CUDA device: the attention kernels are instantiated per dtype for both
-// halves together, so mixed pairs run on the CPU backend only.
-func MixedOnGPUError(k, v DType) error {
-	return fmt.Errorf("different K and V dtypes (%s) run on the CPU backend only: the CUDA attention kernels read K and V in one dtype. On a GPU use one dtype for both (--kv-cache-dtype %s, without --cache-type-k/--cache-type-v, or /kvdtype %s), or run with --device cpu",
-		PairName(k, v), wider(k, v), wider(k, v))
+// GPUPairs are the K/V dtype pairs of different dtypes the CUDA backend
+// runs: a 16-bit K (the precision-sensitive half: it feeds the softmax
+// through q·k) with an FP8 V. Each pair is its own set of attention
+// kernels, so the others (fp8 K, two 16-bit or two FP8 formats) are left
+// to the CPU backend, which runs every pair.
+var GPUPairs = [][2]DType{{BF16, FP8E4M3}, {BF16, FP8E5M2}, {F16, FP8E4M3}, {F16, FP8E5M2}}
+
+// GPUPairSupported reports whether the CUDA backend runs K in k and V in v
+// (one dtype for both, or one of GPUPairs).
+func GPUPairSupported(k, v DType) bool {
+	return k == v || slices.Contains(GPUPairs, [2]DType{k, v})
 }
 
-// wider is the one of k and v that keeps more precision (the safer
-// common choice).
-func wider(k, v DType) DType {
-	if k.IsFP8() && !v.IsFP8() {
+// MixedOnGPUError is the refusal of a K/V dtype pair the CUDA backend
+// does not run (GPUPairSupported false): one line naming the pairs that do
+// run there and the way to run this one.
+func MixedOnGPUError(k, v DType) error {
+	return fmt.Errorf("K/V dtypes %s do not run on the GPU, which runs one dtype for both halves or K in bf16/fp16 with V in fp8_e4m3/fp8_e5m2 (e.g. --cache-type-k %s --cache-type-v %s); --device cpu runs every pair",
+		PairName(k, v), gpuK(k, v), gpuV(k, v))
+}
+
+// gpuK and gpuV are the nearest pair the GPU runs: the 16-bit one of the
+// two for K (bf16 when both are fp8) and the fp8 one for V (fp8_e4m3 when
+// both are 16-bit).
+func gpuK(k, v DType) DType {
+	if !k.IsFP8() {
+		return k
+	}
+	if !v.IsFP8() {
 		return v
 	}
-	if v == FP8E4M3 && k == FP8E5M2 {
+	return BF16
+}
+
+func gpuV(k, v DType) DType {
+	if v.IsFP8() {
 		return v
 	}
-	return k
+	if k.IsFP8() {
+		return k
+	}
+	return FP8E4M3
 }

@@ -264,3 +264,35 @@ func TestCalibratorObserveStore(t *testing.T) {
 		t.Error("n beyond the page table accepted")
 	}
 }
+
+// TestGPUPairs: the GPU runs one dtype for both halves or a 16-bit K with
+// an fp8 V; the refusal of any other pair is one line that names what
+// runs and suggests the nearest pair that does.
+func TestGPUPairs(t *testing.T) {
+	dts := []DType{BF16, F16, FP8E4M3, FP8E5M2}
+	for _, k := range dts {
+		for _, v := range dts {
+			want := k == v || !k.IsFP8() && v.IsFP8()
+			if got := GPUPairSupported(k, v); got != want {
+				t.Errorf("GPUPairSupported(%v, %v) = %v, want %v", k, v, got, want)
+			}
+			if want {
+				continue
+			}
+			msg := MixedOnGPUError(k, v).Error()
+			sk, sv := gpuK(k, v), gpuV(k, v)
+			if !GPUPairSupported(sk, sv) || sk == sv {
+				t.Errorf("%s: suggests k=%v v=%v, which is not a mixed pair the GPU runs", PairName(k, v), sk, sv)
+			}
+			for _, s := range []string{PairName(k, v), "K in bf16/fp16 with V in fp8_e4m3/fp8_e5m2",
+				"--cache-type-k " + sk.String() + " --cache-type-v " + sv.String(), "--device cpu runs every pair"} {
+				if !strings.Contains(msg, s) {
+					t.Errorf("%s: %q does not say %q", PairName(k, v), msg, s)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("%s: %q is more than one line", PairName(k, v), msg)
+			}
+		}
+	}
+}

@@ -249,9 +249,11 @@ __device__ __forceinline__ uint32_t vfrag(const uint32_t* wa, const uint32_t* wb
 // output into out; otherwise unnormalized partials into part
 // [splits][rows*heads][D] and (max, sum) into partML [splits][rows*heads],
 // combined by attn_merge. ks/vs: dynamic scales of the layer (dyn != 0) or
-// its static [kvh] scales; unused for 16-bit pages. scaleLog2 = softmax
-// scale * log2(e).
-template <int T, int D>
+// its static [kvh] scales; unused for a 16-bit half. scaleLog2 = softmax
+// scale * log2(e). TK, TV: the dtypes of the K and the V pages; the QK^T
+// MMAs take their flavour (bf16 or fp16) from TK, the PV ones from TV, so
+// q is split for the one and p for the other.
+template <int TK, int TV, int D>
 __device__ __forceinline__ void attn_body(
     const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,
     float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
@@ -259,13 +261,16 @@ __device__ __forceinline__ void attn_body(
     const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ blocks,
     int nblocks, int kvh, int group, int hpw, int hslices, int pageShift, int splits, int rows,
     float scaleLog2) {
-    constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
-    constexpr bool F16 = T == KV_F16 || (FP8 && ATTN_FP8_F16);  // fp16 MMAs
-    constexpr int E = FP8 ? 1 : 2;
-    constexpr int KT = D / 16;     // k-tiles of QK^T
-    constexpr int NTV = D / 8;     // n-tiles of PV
-    constexpr int CK = D / 4 * E;  // K bytes per thread per token row
-    constexpr int CV = D / 8 * E;  // V bytes per thread per token row
+    constexpr bool FK = TK == KV_E4M3 || TK == KV_E5M2;  // K in FP8 (K scales)
+    constexpr bool FV = TV == KV_E4M3 || TV == KV_E5M2;  // V in FP8 (V scales)
+    constexpr bool FP8 = FK || FV;                        // the tuning knobs' FP8 values
+    constexpr bool HK = TK == KV_F16 || (FK && ATTN_FP8_F16);  // fp16 QK^T MMAs
+    constexpr bool HV = TV == KV_F16 || (FV && ATTN_FP8_F16);  // fp16 PV MMAs
+    constexpr int EK = FK ? 1 : 2, EV = FV ? 1 : 2;
+    constexpr int KT = D / 16;      // k-tiles of QK^T
+    constexpr int NTV = D / 8;      // n-tiles of PV
+    constexpr int CK = D / 4 * EK;  // K bytes per thread per token row
+    constexpr int CV = D / 8 * EV;  // V bytes per thread per token row
     constexpr int WK = (CK + 3) / 4, WV = (CV + 3) / 4;
     // Tiles of 16 keys per stage (TL) and stages (ST = 2: the next stage
     // loads while this one computes), for about 8 KiB of K+V per warp in
@@ -274,7 +279,7 @@ __device__ __forceinline__ void attn_body(
     // SM is faster; D = 256 has no registers for a second stage.
     // The ATTN_* macros exist for tuning runs (scripts/attn_variants.sh
     // builds PTX with other values); the defaults are the measured best.
-    constexpr int TB = 32 * D * E;  // K+V bytes of one tile per warp
+    constexpr int TB = 16 * D * (EK + EV);  // K+V bytes of one tile per warp
     constexpr int ST = D >= (FP8 ? ATTN_ST2_MIN_D_FP8 : ATTN_ST2_MIN_D) && D <= 128 ? 2 : 1;
     constexpr int SB = ST == 2 ? (FP8 ? ATTN_ST2_BYTES_FP8 : ATTN_ST2_BYTES) : ATTN_ST1_BYTES;
     constexpr int TL = (SB / TB) < 1 ? 1 : (ST == 1 && (SB / TB) > 4) ? 4 : (SB / TB);
@@ -327,7 +332,7 @@ __device__ __forceinline__ void attn_body(
             for (int i = 0; i < D / 4; i++) x[i] = 0.f;
         }
         float qmul = 1.f;
-        if (F16) {
+        if (HK) {
             // fp16 has a small range: scale q by a power of two so its
             // largest element sits in [2^13, 2^14); undone on the score.
             float amax = 0.f;
@@ -344,8 +349,8 @@ __device__ __forceinline__ void attn_body(
 #pragma unroll
         for (int kk = 0; kk < KT; kk++) {
             uint4 a;
-            split16<F16>(x[4 * kk] * qmul, x[4 * kk + 1] * qmul, a.x, a.y);
-            split16<F16>(x[4 * kk + 2] * qmul, x[4 * kk + 3] * qmul, a.z, a.w);
+            split16<HK>(x[4 * kk] * qmul, x[4 * kk + 1] * qmul, a.x, a.y);
+            split16<HK>(x[4 * kk + 2] * qmul, x[4 * kk + 3] * qmul, a.z, a.w);
             qs[warp][kk][lane] = a;
         }
     }
@@ -355,13 +360,13 @@ __device__ __forceinline__ void attn_body(
 #pragma unroll
     for (int j = 0; j < NTV; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m = -INFINITY, l = 0.f;
-    const size_t rowBytes = (size_t)D * E;
+    const size_t rowBytesK = (size_t)D * EK, rowBytesV = (size_t)D * EV;
     // FP8 on fp16 MMAs: p * v_scale would leave fp16's range for small
     // scales, so it is multiplied by 2^(VSHIFT - e), e = the largest v
     // scale's exponent seen so far (vexp, biased), which keeps it below
     // 2^(VSHIFT+1); o is rescaled by a power of two when vexp grows and by
     // 2^(e - VSHIFT) at the end.
-    constexpr bool VS = FP8 && F16;
+    constexpr bool VS = FV && HV;
     constexpr int VSHIFT = 14;
     int vexp = 30;
 
@@ -382,7 +387,7 @@ __device__ __forceinline__ void attn_body(
                 const int tok = k0 + n * 8 + g;
                 if (tok < kend) {
                     const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                    ldchunk<CK>(st.kw[u][n], kc + idx * rowBytes + t * CK);
+                    ldchunk<CK>(st.kw[u][n], kc + idx * rowBytesK + t * CK);
                 } else {
                     zchunk<CK>(st.kw[u][n]);
                 }
@@ -393,11 +398,9 @@ __device__ __forceinline__ void attn_body(
                 st.ksv[u][i] = st.vsv[u][i] = 0.f;
                 if (tok < kend) {
                     const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                    ldchunk<CV>(st.vw[u][i], vc + idx * rowBytes + g * CV);
-                    if (FP8) {
-                        st.ksv[u][i] = dyn ? __ldg(ks + idx) : __ldg(ks + kh);
-                        st.vsv[u][i] = dyn ? __ldg(vs + idx) : __ldg(vs + kh);
-                    }
+                    ldchunk<CV>(st.vw[u][i], vc + idx * rowBytesV + g * CV);
+                    if (FK) st.ksv[u][i] = dyn ? __ldg(ks + idx) : __ldg(ks + kh);
+                    if (FV) st.vsv[u][i] = dyn ? __ldg(vs + idx) : __ldg(vs + kh);
                 } else {
                     zchunk<CV>(st.vw[u][i]);
                 }
@@ -420,8 +423,8 @@ __device__ __forceinline__ void attn_body(
 #pragma unroll
                 for (int kk = 0; kk < KT; kk++) {
                     uint32_t b0, b1;
-                    kfrag<T, F16>(st.kw[u][n], kk, b0, b1);
-                    mma<F16>(acc[kk % ATTN_QK_CHAINS], qs[warp][kk][lane], b0, b1);
+                    kfrag<TK, HK>(st.kw[u][n], kk, b0, b1);
+                    mma<HK>(acc[kk % ATTN_QK_CHAINS], qs[warp][kk][lane], b0, b1);
                 }
 #pragma unroll
                 for (int c = 1; c < ATTN_QK_CHAINS; c++)
@@ -434,7 +437,7 @@ __device__ __forceinline__ void attn_body(
             for (int i = 0; i < 4; i++) {
                 const int tok = k0 + (i >> 1) * 8 + 2 * t + (i & 1);
                 float s = sv[i] * rowfac;
-                if (FP8) s *= st.ksv[u][i];
+                if (FK) s *= st.ksv[u][i];
                 s = (rowValid && tok < kend && tok <= pos) ? s : -INFINITY;
                 sv[i] = s;
                 mt = fmaxf(mt, s);
@@ -467,18 +470,18 @@ __device__ __forceinline__ void attn_body(
 #pragma unroll
                 for (int j = 0; j < NTV; j++) o[j][0] *= ocorr, o[j][1] *= ocorr, o[j][2] *= ocorr, o[j][3] *= ocorr;
             }
-            if (FP8) {
+            if (FV) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) p[i] *= st.vsv[u][i] * vmul;
             }
             uint4 a;
-            split16<F16>(p[0], p[1], a.x, a.y);
-            split16<F16>(p[2], p[3], a.z, a.w);
+            split16<HV>(p[0], p[1], a.x, a.y);
+            split16<HV>(p[2], p[3], a.z, a.w);
 #pragma unroll
             for (int j = 0; j < NTV; j++) {
-                const uint32_t b0 = vfrag<T, F16>(st.vw[u][0], st.vw[u][1], j);
-                const uint32_t b1 = vfrag<T, F16>(st.vw[u][2], st.vw[u][3], j);
-                mma<F16>(o[j], a, b0, b1);
+                const uint32_t b0 = vfrag<TV, HV>(st.vw[u][0], st.vw[u][1], j);
+                const uint32_t b1 = vfrag<TV, HV>(st.vw[u][2], st.vw[u][3], j);
+                mma<HV>(o[j], a, b0, b1);
             }
         }
     };
@@ -550,7 +553,7 @@ __device__ __forceinline__ void attn_body(
 }
 
 // Occupancy: __launch_bounds__ minimum CTAs per SM (registers allowing).
-#define ATTN_KERNEL(NAME, T, D, MINB)                                                                  \
+#define ATTN_KERNEL(NAME, TK, TV, D, MINB)                                                             \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                      \
         const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,                \
         float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,   \
@@ -558,21 +561,27 @@ __device__ __forceinline__ void attn_body(
         const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ blocks,    \
         int nblocks, int kvh, int group, int hpw, int hslices, int pageShift, int splits, int rows,    \
         float scaleLog2) {                                                                             \
-        attn_body<T, D>(q, out, part, partML, kc, vc, ks, vs, dyn, seqs, pt, blocks, nblocks, kvh,     \
-                        group, hpw, hslices, pageShift, splits, rows, scaleLog2);                      \
+        attn_body<TK, TV, D>(q, out, part, partML, kc, vc, ks, vs, dyn, seqs, pt, blocks, nblocks, kvh, \
+                             group, hpw, hslices, pageShift, splits, rows, scaleLog2);                 \
     }
 
-#define ATTN_ALL_D(PREFIX, T, MINB128)       \
-    ATTN_KERNEL(PREFIX##_d64, T, 64, 3)       \
-    ATTN_KERNEL(PREFIX##_d80, T, 80, 3)       \
-    ATTN_KERNEL(PREFIX##_d96, T, 96, 3)       \
-    ATTN_KERNEL(PREFIX##_d128, T, 128, MINB128) \
-    ATTN_KERNEL(PREFIX##_d256, T, 256, 1)
+#define ATTN_ALL_D(PREFIX, TK, TV, MINB128)       \
+    ATTN_KERNEL(PREFIX##_d64, TK, TV, 64, 3)       \
+    ATTN_KERNEL(PREFIX##_d80, TK, TV, 80, 3)       \
+    ATTN_KERNEL(PREFIX##_d96, TK, TV, 96, 3)       \
+    ATTN_KERNEL(PREFIX##_d128, TK, TV, 128, MINB128) \
+    ATTN_KERNEL(PREFIX##_d256, TK, TV, 256, 1)
 
-ATTN_ALL_D(attn_bf16, KV_BF16, 2)
-ATTN_ALL_D(attn_f16, KV_F16, 2)
-ATTN_ALL_D(attn_e4m3, KV_E4M3, ATTN_MINB_D128_FP8)
-ATTN_ALL_D(attn_e5m2, KV_E5M2, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_bf16, KV_BF16, KV_BF16, 2)
+ATTN_ALL_D(attn_f16, KV_F16, KV_F16, 2)
+ATTN_ALL_D(attn_e4m3, KV_E4M3, KV_E4M3, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_e5m2, KV_E5M2, KV_E5M2, ATTN_MINB_D128_FP8)
+// K and V in different dtypes: only a 16-bit K with an FP8 V (the pairs
+// worth running: K is the precision-sensitive half), named attn_<k>_<v>.
+ATTN_ALL_D(attn_bf16_e4m3, KV_BF16, KV_E4M3, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_bf16_e5m2, KV_BF16, KV_E5M2, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_f16_e4m3, KV_F16, KV_E4M3, ATTN_MINB_D128_FP8)
+ATTN_ALL_D(attn_f16_e5m2, KV_F16, KV_E5M2, ATTN_MINB_D128_FP8)
 
 // ---------------------------------------------------------------------------
 // attn_fa: FlashAttention-2-style prefill for chunks of many new tokens.
@@ -624,13 +633,14 @@ struct FaCfg {
 
 // faSmemFixed + nw * 64 * D is the dynamic shared memory of attn_fa with
 // nw warps (gpu/attention_fa.go computes the same): q fragments (64*D bytes
-// per warp), then 16-bit K/V tiles (two stages, or one widened tile for
-// FP8), raw FP8 stages, K/V scales per stage.
-template <int T, int D>
+// per warp), then the 16-bit tiles of each half (two stages of a 16-bit
+// half, one widened tile of an FP8 half), the raw stages of the FP8
+// halves, K/V scales per stage.
+template <int TK, int TV, int D>
 __host__ __device__ constexpr int faSmemFixed() {
-    constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
+    constexpr int NW = (TK == KV_E4M3 || TK == KV_E5M2) + (TV == KV_E4M3 || TV == KV_E5M2);
     constexpr int BK = FaCfg<D>::BK;
-    return (FP8 ? 2 : 4) * BK * FaCfg<D>::ROW16 + (FP8 ? 4 * BK * D : 0) + 16 * BK;
+    return (2 * (2 - NW) + NW) * BK * FaCfg<D>::ROW16 + NW * 2 * BK * D + 16 * BK;
 }
 
 __device__ __forceinline__ uint32_t smaddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -656,30 +666,41 @@ __device__ __forceinline__ void ldm4t(uint32_t a, uint32_t& d0, uint32_t& d1, ui
 
 }  // namespace
 
-template <int T, int D>
+// TK, TV: the dtypes of the K and the V pages (an FP8 half is widened to
+// bf16; a 16-bit half is used as it arrives, each with its MMA flavour).
+template <int TK, int TV, int D>
 __device__ __forceinline__ void attn_fa_body(
     const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,
     float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
     const float* __restrict__ ks, const float* __restrict__ vs, int dyn,
     const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ tiles,
     int ntiles, int kvh, int group, int pageShift, int splits, int rows, float scaleLog2) {
-    constexpr bool FP8 = T == KV_E4M3 || T == KV_E5M2;
-    constexpr bool F16 = T == KV_F16;  // fp16 MMAs; FP8 is widened to bf16
-    constexpr int E = FP8 ? 1 : 2;
+    constexpr bool FK = TK == KV_E4M3 || TK == KV_E5M2;  // K in FP8 (K scales)
+    constexpr bool FV = TV == KV_E4M3 || TV == KV_E5M2;  // V in FP8 (V scales)
+    constexpr bool FP8 = FK || FV;
+    constexpr bool HK = TK == KV_F16;  // fp16 QK^T MMAs; FP8 is widened to bf16
+    constexpr bool HV = TV == KV_F16;  // fp16 PV MMAs
+    constexpr int EK = FK ? 1 : 2, EV = FV ? 1 : 2;
+    constexpr int NW = FK + FV;  // FP8 halves: raw stages, widened once per tile
+    constexpr int ND = 2 - NW;   // 16-bit halves: two stages of tiles
+    constexpr int TW = FK ? TK : TV;  // the dtype widened (both halves share it)
+    static_assert(NW < 2 || TK == TV, "two FP8 halves of different formats");
     constexpr int BK = FaCfg<D>::BK;
     constexpr int ROW16 = FaCfg<D>::ROW16;
     constexpr int KT = D / 16;  // k-tiles of QK^T
     constexpr int NT = D / 8;   // n-tiles of PV
     constexpr int SN = BK / 8;  // n-tiles of QK^T (keys)
-    constexpr int CR = D * E / 16;  // 16-byte chunks per K (or V) row
+    constexpr int CR = D * EK / 16;   // 16-byte chunks per K row
+    constexpr int CRV = D * EV / 16;  // and per V row
     static_assert(SN % 2 == 0 && NT % 2 == 0, "tile shapes");
 
     const int nthr = blockDim.x, nw = nthr >> 5;
     extern __shared__ uint4 fsm[];
     uint4* qs = fsm;  // [warp][kk][hi, lo][lane]
-    uint8_t* kv16 = (uint8_t*)(fsm + nw * KT * 2 * 32);  // [stage][K, V][BK][ROW16]
-    uint8_t* raw = kv16 + (FP8 ? 2 : 4) * BK * ROW16;    // FP8: [stage][K, V][BK][D]
-    float* scl = (float*)(raw + (FP8 ? 4 * BK * D : 0));  // [stage][K, V][BK]
+    // [stage][16-bit halves][BK][ROW16], then [FP8 halves][BK][ROW16] widened
+    uint8_t* kv16 = (uint8_t*)(fsm + nw * KT * 2 * 32);
+    uint8_t* raw = kv16 + (2 * ND + NW) * BK * ROW16;  // [stage][FP8 halves][BK][D]
+    float* scl = (float*)(raw + 2 * NW * BK * D);      // [stage][K, V][BK]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -720,7 +741,7 @@ __device__ __forceinline__ void attn_fa_body(
     float rowfac[2] = {scaleLog2, scaleLog2};
     {
         float qmul[2] = {1.f, 1.f};
-        if (F16) {
+        if (HK) {
             // fp16 has a small range: scale each q row by a power of two so
             // its largest element sits in [2^13, 2^14); undone on the score.
 #pragma unroll
@@ -754,10 +775,10 @@ __device__ __forceinline__ void attn_fa_body(
                 x[i].x *= qmul[h], x[i].y *= qmul[h];
             }
             uint4 hi, lo;
-            split16<F16>(x[0].x, x[0].y, hi.x, lo.x);
-            split16<F16>(x[1].x, x[1].y, hi.y, lo.y);
-            split16<F16>(x[2].x, x[2].y, hi.z, lo.z);
-            split16<F16>(x[3].x, x[3].y, hi.w, lo.w);
+            split16<HK>(x[0].x, x[0].y, hi.x, lo.x);
+            split16<HK>(x[1].x, x[1].y, hi.y, lo.y);
+            split16<HK>(x[2].x, x[2].y, hi.z, lo.z);
+            split16<HK>(x[3].x, x[3].y, hi.w, lo.w);
             qs[((warp * KT + kk) * 2 + 0) * 32 + lane] = hi;
             qs[((warp * KT + kk) * 2 + 1) * 32 + lane] = lo;
         }
@@ -767,21 +788,43 @@ __device__ __forceinline__ void attn_fa_body(
     // or past kend are zero-filled (their scores are masked, and zero V
     // rows keep 0 * V finite).
     auto load = [&](int st, int k0) {
-        uint8_t* dk = FP8 ? raw + (size_t)(2 * st) * BK * D : kv16 + (size_t)(2 * st) * BK * ROW16;
-        const int dstRow = FP8 ? D : ROW16;
-        const int vOff = FP8 ? BK * D : BK * ROW16;
-        for (int i = tid; i < BK * CR; i += nthr) {
-            const int kr = i / CR, c = i % CR;
-            const int tok = k0 + kr;
-            const bool ok = tok < kend;
-            size_t off = 0;
-            if (ok) {
-                const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                off = idx * (size_t)(D * E) + 16 * c;
+        if constexpr (EK == EV) {
+            // K and V rows of one size: one pass copies both
+            uint8_t* dk = FP8 ? raw + (size_t)(2 * st) * BK * D : kv16 + (size_t)(2 * st) * BK * ROW16;
+            const int dstRow = FP8 ? D : ROW16;
+            const int vOff = FP8 ? BK * D : BK * ROW16;
+            for (int i = tid; i < BK * CR; i += nthr) {
+                const int kr = i / CR, c = i % CR;
+                const int tok = k0 + kr;
+                const bool ok = tok < kend;
+                size_t off = 0;
+                if (ok) {
+                    const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                    off = idx * (size_t)(D * EK) + 16 * c;
+                }
+                const uint32_t d = smaddr(dk + kr * dstRow + 16 * c);
+                cp16(d, kc + off, ok);
+                cp16(d + vOff, vc + off, ok);
             }
-            const uint32_t d = smaddr(dk + kr * dstRow + 16 * c);
-            cp16(d, kc + off, ok);
-            cp16(d + vOff, vc + off, ok);
+        } else {
+            // one 16-bit half (its stage tile), one FP8 half (its raw stage)
+            auto half = [&](const uint8_t* src, uint8_t* dst, int dstRow, int cr, int srcRow) {
+                for (int i = tid; i < BK * cr; i += nthr) {
+                    const int kr = i / cr, c = i % cr;
+                    const int tok = k0 + kr;
+                    const bool ok = tok < kend;
+                    size_t off = 0;
+                    if (ok) {
+                        const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
+                        off = idx * (size_t)srcRow + 16 * c;
+                    }
+                    cp16(smaddr(dst + kr * dstRow + 16 * c), src + off, ok);
+                }
+            };
+            uint8_t* d16 = kv16 + (size_t)st * BK * ROW16;
+            uint8_t* d8 = raw + (size_t)st * BK * D;
+            half(kc, FK ? d8 : d16, FK ? D : ROW16, CR, D * EK);
+            half(vc, FV ? d8 : d16, FV ? D : ROW16, CRV, D * EV);
         }
         if (FP8 && tid < BK) {
             const int tok = k0 + tid;
@@ -791,10 +834,11 @@ __device__ __forceinline__ void attn_fa_body(
                 *sk = 0.f, *sv = 0.f;
             } else if (dyn) {
                 const size_t idx = ((size_t)ptab[tok >> pageShift] * kvh + kh) * (size_t)(pmask + 1) + (tok & pmask);
-                cp4(smaddr(sk), ks + idx);
-                cp4(smaddr(sv), vs + idx);
+                if (FK) cp4(smaddr(sk), ks + idx);
+                if (FV) cp4(smaddr(sv), vs + idx);
             } else {
-                *sk = __ldg(ks + kh), *sv = __ldg(vs + kh);
+                if (FK) *sk = __ldg(ks + kh);
+                if (FV) *sv = __ldg(vs + kh);
             }
         }
         cpCommit();
@@ -822,25 +866,24 @@ __device__ __forceinline__ void attn_fa_body(
             cpWait<0>();
         }
         __syncthreads();
-        const uint8_t* tk;
         if (FP8) {
-            // widen the stage's codes into the 16-bit tile (exact, bf16)
-            const uint32_t* src = (const uint32_t*)(raw + (size_t)(2 * st) * BK * D);
-            for (int i = tid; i < 2 * BK * (D / 4); i += nthr) {
+            // widen the stage's FP8 codes into their 16-bit tiles (exact, bf16)
+            const uint32_t* src = (const uint32_t*)(raw + (size_t)(NW * st) * BK * D);
+            for (int i = tid; i < NW * BK * (D / 4); i += nthr) {
                 const int kv = i / (BK * (D / 4)), rem = i % (BK * (D / 4));
                 const int kr = rem / (D / 4), c4 = rem % (D / 4);
                 const uint32_t x = src[i];
                 uint2 w;
-                w.x = fp8pair<T>(prmt(x, x, 0x1000u));
-                w.y = fp8pair<T>(prmt(x, x, 0x3020u));
-                *(uint2*)(kv16 + (size_t)kv * BK * ROW16 + kr * ROW16 + 8 * c4) = w;
+                w.x = fp8pair<TW>(prmt(x, x, 0x1000u));
+                w.y = fp8pair<TW>(prmt(x, x, 0x3020u));
+                *(uint2*)(kv16 + (size_t)(2 * ND + kv) * BK * ROW16 + kr * ROW16 + 8 * c4) = w;
             }
             __syncthreads();
-            tk = kv16;
-        } else {
-            tk = kv16 + (size_t)(2 * st) * BK * ROW16;
         }
-        const uint32_t kBase = smaddr(tk), vBase = kBase + BK * ROW16;
+        // K and V tiles: a widened one, or the stage's 16-bit one
+        const uint8_t* tk = kv16 + (size_t)(FK ? 2 * ND : ND * st) * BK * ROW16;
+        const uint8_t* tv = kv16 + (size_t)(FV ? 2 * ND + FK : ND * st + !FK) * BK * ROW16;
+        const uint32_t kBase = smaddr(tk), vBase = TK == TV ? kBase + BK * ROW16 : smaddr(tv);
         const float* sk = scl + (2 * st) * BK;
         const float* sv = sk + BK;
         // Row h sees the keys below lim[h]: up to its position and inside
@@ -860,11 +903,11 @@ __device__ __forceinline__ void attn_fa_body(
                 for (int j = 0; j < SN; j += 2) {
                     uint32_t b0, b1, b2, b3;
                     ldm4(kBase + kLane + j * 8 * ROW16 + kk * 32, b0, b1, b2, b3);
-                    mma<F16>(s[j], qh, b0, b1);
-                    mma<F16>(s[j + 1], qh, b2, b3);
+                    mma<HK>(s[j], qh, b0, b1);
+                    mma<HK>(s[j + 1], qh, b2, b3);
                     if (FA_QLO) {
-                        mma<F16>(s[j], ql, b0, b1);
-                        mma<F16>(s[j + 1], ql, b2, b3);
+                        mma<HK>(s[j], ql, b0, b1);
+                        mma<HK>(s[j + 1], ql, b2, b3);
                     }
                 }
             }
@@ -879,7 +922,7 @@ __device__ __forceinline__ void attn_fa_body(
                     const int kr = j * 8 + 2 * t + (e & 1);
                     const int tok = k0 + kr;
                     float x = s[j][e] * rowfac[h];
-                    if (FP8) x *= sk[kr];
+                    if (FK) x *= sk[kr];
                     x = tok < lim[h] ? x : -INFINITY;
                     s[j][e] = x;
                     mt[h] = fmaxf(mt[h], x);
@@ -913,26 +956,26 @@ __device__ __forceinline__ void attn_fa_body(
                 float p[8];
 #pragma unroll
                 for (int e = 0; e < 4; e++) p[e] = s[2 * kk][e], p[4 + e] = s[2 * kk + 1][e];
-                if (FP8) {
+                if (FV) {
                     const float v0 = sv[16 * kk + 2 * t], v1 = sv[16 * kk + 2 * t + 1];
                     const float v2 = sv[16 * kk + 8 + 2 * t], v3 = sv[16 * kk + 8 + 2 * t + 1];
                     p[0] *= v0, p[1] *= v1, p[2] *= v0, p[3] *= v1;
                     p[4] *= v2, p[5] *= v3, p[6] *= v2, p[7] *= v3;
                 }
                 uint4 ah, al;
-                split16<F16>(p[0], p[1], ah.x, al.x);  // row g, keys 2t..
-                split16<F16>(p[2], p[3], ah.y, al.y);  // row g+8
-                split16<F16>(p[4], p[5], ah.z, al.z);  // row g, keys 2t+8..
-                split16<F16>(p[6], p[7], ah.w, al.w);  // row g+8
+                split16<HV>(p[0], p[1], ah.x, al.x);  // row g, keys 2t..
+                split16<HV>(p[2], p[3], ah.y, al.y);  // row g+8
+                split16<HV>(p[4], p[5], ah.z, al.z);  // row g, keys 2t+8..
+                split16<HV>(p[6], p[7], ah.w, al.w);  // row g+8
 #pragma unroll
                 for (int n = 0; n < NT; n += 2) {
                     uint32_t b0, b1, b2, b3;
                     ldm4t(vBase + vLane + kk * 16 * ROW16 + n * 16, b0, b1, b2, b3);
-                    mma<F16>(o[n], ah, b0, b1);
-                    mma<F16>(o[n + 1], ah, b2, b3);
+                    mma<HV>(o[n], ah, b0, b1);
+                    mma<HV>(o[n + 1], ah, b2, b3);
                     if (FA_PLO) {
-                        mma<F16>(o[n], al, b0, b1);
-                        mma<F16>(o[n + 1], al, b2, b3);
+                        mma<HV>(o[n], al, b0, b1);
+                        mma<HV>(o[n + 1], al, b2, b3);
                     }
                 }
             }
@@ -963,36 +1006,42 @@ __device__ __forceinline__ void attn_fa_body(
 // Launched with 128 or 256 threads; the register cap (255) is what
 // __launch_bounds__(256, 1) allows, so 4-warp CTAs of head_dim <= 128 still
 // fit two (d128) or more per SM.
-#define ATTN_FA_KERNEL(NAME, T, D)                                                                     \
+#define ATTN_FA_KERNEL(NAME, TK, TV, D)                                                                \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                      \
         const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,                \
         float2* __restrict__ partML, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,   \
         const float* __restrict__ ks, const float* __restrict__ vs, int dyn,                           \
         const int4* __restrict__ seqs, const int* __restrict__ pt, const int2* __restrict__ tiles,     \
         int ntiles, int kvh, int group, int pageShift, int splits, int rows, float scaleLog2) {        \
-        attn_fa_body<T, D>(q, out, part, partML, kc, vc, ks, vs, dyn, seqs, pt, tiles, ntiles, kvh,    \
-                           group, pageShift, splits, rows, scaleLog2);                                 \
+        attn_fa_body<TK, TV, D>(q, out, part, partML, kc, vc, ks, vs, dyn, seqs, pt, tiles, ntiles, kvh, \
+                                group, pageShift, splits, rows, scaleLog2);                            \
     }
 
-#define ATTN_FA_ALL_D(PREFIX, T)       \
-    ATTN_FA_KERNEL(PREFIX##_d64, T, 64)     \
-    ATTN_FA_KERNEL(PREFIX##_d128, T, 128)   \
-    ATTN_FA_KERNEL(PREFIX##_d256, T, 256)
+#define ATTN_FA_ALL_D(PREFIX, TK, TV)           \
+    ATTN_FA_KERNEL(PREFIX##_d64, TK, TV, 64)     \
+    ATTN_FA_KERNEL(PREFIX##_d128, TK, TV, 128)   \
+    ATTN_FA_KERNEL(PREFIX##_d256, TK, TV, 256)
 
-ATTN_FA_ALL_D(attn_fa_bf16, KV_BF16)
-ATTN_FA_ALL_D(attn_fa_f16, KV_F16)
-ATTN_FA_ALL_D(attn_fa_e4m3, KV_E4M3)
-ATTN_FA_ALL_D(attn_fa_e5m2, KV_E5M2)
+ATTN_FA_ALL_D(attn_fa_bf16, KV_BF16, KV_BF16)
+ATTN_FA_ALL_D(attn_fa_f16, KV_F16, KV_F16)
+ATTN_FA_ALL_D(attn_fa_e4m3, KV_E4M3, KV_E4M3)
+ATTN_FA_ALL_D(attn_fa_e5m2, KV_E5M2, KV_E5M2)
+ATTN_FA_ALL_D(attn_fa_bf16_e4m3, KV_BF16, KV_E4M3)
+ATTN_FA_ALL_D(attn_fa_bf16_e5m2, KV_BF16, KV_E5M2)
+ATTN_FA_ALL_D(attn_fa_f16_e4m3, KV_F16, KV_E4M3)
+ATTN_FA_ALL_D(attn_fa_f16_e5m2, KV_F16, KV_E5M2)
 
-// attn_fa_smem reports faSmemFixed per kernel (dtype code x {64, 128,
-// 256}) so the launcher can check its own formula against the build.
+// attn_fa_smem reports faSmemFixed per kernel: the K/V pairs in the order
+// of gpu.attnPairs (the four single dtypes, then bf16/e4m3, bf16/e5m2,
+// f16/e4m3, f16/e5m2) x head_dim {64, 128, 256}, so the launcher can check
+// its own formula against the build.
+#define FA_SMEM3(TK, TV) faSmemFixed<TK, TV, 64>(), faSmemFixed<TK, TV, 128>(), faSmemFixed<TK, TV, 256>()
 extern "C" __global__ void attn_fa_smem(int* __restrict__ dst) {
     if (threadIdx.x == 0 && blockIdx.x == 0) {
-        const int v[12] = {faSmemFixed<KV_BF16, 64>(), faSmemFixed<KV_BF16, 128>(), faSmemFixed<KV_BF16, 256>(),
-                           faSmemFixed<KV_F16, 64>(),  faSmemFixed<KV_F16, 128>(),  faSmemFixed<KV_F16, 256>(),
-                           faSmemFixed<KV_E4M3, 64>(), faSmemFixed<KV_E4M3, 128>(), faSmemFixed<KV_E4M3, 256>(),
-                           faSmemFixed<KV_E5M2, 64>(), faSmemFixed<KV_E5M2, 128>(), faSmemFixed<KV_E5M2, 256>()};
-        for (int i = 0; i < 12; i++) dst[i] = v[i];
+        const int v[24] = {FA_SMEM3(KV_BF16, KV_BF16), FA_SMEM3(KV_F16, KV_F16),  FA_SMEM3(KV_E4M3, KV_E4M3),
+                           FA_SMEM3(KV_E5M2, KV_E5M2), FA_SMEM3(KV_BF16, KV_E4M3), FA_SMEM3(KV_BF16, KV_E5M2),
+                           FA_SMEM3(KV_F16, KV_E4M3),  FA_SMEM3(KV_F16, KV_E5M2)};
+        for (int i = 0; i < 24; i++) dst[i] = v[i];
     }
 }
 

@@ -1,6 +1,6 @@
 // Fused KV write of the ftchat CUDA backend: RoPE on K, quantize K and V to
-// the pool's dtype, scatter both into their pages. One warp per (token,
-// kv head, K|V) row.
+// their dtypes (the pool's K and V dtypes may differ), scatter both into
+// their pages. One warp per (token, kv head, K|V) row.
 //
 // The codes and scales are bit-identical to kvcache.HostStore.WriteRow:
 // the encoders below are the integer round-to-nearest-even algorithm of
@@ -81,19 +81,22 @@ __device__ __forceinline__ uint32_t encF16(float x) {
 // and its page pt[ptOff + pos>>pageShift], slot pos & (P-1).
 // invf: ropeDim/2 float64 inverse frequencies (nullptr or ropeDim 0: no
 // RoPE). neox: rotate (i, i+ropeDim/2) instead of (2i, 2i+1).
-// Scales: dyn != 0: per-(token, kv head) amax/fp8max into ks/vs (indexed
-// like slots); dyn == 0: ks/vs are the layer's static [kvh] scales (read).
+// ktype, vtype: the dtype codes of the K and the V pages. Scales (FP8
+// halves only): dyn != 0: per-(token, kv head) amax/fp8max into ks/vs
+// (indexed like slots); dyn == 0: ks/vs are the layer's static [kvh]
+// scales (read).
 extern "C" __global__ void __launch_bounds__(128) kv_write(
     const float* __restrict__ k, const float* __restrict__ v, int rows, int kvh, int D,
     const int* __restrict__ rowSeq, const int4* __restrict__ seqs, const int* __restrict__ pt,
     int pageShift, uint8_t* __restrict__ kc, uint8_t* __restrict__ vc,
-    float* __restrict__ ks, float* __restrict__ vs, int dtype, int dyn,
+    float* __restrict__ ks, float* __restrict__ vs, int ktype, int vtype, int dyn,
     const double* __restrict__ invf, int ropeDim, int neox) {
     __shared__ float buf[4][256];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     long long wid = (long long)blockIdx.x * 4 + warp;
     if (wid >= (long long)rows * kvh * 2) return;
     const int which = (int)(wid & 1);  // 0: K, 1: V
+    const int dtype = which ? vtype : ktype;
     const long long rest = wid >> 1;
     const int h = (int)(rest % kvh);
     const int row = (int)(rest / kvh);
