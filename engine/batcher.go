@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,9 +54,12 @@ type Batcher struct {
 	closed  bool
 	stats   BatcherStats
 	window  []stepSample
+	prof    *stepProfile // FTCHAT_BATCH_PROFILE=1, else nil
 
 	wake chan struct{}
 	done chan struct{}
+
+	sampleTime time.Duration // loop-owned: this step's sampling so far
 
 	vocabOnce sync.Once
 	vocab     *sample.Vocab // for JSON constraints, built on first use
@@ -182,9 +186,40 @@ type BatcherStats struct {
 	ReusedTokens            int64 // prompt tokens served from the cache
 	Preempted               int64 // sequences sent back to the queue to make room
 	Rejected                int64 // ErrQueueFull answers
+	// DecodeSteps counts the steps that sampled at least one row;
+	// SampledRows[i] those that sampled up to SampledRowsBuckets[i] rows
+	// (and more than the bucket before; the last entry: more than every
+	// bucket), so DecodeTokens/DecodeSteps is the rows a step carried.
+	DecodeSteps int64
+	SampledRows []int64
+	// SampledTogether counts the rows whose token was drawn by the step's
+	// one sampling call for all rows (Logits.AnswerRows: greedy and top-k
+	// rows without a JSON constraint or logprobs); the rest were sampled
+	// row by row.
+	SampledTogether int64
+	Times           StepTimes
 	// Recent throughput (the last 10 s of steps): tokens over the time of
 	// the steps that computed them.
 	PrefillTokensPerS, DecodeTokensPerS float64
+}
+
+// SampledRowsBuckets are the upper bounds of BatcherStats.SampledRows.
+var SampledRowsBuckets = []int{1, 2, 4, 8, 16, 32, 64, 128}
+
+// StepTimes sums the batcher's step time by phase (host wall clock).
+type StepTimes struct {
+	// Forward: model.Forward until it returns. On the GPU that is issuing
+	// the step's ops; the device runs them meanwhile and after.
+	Forward time.Duration
+	// Wait: FTCHAT_BATCH_PROFILE=1 only, the wait for the device to
+	// finish the forward (without it, that wait is part of Sample).
+	Wait time.Duration
+	// Sample: drawing the tokens (device sampling calls, downloads, the
+	// host's part of the draw).
+	Sample time.Duration
+	// Other: the rest of the step (admission, the batch's assembly, stop
+	// checks, text decoding, events, page bookkeeping).
+	Other time.Duration
 }
 
 type stepSample struct {
@@ -252,6 +287,10 @@ func (e *Engine) NewBatcher(o BatcherOptions) *Batcher {
 		o.MaxRunning = min(o.MaxRunning, e.state.l.Slots)
 	}
 	b := &Batcher{e: e, opts: o, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	b.stats.SampledRows = make([]int64, len(SampledRowsBuckets)+1)
+	if os.Getenv("FTCHAT_BATCH_PROFILE") == "1" {
+		b.prof = &stepProfile{every: 5 * time.Second}
+	}
 	go b.loop()
 	return b
 }
@@ -444,6 +483,7 @@ func (b *Batcher) Stats() BatcherStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.stats
+	st.SampledRows = slices.Clone(b.stats.SampledRows)
 	st.Running, st.Queued, st.Cached = len(b.running), len(b.queue), len(b.idle)
 	var pd, dd time.Duration
 	var pt, dt int
@@ -517,6 +557,7 @@ func (b *Batcher) step() bool {
 	e := b.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	start := time.Now()
 	b.dropCancelled()
 	b.admit()
 
@@ -577,14 +618,14 @@ func (b *Batcher) step() bool {
 		}
 	}
 	t0 := time.Now()
-	// row r's logits: left on the device, where sampleNext asks only for
+	// row r's logits: left on the device, where the sampling asks only for
 	// what it needs, unless FTCHAT_DEVICE_SAMPLING=0 copies them all.
 	var rowLogits func(r int) sample.Logits
+	var dev *model.Logits
 	var err error
 	if deviceSampling() {
-		var l *model.Logits
-		if l, err = e.mdl.ForwardLogits(batch, rows); err == nil {
-			rowLogits = l.Row
+		if dev, err = e.mdl.ForwardLogits(batch, rows); err == nil {
+			rowLogits = dev.Row
 		}
 	} else {
 		var logits []float32
@@ -595,6 +636,13 @@ func (b *Batcher) step() bool {
 	if err == nil {
 		err = backendErr(e.be)
 	}
+	var tm StepTimes
+	tm.Forward = time.Since(t0)
+	if sb, ok := e.be.(interface{ Synchronize() error }); ok && b.prof != nil && err == nil {
+		t := time.Now()
+		err = sb.Synchronize()
+		tm.Wait = time.Since(t)
+	}
 	dur := time.Since(t0)
 	if err != nil {
 		// A failed step leaves the pages of its sequences unknown: end
@@ -604,8 +652,7 @@ func (b *Batcher) step() bool {
 		}
 		return true
 	}
-	var cont []*batchSeq
-	r := 0
+	var picks []*batchSeq // the sequences sampled, in logits row order
 	for _, p := range parts {
 		p.s.computed += p.n
 		if st := p.s.st; st != nil {
@@ -614,17 +661,19 @@ func (b *Batcher) step() bool {
 				e.state.snapshot(st)
 			}
 		}
-		if !p.last {
-			continue
-		}
-		lg := rowLogits(r)
-		r++
-		decode++
-		if b.sampleNext(p.s, lg) {
-			cont = append(cont, p.s)
+		if p.last {
+			picks = append(picks, p.s)
 		}
 	}
-	b.record(len(parts), len(batch.Tokens), prefill, decode, dur)
+	b.sampleTime = 0
+	pre, together := b.sampleTogether(dev, picks)
+	var cont []*batchSeq
+	for r, s := range picks {
+		decode++
+		if b.sampleNext(s, rowLogits(r), pre[r]) {
+			cont = append(cont, s)
+		}
+	}
 	// Reserve the page slot of each continuing sequence's new token,
 	// oldest first; when the pool is full, younger sequences make room.
 	for _, s := range cont {
@@ -633,14 +682,77 @@ func (b *Batcher) step() bool {
 		}
 		b.appendLast(s)
 	}
+	tm.Sample = b.sampleTime
+	tm.Other = time.Since(start) - tm.Forward - tm.Wait - tm.Sample
+	b.record(len(parts), len(batch.Tokens), prefill, decode, together, dur, tm)
 	return true
 }
 
-func (b *Batcher) record(seqs, rows, prefill, decode int, dur time.Duration) {
+// presampled is a row's token drawn by the step's sampling call for all
+// rows (sampleTogether); ok false: the row is sampled on its own.
+type presampled struct {
+	id int32
+	ok bool
+}
+
+// sampleTogether draws, with one call for the whole step
+// (Logits.AnswerRows: one device round trip for all rows), the tokens of
+// the sequences whose sampler asks only for an argmax or top-k
+// candidates (Sampler.Query): those without a JSON constraint or
+// logprobs, which read the whole row. pre[r] is the token of picks[r],
+// drawn by Sampler.Finish as SampleFrom would; n counts them.
+func (b *Batcher) sampleTogether(l *model.Logits, picks []*batchSeq) (pre []presampled, n int) {
+	pre = make([]presampled, len(picks))
+	if l == nil || len(picks) < 2 {
+		return pre, 0 // one row: SampleFrom is the same single call
+	}
+	t := time.Now()
+	defer func() { b.sampleTime += time.Since(t) }()
+	V := b.e.mdl.Config.Vocab
+	var rows []int // logits row r is picks[r]'s
+	var qs []sample.Query
+	for r, s := range picks {
+		if s.json != nil || s.req.Logprobs {
+			continue
+		}
+		if q, ok := s.sampler.Query(V, s.hist); ok {
+			rows, qs = append(rows, r), append(qs, q)
+		}
+	}
+	if len(qs) < 2 {
+		return pre, 0
+	}
+	answers, ok := l.AnswerRows(rows, qs)
+	if !ok {
+		return pre, 0 // row by row (an error is met there again, and reported)
+	}
+	for i, r := range rows {
+		if id, ok := picks[r].sampler.Finish(qs[i], answers[i], V); ok {
+			pre[r] = presampled{id, true}
+			n++
+		}
+	}
+	return pre, n
+}
+
+func (b *Batcher) record(seqs, rows, prefill, decode, together int, dur time.Duration, tm StepTimes) {
 	e := b.e
 	b.mu.Lock()
 	st := &b.stats
 	st.Steps++
+	if decode > 0 {
+		st.DecodeSteps++
+		i, _ := slices.BinarySearch(SampledRowsBuckets, decode)
+		st.SampledRows[i]++
+	}
+	st.SampledTogether += int64(together)
+	st.Times.Forward += tm.Forward
+	st.Times.Wait += tm.Wait
+	st.Times.Sample += tm.Sample
+	st.Times.Other += tm.Other
+	if b.prof != nil {
+		b.prof.add(decode, together, tm)
+	}
 	st.StepRows += int64(rows)
 	st.MaxSeqsInStep = max(st.MaxSeqsInStep, seqs)
 	if seqs > 1 {
@@ -1021,13 +1133,15 @@ func (b *Batcher) preempt(s *batchSeq) {
 	b.mu.Unlock()
 }
 
-// sampleNext samples s's next token from src and handles it as Session
-// does; it reports whether s goes on (its token was added to hist). A JSON
-// constraint (it masks the row) and logprobs read the whole row; other
-// requests sample where the row lives (Sampler.SampleFrom).
-func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
+// sampleNext samples s's next token from src, unless pre holds it
+// already, and handles it as Session does; it reports whether s goes on
+// (its token was added to hist). A JSON constraint (it masks the row) and
+// logprobs read the whole row; other requests sample where the row lives
+// (Sampler.SampleFrom).
+func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits, pre presampled) bool {
 	e := b.e
-	var id int32
+	t := time.Now()
+	id := pre.id
 	var lg []float32
 	if s.json != nil || s.req.Logprobs {
 		lg = src.All()
@@ -1047,7 +1161,7 @@ func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
 		}
 	case lg != nil:
 		id = s.sampler.Sample(lg, s.hist)
-	default:
+	case !pre.ok:
 		id = s.sampler.SampleFrom(src, s.hist)
 		if err := sourceErr(src); err != nil {
 			b.end(s, BatchEvent{Event: Event{Kind: EventError, Err: err}}, false)
@@ -1057,6 +1171,7 @@ func (b *Batcher) sampleNext(s *batchSeq, src sample.Logits) bool {
 	if s.req.Logprobs {
 		s.logprobs = append(s.logprobs, tokenLogprob(e.tok, lg, id, s.req.TopLogprobs))
 	}
+	b.sampleTime += time.Since(t)
 	if s.stopper.IsEOG(id) {
 		b.finish(s, StopEOS, "", nil)
 		return false

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/ftchat/ftchat/engine"
 )
 
 // metrics writes the Prometheus text exposition format (version 0.0.4).
@@ -48,6 +51,27 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	metric("ftchat_batch_steps_total", "counter", "Batched forward steps.", bs.Steps)
 	metric("ftchat_batch_rows_total", "counter", "Token rows over all steps.", bs.StepRows)
 	metric("ftchat_batch_multi_sequence_steps_total", "counter", "Steps that held two or more sequences.", bs.MultiSeqSteps)
+	metric("ftchat_batch_decode_steps_total", "counter", "Steps that sampled at least one token.", bs.DecodeSteps)
+	metric("ftchat_batch_sampled_together_total", "counter", "Tokens drawn by a step's one sampling call for all its rows (the rest were sampled row by row).", bs.SampledTogether)
+	// Rows sampled per step: a histogram over the steps that sampled.
+	fmt.Fprintf(&b, "# HELP ftchat_batch_sampled_rows Tokens sampled per step (steps that sampled at least one).\n# TYPE ftchat_batch_sampled_rows histogram\n")
+	var cum int64
+	for i, n := range bs.SampledRows {
+		cum += n
+		le := "+Inf"
+		if i < len(engine.SampledRowsBuckets) {
+			le = strconv.Itoa(engine.SampledRowsBuckets[i])
+		}
+		fmt.Fprintf(&b, "ftchat_batch_sampled_rows_bucket{le=%q} %d\n", le, cum)
+	}
+	fmt.Fprintf(&b, "ftchat_batch_sampled_rows_sum %d\nftchat_batch_sampled_rows_count %d\n", bs.DecodeTokens, bs.DecodeSteps)
+	fmt.Fprintf(&b, "# HELP ftchat_batch_step_seconds_total Host time of the batched steps by phase (forward: issuing the model's ops; wait: the device finishing them, FTCHAT_BATCH_PROFILE=1 only; sample: drawing the tokens; other: the rest).\n# TYPE ftchat_batch_step_seconds_total counter\n")
+	for _, ph := range []struct {
+		name string
+		d    time.Duration
+	}{{"forward", bs.Times.Forward}, {"wait", bs.Times.Wait}, {"sample", bs.Times.Sample}, {"other", bs.Times.Other}} {
+		fmt.Fprintf(&b, "ftchat_batch_step_seconds_total{phase=%q} %s\n", ph.name, strconv.FormatFloat(ph.d.Seconds(), 'g', -1, 64))
+	}
 	metric("ftchat_prefill_tokens_total", "counter", "Prompt tokens computed.", bs.PrefillTokens)
 	metric("ftchat_prompt_tokens_cached_total", "counter", "Prompt tokens served from the KV cache (prefix reuse).", bs.ReusedTokens)
 	metric("ftchat_decode_tokens_total", "counter", "Tokens generated.", bs.DecodeTokens)

@@ -158,6 +158,9 @@ func TestHealthModelsMetrics(t *testing.T) {
 		"ftchat_kv_tokens_capacity 2048\n", "ftchat_kv_bytes_bf16_equivalent ", `ftchat_kv_info{dtype="bf16",page_size="64"`,
 		"ftchat_requests_running 0\n", "ftchat_requests_queued 0\n", "# TYPE ftchat_decode_tokens_total counter\n",
 		"ftchat_prefill_tokens_per_second ", "ftchat_decode_tokens_per_second ", "ftchat_kv_pages_free ", "ftchat_kv_tokens_used ",
+		"# TYPE ftchat_batch_sampled_rows histogram\n", `ftchat_batch_sampled_rows_bucket{le="1"} `, `ftchat_batch_sampled_rows_bucket{le="+Inf"} `,
+		"ftchat_batch_sampled_rows_count ", "ftchat_batch_decode_steps_total ", "ftchat_batch_sampled_together_total ",
+		`ftchat_batch_step_seconds_total{phase="forward"} `, `ftchat_batch_step_seconds_total{phase="other"} `,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
@@ -461,6 +464,10 @@ func TestConcurrentRequestsBatch(t *testing.T) {
 	t.Logf("%d concurrent requests: %d tokens in %d steps, %d of them multi-sequence, up to %d sequences per step", len(prompts), total, steps, after.MultiSeqSteps-before.MultiSeqSteps, after.MaxSeqsInStep)
 	if after.MultiSeqSteps == before.MultiSeqSteps || steps >= int64(total) {
 		t.Errorf("no batching: %d tokens in %d steps", total, steps)
+	}
+	// Greedy rows of shared steps are drawn by one sampling call per step.
+	if after.SampledTogether == before.SampledTogether {
+		t.Errorf("no token drawn by a step's one sampling call (%d steps sampled %d tokens)", after.DecodeSteps-before.DecodeSteps, after.DecodeTokens-before.DecodeTokens)
 	}
 }
 

@@ -15,6 +15,15 @@ type LogitsSampler interface {
 	TopKRow(logits Tensor, row, k int, penalty float32, ids []int32) ([]int32, []float32, error)
 }
 
+// RowsSampler is an optional LogitsSampler extension: the queries of many
+// rows of a logits tensor answered in one call (a decode step's rows in
+// one round trip to the device instead of one each). Row i of rows gets
+// qs[i]; an answer with OK false is a query the backend declined (a top-k
+// above its cap), which the caller serves row by row.
+type RowsSampler interface {
+	SampleRows(logits Tensor, rows []int, qs []sample.Query) ([]sample.Answer, error)
+}
+
 // MaxDeviceTopK is the largest top-k asked of a LogitsSampler; a larger
 // one reads the whole row.
 const MaxDeviceTopK = 256
@@ -131,6 +140,44 @@ func (d deviceRow) All() []float32 {
 }
 
 func (d deviceRow) hostRow() []float32 { return d.l.host[d.row*d.l.vocab : (d.row+1)*d.l.vocab] }
+
+// AnswerRows answers the query of each listed row (sample.Query; row
+// rows[i] gets qs[i]) in one call: host rows through sample.Ask, device
+// rows through the backend's RowsSampler. False when it cannot batch them
+// (a backend without RowsSampler, rows out of range, an error, which Err
+// then reports): the caller samples each row on its own. A query the
+// backend declines gets an answer with OK false.
+func (l *Logits) AnswerRows(rows []int, qs []sample.Query) ([]sample.Answer, bool) {
+	if len(rows) != len(qs) {
+		return nil, false
+	}
+	for _, r := range rows {
+		if r < 0 || r >= l.rows {
+			return nil, false
+		}
+	}
+	if l.host != nil {
+		out := make([]sample.Answer, len(rows))
+		for i, r := range rows {
+			out[i] = sample.Ask(l.Row(r), qs[i])
+		}
+		return out, true
+	}
+	rs, ok := l.m.be.(RowsSampler)
+	if !ok || !l.valid("sampled") {
+		return nil, false
+	}
+	out, err := rs.SampleRows(l.t, rows, qs)
+	if err != nil {
+		l.fail(err)
+		return nil, false
+	}
+	if len(out) != len(rows) {
+		l.fail(fmt.Errorf("model: %d sampling answers for %d rows", len(out), len(rows)))
+		return nil, false
+	}
+	return out, true
+}
 
 // ForwardLogits is Forward that leaves the logits where the backend
 // computed them when it is a LogitsSampler: sampling a row through

@@ -104,30 +104,58 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 // top-k of 0 < TopK < Len for the penalised candidates; the rest of the
 // draw is Sample's own code, so for the same seed the token is the one
 // Sample would pick from src.All(). Whatever the source declines (ok
-// false) falls back to Sample(src.All(), history).
+// false) falls back to Sample(src.All(), history). SampleFrom is Query,
+// Ask and Finish in a row.
 func (s *Sampler) SampleFrom(src Logits, history []int32) int32 {
 	n := src.Len()
 	if n == 0 {
 		return -1
 	}
-	p := s.p
-	pen, ids := s.penalty(history, n)
-	switch {
-	case p.Temperature == 0:
-		if id, ok := src.Argmax(pen, ids); ok {
+	if q, ok := s.Query(n, history); ok {
+		if id, ok := s.Finish(q, Ask(src, q), n); ok {
 			return id
-		}
-	case p.TopK > 0 && p.TopK < n:
-		if cids, vals, ok := src.TopK(p.TopK, pen, ids); ok && len(cids) == p.TopK && len(vals) == p.TopK {
-			c := s.cand[:0]
-			for i, id := range cids {
-				c = append(c, cand{id, vals[i]})
-			}
-			slices.SortFunc(c, func(a, b cand) int { return cmp.Compare(a.id, b.id) }) // topK's order
-			return s.draw(c, n)
 		}
 	}
 	return s.Sample(src.All(), history)
+}
+
+// Query returns what SampleFrom asks of an n-entry row given history, and
+// false when it reads the whole row instead (a temperature without a top-k
+// below n). q.IDs is the sampler's own buffer: valid until its next call.
+func (s *Sampler) Query(n int, history []int32) (Query, bool) {
+	p := s.p
+	if n <= 0 || p.Temperature != 0 && (p.TopK <= 0 || p.TopK >= n) {
+		return Query{}, false
+	}
+	pen, ids := s.penalty(history, n)
+	q := Query{Penalty: pen, IDs: ids}
+	if p.Temperature != 0 {
+		q.K = p.TopK
+	}
+	return q, true
+}
+
+// Finish draws the token from a, a source's answer to q (from Query over
+// the same n-entry row, with no other call of s between): the token
+// SampleFrom would draw. False when a does not answer q (declined, or of
+// the wrong size): nothing was drawn, and the caller falls back to Sample
+// over the whole row.
+func (s *Sampler) Finish(q Query, a Answer, n int) (int32, bool) {
+	if !a.OK {
+		return -1, false
+	}
+	if q.K == 0 {
+		return a.ID, a.ID >= 0 && int(a.ID) < n
+	}
+	if len(a.Top) != q.K || len(a.Vals) != q.K {
+		return -1, false
+	}
+	c := s.cand[:0]
+	for i, id := range a.Top {
+		c = append(c, cand{id, a.Vals[i]})
+	}
+	slices.SortFunc(c, func(a, b cand) int { return cmp.Compare(a.id, b.id) }) // topK's order
+	return s.draw(c, n), true
 }
 
 // penalty returns the repetition penalty and the distinct vocabulary ids

@@ -65,3 +65,37 @@ func (s Slice) penalised(penalty float32, ids []int32) []float32 {
 	}
 	return lg
 }
+
+// Query is what Sampler.SampleFrom asks of one logits row: the argmax (K
+// 0) or the K largest candidates (any order) of the row after the
+// repetition penalty (Penalty over the distinct IDs, as Logits' methods;
+// IDs nil: no penalty). Sampler.Query makes it and Sampler.Finish draws
+// from its Answer, so a caller can gather the queries of many rows and
+// have them answered in one call (a decode step's rows in one device
+// round trip).
+type Query struct {
+	K       int
+	Penalty float32
+	IDs     []int32
+}
+
+// Answer is a Logits source's reply to a Query: ID for an argmax, Top
+// and Vals for a top-k. OK false: the source declined (the caller reads
+// the whole row instead).
+type Answer struct {
+	OK   bool
+	ID   int32
+	Top  []int32
+	Vals []float32
+}
+
+// Ask answers q from src through its Argmax or TopK.
+func Ask(src Logits, q Query) Answer {
+	var a Answer
+	if q.K == 0 {
+		a.ID, a.OK = src.Argmax(q.Penalty, q.IDs)
+	} else {
+		a.Top, a.Vals, a.OK = src.TopK(q.K, q.Penalty, q.IDs)
+	}
+	return a
+}

@@ -199,3 +199,62 @@ func TestSampleFromEmpty(t *testing.T) {
 		t.Errorf("empty source drew %d, want -1", got)
 	}
 }
+
+// TestQueryFinish checks the two halves of SampleFrom that a caller uses
+// to answer many rows in one call: Query says what to ask (or that the
+// whole row is needed), Ask answers it from a source, and Finish draws
+// the token Sample draws from the whole row, step after step with the
+// same seed; a malformed answer is refused without consuming a draw.
+func TestQueryFinish(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	const n = 3000
+	lg := make([]float32, n)
+	for i := range lg {
+		lg[i] = float32(r.IntN(40)) / 4 // ties
+	}
+	for _, c := range []struct {
+		p     Params
+		query bool
+		k     int
+	}{
+		{Params{}, true, 0},
+		{Params{RepeatPenalty: 1.4}, true, 0},
+		{Params{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.2, Seed: 2}, true, 40},
+		{Params{Temperature: 1, TopK: 1}, true, 1},
+		{Params{Temperature: 0.7, Seed: 3}, false, 0},          // no top-k: the whole row
+		{Params{Temperature: 0.7, TopK: n, Seed: 3}, false, 0}, // top-k of all: the whole row
+	} {
+		s, _ := New(c.p)
+		ref, _ := New(c.p)
+		hist := []int32{5, 7, 5, int32(Argmax(lg))}
+		for step := range 10 {
+			q, ok := s.Query(n, hist)
+			if ok != c.query || ok && q.K != c.k {
+				t.Fatalf("%+v: Query %+v %v, want ok %v k %d", c.p, q, ok, c.query, c.k)
+			}
+			want := ref.Sample(lg, hist)
+			if !ok {
+				break
+			}
+			if (c.p.RepeatPenalty > 1) != (q.IDs != nil) || q.IDs != nil && q.Penalty != c.p.RepeatPenalty {
+				t.Fatalf("%+v: penalty %v over %v", c.p, q.Penalty, q.IDs)
+			}
+			// A wrong-sized or declined answer is refused and draws nothing.
+			bad := []Answer{{}, {OK: true, ID: n}, {OK: true, ID: -1}}
+			if c.k > 0 {
+				bad = []Answer{{}, {OK: true, Top: make([]int32, c.k+1), Vals: make([]float32, c.k+1)},
+					{OK: true, Top: make([]int32, c.k), Vals: make([]float32, c.k-1)}}
+			}
+			for _, a := range bad {
+				if _, ok := s.Finish(q, a, n); ok {
+					t.Fatalf("%+v: Finish accepted %+v", c.p, a)
+				}
+			}
+			got, ok := s.Finish(q, Ask(Slice(lg), q), n)
+			if !ok || got != want {
+				t.Fatalf("%+v step %d: Finish %d (ok %v), Sample %d", c.p, step, got, ok, want)
+			}
+			hist = append(hist, want)
+		}
+	}
+}
