@@ -2,14 +2,17 @@ package hfmodel
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/safetensors"
@@ -171,12 +174,19 @@ var xformNames = map[xform]string{asIs: "as is", toF32: "F32", plusOne: "1 + w",
 	splitQKV: "qkvz split", splitZ: "qkvz split", convF32: "conv squeeze"}
 
 // buildFP4 returns the ggml NVFP4 blocks of an NVFP4 spec: each source
-// repacked, experts concatenated, rows permuted as the transform asks.
+// repacked, experts concatenated, rows permuted as the transform asks. Rows
+// are repacked straight into the one output buffer from the mapped shards
+// (a permuted row is read from its source row, a column-reordered one
+// through a row-sized staging copy), in parallel chunks.
 func (m *mapper) buildFP4(s spec) ([]byte, error) {
 	rows, cols := int(s.shape[0]), int(s.shape[1])
 	rowBytes := cols / nvfp4Block * nvfp4BlockBytes
-	out := make([]byte, 0, len(s.from)*rows*rowBytes)
-	for _, n := range s.from {
+	type part struct {
+		name          string
+		codes, scales []byte
+	}
+	parts := make([]part, len(s.from))
+	for i, n := range s.from {
 		f, _, err := m.fp4Of(n)
 		if err != nil {
 			return nil, err
@@ -189,37 +199,78 @@ func (m *mapper) buildFP4(s spec) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.x == vCols {
-			codes, scales = m.fp4ColPerm(codes, scales, rows, cols)
-		}
-		if out, err = repackNVFP4(out, codes, scales, rows, cols); err != nil {
-			return nil, fmt.Errorf("%s.weight_scale: %w", strings.TrimSuffix(n, ".weight"), err)
-		}
+		parts[i] = part{n, codes, scales}
 	}
+	var perm, groups []int
 	switch s.x {
 	case permQK:
-		return permute(out, rowBytes, qkPerm(rows, s.heads)), nil
+		perm = qkPerm(rows, s.heads)
 	case vRows:
-		return permute(out, rowBytes, m.vRowPerm(rows)), nil
+		perm = m.vRowPerm(rows)
+	case vCols:
+		// Heads span whole 16-column groups (checkFP4), so each group
+		// moves with its scale: 8 code bytes and 1 scale byte.
+		groups = m.rowPerm(cols/16, 0, m.c.LinearValueHeadDim/16)
+	}
+	out := make([]byte, len(parts)*rows*rowBytes)
+	err := parallelChunks(len(parts)*rows, func(lo, hi int) error {
+		var cbuf, sbuf []byte
+		if groups != nil {
+			cbuf, sbuf = make([]byte, cols/2), make([]byte, cols/16)
+		}
+		for g := lo; g < hi; g++ {
+			p, r := &parts[g/rows], g%rows
+			if perm != nil {
+				r = perm[r]
+			}
+			c, sc := p.codes[r*cols/2:(r+1)*cols/2], p.scales[r*cols/16:(r+1)*cols/16]
+			if groups != nil {
+				for i, src := range groups {
+					copy(cbuf[8*i:8*i+8], c[8*src:8*src+8])
+					sbuf[i] = sc[src]
+				}
+				c, sc = cbuf, sbuf
+			}
+			if err := repackRow(out[g*rowBytes:(g+1)*rowBytes], c, sc, r); err != nil {
+				return fmt.Errorf("%s.weight_scale: %w", strings.TrimSuffix(p.name, ".weight"), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// fp4ColPerm returns copies of NVFP4 codes and block scales with the
-// value-head columns reordered grouped -> tiled (ssm_out). Heads span whole
-// 16-column groups (checkFP4), so each group moves with its scale: 8 code
-// bytes and 1 scale byte per row.
-func (m *mapper) fp4ColPerm(codes, scales []byte, rows, cols int) ([]byte, []byte) {
-	perm := m.rowPerm(cols/16, 0, m.c.LinearValueHeadDim/16)
-	c, sc := make([]byte, len(codes)), make([]byte, len(scales))
-	g := cols / 16
-	for r := 0; r < rows; r++ {
-		for i, src := range perm {
-			copy(c[(r*g+i)*8:(r*g+i+1)*8], codes[(r*g+src)*8:(r*g+src+1)*8])
-			sc[r*g+i] = scales[r*g+src]
+// repackChunkRows is the fewest rows a parallel chunk of repacking gets
+// (a 2048-column row is 1152 bytes of output).
+const repackChunkRows = 256
+
+// parallelChunks runs fn over [0, n) in contiguous chunks, one per
+// available core, and returns the error of the first chunk (in order) that
+// failed, so the error reported is the first in row order.
+func parallelChunks(n int, fn func(lo, hi int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), (n+repackChunkRows-1)/repackChunkRows)
+	if workers <= 1 {
+		return fn(0, n)
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = fn(w*n/workers, (w+1)*n/workers)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
-	return c, sc
+	return nil
 }
 
 // repackNVFP4 appends to dst the ggml NVFP4 blocks of a row-major
@@ -229,40 +280,55 @@ func (m *mapper) fp4ColPerm(codes, scales []byte, rows, cols int) ([]byte, []byt
 // qs[8s+j] = code(16s+j) | code(16s+j+8)<<4. The scales keep their E4M3
 // bits without the sign (ggml reads them as UE4M3); the NaN code is refused.
 func repackNVFP4(dst, codes, scales []byte, rows, cols int) ([]byte, error) {
-	nb := cols / nvfp4Block
+	rowBytes := cols / nvfp4Block * nvfp4BlockBytes
 	n := len(dst)
-	dst = slices.Grow(dst, rows*nb*nvfp4BlockBytes)[:n+rows*nb*nvfp4BlockBytes]
-	out := dst[n:]
+	dst = slices.Grow(dst, rows*rowBytes)[:n+rows*rowBytes]
 	for r := 0; r < rows; r++ {
-		crow := codes[r*cols/2 : (r+1)*cols/2]
-		srow := scales[r*cols/16 : (r+1)*cols/16]
-		for b := 0; b < nb; b++ {
-			o := out[(r*nb+b)*nvfp4BlockBytes : (r*nb+b+1)*nvfp4BlockBytes]
-			sc := srow[4*b : 4*b+4]
-			for sb, d := range sc {
-				d &= 0x7F
-				if d == 0x7F {
-					return nil, fmt.Errorf("block scale of row %d, columns %d..%d is NaN", r, 64*b+16*sb, 64*b+16*sb+15)
-				}
-				o[sb] = d
-			}
-			// Sub-block sb's 16 codes: c[k] holds elements 2k, 2k+1 and
-			// c[4+k] elements 2k+8, 2k+9, so qs[2k] = (2k | 2k+8<<4) and
-			// qs[2k+1] = (2k+1 | 2k+9<<4).
-			c := crow[32*b : 32*b+32]
-			qs := o[4:36]
-			for sb := 0; sb < 4; sb++ {
-				cc := c[8*sb : 8*sb+8]
-				q := qs[8*sb : 8*sb+8]
-				for k := 0; k < 4; k++ {
-					lo, hi := cc[k], cc[4+k]
-					q[2*k] = lo&0x0F | hi<<4
-					q[2*k+1] = lo>>4 | hi&0xF0
-				}
-			}
+		if err := repackRow(dst[n+r*rowBytes:n+(r+1)*rowBytes], codes[r*cols/2:(r+1)*cols/2], scales[r*cols/16:(r+1)*cols/16], r); err != nil {
+			return nil, err
 		}
 	}
 	return dst, nil
+}
+
+// repackRow writes to out the ggml NVFP4 blocks of one row (repackNVFP4's
+// layout) from its codes and block scales; row names it in the error.
+func repackRow(out, codes, scales []byte, row int) error {
+	nb := len(out) / nvfp4BlockBytes
+	codes, scales = codes[:32*nb], scales[:4*nb]
+	for b := 0; b < nb; b++ {
+		o := out[b*nvfp4BlockBytes : (b+1)*nvfp4BlockBytes]
+		// The four scale bytes at once: sign bits cleared, then a byte
+		// equal to 0x7F (NaN) is a zero byte of sc ^ 0x7F7F7F7F.
+		sc := binary.LittleEndian.Uint32(scales[4*b:]) & 0x7F7F7F7F
+		if v := sc ^ 0x7F7F7F7F; (v-0x01010101)&^v&0x80808080 != 0 {
+			for sb := range 4 {
+				if byte(sc>>(8*sb)) == 0x7F {
+					return fmt.Errorf("block scale of row %d, columns %d..%d is NaN", row, 64*b+16*sb, 64*b+16*sb+15)
+				}
+			}
+		}
+		binary.LittleEndian.PutUint32(o, sc)
+		// Sub-block sb's 16 codes: byte k of lo holds elements 2k, 2k+1
+		// and byte k of hi elements 2k+8, 2k+9, so qs[2k] = (2k | 2k+8<<4)
+		// and qs[2k+1] = (2k+1 | 2k+9<<4): a holds the even output bytes,
+		// c the odd ones, and spread interleaves them.
+		c := codes[32*b : 32*b+32]
+		for sb := range 4 {
+			lo, hi := binary.LittleEndian.Uint32(c[8*sb:]), binary.LittleEndian.Uint32(c[8*sb+4:])
+			a := lo&0x0F0F0F0F | (hi&0x0F0F0F0F)<<4
+			d := (lo>>4)&0x0F0F0F0F | hi&0xF0F0F0F0
+			binary.LittleEndian.PutUint64(o[4+8*sb:], spread(a)|spread(d)<<8)
+		}
+	}
+	return nil
+}
+
+// spread moves byte k of x to byte 2k.
+func spread(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000FFFF0000FFFF
+	return (v | v<<8) & 0x00FF00FF00FF00FF
 }
 
 // readHFQuantConfig takes the quantization of hf_quant_config.json (older
