@@ -7,7 +7,13 @@ client threads, and reports:
   - aggregate tokens/s: completion tokens of all requests / wall time of the level
   - p50 / p99 time to first token (request sent -> first content delta)
   - per-request decode tokens/s (after the first token), median
-and the ratio aggregate(highest level) / aggregate(1).
+and the ratio aggregate(highest level) / aggregate(1). From the server's
+/metrics (ftchat serve) it also reports per level how the batcher's steps
+went: steps, tokens sampled per sampling step (does a step carry every
+active request?), the share drawn by the step's one sampling call, and the
+mean step time by phase (forward / wait / sample / other; "wait", the
+device finishing the forward, only when the server runs with
+FTCHAT_BATCH_PROFILE=1, which --profile sets for a server it starts).
 
 With --ftchat BIN it starts `BIN serve --port 0 ...` itself, once per
 --kv-dtypes entry (e.g. bf16,fp8_e4m3), and reads from /metrics how many
@@ -145,6 +151,26 @@ def cpu_seconds(pid):
         return None
 
 
+PHASES = ("forward", "wait", "sample", "other")
+
+
+def step_stats(m0, m1):
+    """Batcher step counters between two /metrics snapshots (ftchat serve), or None."""
+    def d(k):
+        return m1.get(k, 0.0) - m0.get(k, 0.0)
+    if "ftchat_batch_steps_total" not in m1:
+        return None
+    steps, dsteps = d("ftchat_batch_steps_total"), d("ftchat_batch_decode_steps_total")
+    tokens, together = d("ftchat_decode_tokens_total"), d("ftchat_batch_sampled_together_total")
+    out = {"steps": int(steps), "decode_steps": int(dsteps),
+           "tokens_per_decode_step": tokens / dsteps if dsteps else float("nan"),
+           "sampled_together": together / tokens if tokens else float("nan")}
+    for ph in PHASES:
+        v = d('ftchat_batch_step_seconds_total{phase="%s"}' % ph)
+        out["step_ms_" + ph] = v / steps * 1e3 if steps else float("nan")
+    return out
+
+
 def run_level(t, conc, n, max_tokens, pid=None):
     jobs = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
     lock = threading.Lock()
@@ -161,6 +187,7 @@ def run_level(t, conc, n, max_tokens, pid=None):
                 results.append(res)
 
     threads = [threading.Thread(target=worker) for _ in range(conc)]
+    m0 = t.metrics()
     c0 = cpu_seconds(pid)
     t0 = time.perf_counter()
     for th in threads:
@@ -169,6 +196,7 @@ def run_level(t, conc, n, max_tokens, pid=None):
         th.join()
     wall = time.perf_counter() - t0
     c1 = cpu_seconds(pid)
+    steps = step_stats(m0, t.metrics())
     cpu = c1 - c0 if c0 is not None and c1 is not None else None
     errors = [r[3] for r in results if r[3]]
     ok = [r for r in results if not r[3]]
@@ -181,6 +209,7 @@ def run_level(t, conc, n, max_tokens, pid=None):
         "ttft_p50_ms": percentile(ttfts, 50) * 1e3, "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
         "req_decode_tok_s_p50": statistics.median(decode) if decode else float("nan"),
         "server_cpu_s": cpu, "tok_per_cpu_s": tokens / cpu if cpu else float("nan"),
+        "batch_steps": steps,
     }
 
 
@@ -194,6 +223,8 @@ def start_server(args, dtype):
     cmd += args.serve_args
     print("# starting:", " ".join(cmd), flush=True)
     env = dict(os.environ, NO_PROXY="*", no_proxy="*")
+    if args.profile:
+        env["FTCHAT_BATCH_PROFILE"] = "1"
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.time() + args.start_timeout
     line_re = re.compile(r"on (http://\S+)")
@@ -209,7 +240,12 @@ def start_server(args, dtype):
         if m:
             startup = line.strip()
             # Keep draining stderr so the server never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            # With --profile the batcher's profile lines are echoed.
+            def drain():
+                for l in p.stderr:
+                    if args.profile and "batch profile" in l:
+                        sys.stderr.write("# serve: " + l)
+            threading.Thread(target=drain, daemon=True).start()
             return p, m.group(1), startup
     p.kill()
     raise SystemExit("ftchat serve did not start within %ds" % args.start_timeout)
@@ -237,6 +273,16 @@ def bench(t, args, label, pid=None):
             r["req_decode_tok_s_p50"], r["tok_per_cpu_s"], r["n_errors"]), flush=True)
         for e in r["errors"]:
             print("#   error:", e)
+    if any(r["batch_steps"] for r in rows):
+        print("\nbatcher steps (from /metrics; step ms are means over all steps, prefill included):")
+        print("| concurrency | steps | sampling steps | tokens per sampling step | drawn by one call per step | step ms: forward | wait | sample | other |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            b = r["batch_steps"]
+            if b:
+                print("| %d | %d | %d | %.2f | %.0f%% | %.3f | %.3f | %.3f | %.3f |" % (
+                    r["concurrency"], b["steps"], b["decode_steps"], b["tokens_per_decode_step"], 100 * b["sampled_together"],
+                    b["step_ms_forward"], b["step_ms_wait"], b["step_ms_sample"], b["step_ms_other"]))
     base = next((r for r in rows if r["concurrency"] == 1), None)
     top = rows[-1]
     ratio = top["agg_tok_s"] / base["agg_tok_s"] if base and base["agg_tok_s"] > 0 else float("nan")
@@ -261,6 +307,9 @@ def main():
     ap.add_argument("--conv-tokens", type=int, default=32768, help="conversation length for the pool-capacity line")
     ap.add_argument("--start-timeout", type=int, default=300)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--profile", action="store_true",
+                    help="start the server with FTCHAT_BATCH_PROFILE=1 (each step waits for the device after the forward, "
+                         "so the step table's 'wait' column is device time; its stderr lines are echoed with '# serve:')")
     ap.add_argument("serve_args", nargs="*", help="after --: more flags for ftchat serve (e.g. -- --gpu-memory 40GiB)")
     args = ap.parse_args()
     args.levels = [int(x) for x in args.levels.split(",") if x]
