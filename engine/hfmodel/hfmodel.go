@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/safetensors"
@@ -689,13 +690,21 @@ func (m *mapper) raw(name string, codes bool) ([]byte, safetensors.DType, error)
 	return b, t.t.DType, err
 }
 
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 // floats decodes a checkpoint tensor to float32.
 func floats(b []byte, dt safetensors.DType) ([]float32, error) {
 	out := make([]float32, len(b)/dt.Size())
 	return out, gguf.Dequantize(ggufType[dt], b, out)
 }
 
+// f32bytes returns v as little-endian bytes: v's own memory on a
+// little-endian host (a converted tensor is not copied a second time), a
+// copy elsewhere. v must not change afterwards.
 func f32bytes(v []float32) []byte {
+	if littleEndian && len(v) > 0 {
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+	}
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
