@@ -1,0 +1,92 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// BenchmarkMatMulDecodeRows times the weight matmuls of one Llama-3.1-8B
+// decode step (Q4_K: q, k, v, o, gate, up, down per layer times 32, and
+// the 128,256-row output head) at the row counts a batched step carries,
+// to tell whether a step of 16 rows is bound by its GEMMs (issue 14: the
+// serve load test's 16-row steps took ~7x one row's time). Each row count
+// runs with the backend's kernel choice (1 row: the whole-x GEMV, 2..8:
+// the multi-token GEMV, 9+: the 64x64 tensor-core GEMM) and, from 9 rows,
+// with the GEMV forced (GEMMMinTokens above n: 8-token passes, each
+// reading the weights again). Metrics: step_ms (32 layers + head, device
+// time), tok/s (rows / step_ms: the ceiling the matmuls leave for a
+// decode step of that many rows) and the per-shape µs.
+//
+//	go test ./gpu/ -run '^$' -bench MatMulDecodeRows -benchtime 20x
+func BenchmarkMatMulDecodeRows(b *testing.B) {
+	g := newTestBackendB(b)
+	r := rand.New(rand.NewPCG(14, 16))
+	shapes := []struct {
+		name     string
+		out, in  int
+		perLayer int // times per layer; 0: once per step (the head)
+	}{
+		{name: "q", out: 4096, in: 4096, perLayer: 1},
+		{name: "k,v", out: 1024, in: 4096, perLayer: 2},
+		{name: "o", out: 4096, in: 4096, perLayer: 1},
+		{name: "gate,up", out: 14336, in: 4096, perLayer: 2},
+		{name: "down", out: 4096, in: 14336, perLayer: 1},
+		{name: "head", out: 128256, in: 4096},
+	}
+	const layers = 32
+	type loaded struct {
+		w        model.Weight
+		out, in  int
+		perLayer int
+		name     string
+	}
+	var ws []loaded
+	for _, sh := range shapes {
+		raw := randWeight(r, gguf.Q4_K, sh.out, sh.in)
+		w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench " + sh.name, Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: gguf.Q4_K}, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.FreeWeight(w)
+		ws = append(ws, loaded{w, sh.out, sh.in, sh.perLayer, sh.name})
+	}
+	defaultMin := g.opts.GEMMMinTokens
+	defer func() { g.opts.GEMMMinTokens = defaultMin }()
+	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
+		modes := []string{"default"}
+		if n >= defaultMin {
+			modes = append(modes, "gemv")
+		}
+		for _, mode := range modes {
+			b.Run(fmt.Sprintf("n=%d/%s", n, mode), func(b *testing.B) {
+				g.opts.GEMMMinTokens = defaultMin
+				if mode == "gemv" {
+					g.opts.GEMMMinTokens = 1 << 30
+				}
+				defer func() { g.opts.GEMMMinTokens = defaultMin }()
+				stepMS := 0.0
+				for _, l := range ws {
+					x := g.NewTensor(n, l.in)
+					g.FromHost(x, randVec(r, n*l.in, 1))
+					y := g.NewTensor(n, l.out)
+					w := l.w
+					ms := timeOps(b, g, max(b.N, 20), func() { g.MatMul(y, x, w) })
+					g.FreeTensor(x)
+					g.FreeTensor(y)
+					times := float64(l.perLayer * layers)
+					if l.perLayer == 0 {
+						times = 1
+					}
+					stepMS += ms * times
+					b.ReportMetric(ms*1e3, l.name+"_us")
+				}
+				b.ReportMetric(stepMS, "step_ms")
+				b.ReportMetric(float64(n)/(stepMS*1e-3), "tok/s")
+			})
+		}
+	}
+}
