@@ -18,6 +18,7 @@ import (
 	"github.com/ftchat/ftchat/engine/model"
 	"github.com/ftchat/ftchat/engine/sample"
 	"github.com/ftchat/ftchat/engine/tokenizer"
+	"github.com/ftchat/ftchat/gpu"
 )
 
 // Batcher serves many requests at once with continuous batching: every
@@ -198,9 +199,20 @@ type BatcherStats struct {
 	// row by row.
 	SampledTogether int64
 	Times           StepTimes
+	// Graphs: on the GPU, how the recorded decode steps were issued so far
+	// (gpu.GraphStats: flushes of recorded chunks replayed as a cached CUDA
+	// graph, captured into a new one, or issued directly); zero elsewhere.
+	// Captures growing with the steps mean steps that are not replayed.
+	Graphs GraphFlushes
 	// Recent throughput (the last 10 s of steps): tokens over the time of
 	// the steps that computed them.
 	PrefillTokensPerS, DecodeTokensPerS float64
+}
+
+// GraphFlushes counts a GPU backend's recorded-step flushes by kind.
+type GraphFlushes struct {
+	Captures, Replays, Direct int
+	Off                       bool // capture failed once: no graphs since
 }
 
 // SampledRowsBuckets are the upper bounds of BatcherStats.SampledRows.
@@ -480,9 +492,11 @@ func (e *Engine) fitsAlone(n int) error {
 
 // Stats is a snapshot of the batcher's counters.
 func (b *Batcher) Stats() BatcherStats {
+	graphs := graphFlushes(b.e.be) // a device round trip: not under mu
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.stats
+	st.Graphs = graphs
 	st.SampledRows = slices.Clone(b.stats.SampledRows)
 	st.Running, st.Queued, st.Cached = len(b.running), len(b.queue), len(b.idle)
 	var pd, dd time.Duration
@@ -508,6 +522,20 @@ func (b *Batcher) Stats() BatcherStats {
 		st.DecodeTokensPerS = float64(dt) / dd.Seconds()
 	}
 	return st
+}
+
+// graphFlushes reads a GPU backend's step recorder counters (one round
+// trip to the device thread; zero for other backends).
+func graphFlushes(be model.Backend) GraphFlushes {
+	g, ok := be.(*gpu.Backend)
+	if !ok {
+		return GraphFlushes{}
+	}
+	st, err := g.GraphStats()
+	if err != nil {
+		return GraphFlushes{}
+	}
+	return GraphFlushes{Captures: st.Captures, Replays: st.Replays, Direct: st.Direct, Off: st.Disabled}
 }
 
 // --- the loop ---

@@ -168,6 +168,12 @@ def step_stats(m0, m1):
     for ph in PHASES:
         v = d('ftchat_batch_step_seconds_total{phase="%s"}' % ph)
         out["step_ms_" + ph] = v / steps * 1e3 if steps else float("nan")
+    # GPU: recorded-step chunks per step by how they were issued; captures
+    # that keep up with the steps mean the steps are not replayed.
+    for kind in ("replay", "capture", "direct"):
+        k = 'ftchat_gpu_graph_flushes_total{kind="%s"}' % kind
+        if k in m1:
+            out["graph_" + kind + "_per_step"] = d(k) / steps if steps else float("nan")
     return out
 
 
@@ -275,14 +281,15 @@ def bench(t, args, label, pid=None):
             print("#   error:", e)
     if any(r["batch_steps"] for r in rows):
         print("\nbatcher steps (from /metrics; step ms are means over all steps, prefill included):")
-        print("| concurrency | steps | sampling steps | tokens per sampling step | drawn by one call per step | step ms: forward | wait | sample | other |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| concurrency | steps | sampling steps | tokens per sampling step | drawn by one call per step | step ms: forward | wait | sample | other | graph chunks per step: replayed / captured / direct |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             b = r["batch_steps"]
             if b:
-                print("| %d | %d | %d | %.2f | %.0f%% | %.3f | %.3f | %.3f | %.3f |" % (
+                g = "/".join("%.2f" % b["graph_%s_per_step" % k] for k in ("replay", "capture", "direct") if "graph_%s_per_step" % k in b) or "-"
+                print("| %d | %d | %d | %.2f | %.0f%% | %.3f | %.3f | %.3f | %.3f | %s |" % (
                     r["concurrency"], b["steps"], b["decode_steps"], b["tokens_per_decode_step"], 100 * b["sampled_together"],
-                    b["step_ms_forward"], b["step_ms_wait"], b["step_ms_sample"], b["step_ms_other"]))
+                    b["step_ms_forward"], b["step_ms_wait"], b["step_ms_sample"], b["step_ms_other"], g))
     base = next((r for r in rows if r["concurrency"] == 1), None)
     top = rows[-1]
     ratio = top["agg_tok_s"] / base["agg_tok_s"] if base and base["agg_tok_s"] > 0 else float("nan")

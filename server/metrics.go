@@ -72,6 +72,15 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}{{"forward", bs.Times.Forward}, {"wait", bs.Times.Wait}, {"sample", bs.Times.Sample}, {"other", bs.Times.Other}} {
 		fmt.Fprintf(&b, "ftchat_batch_step_seconds_total{phase=%q} %s\n", ph.name, strconv.FormatFloat(ph.d.Seconds(), 'g', -1, 64))
 	}
+	if g := bs.Graphs; g != (engine.GraphFlushes{}) { // the GPU backend
+		fmt.Fprintf(&b, "# HELP ftchat_gpu_graph_flushes_total Recorded decode-step chunks by how they were issued (replay: a cached CUDA graph; capture: a new graph; direct: no graph).\n# TYPE ftchat_gpu_graph_flushes_total counter\n")
+		for _, k := range []struct {
+			kind string
+			n    int
+		}{{"replay", g.Replays}, {"capture", g.Captures}, {"direct", g.Direct}} {
+			fmt.Fprintf(&b, "ftchat_gpu_graph_flushes_total{kind=%q} %d\n", k.kind, k.n)
+		}
+	}
 	metric("ftchat_prefill_tokens_total", "counter", "Prompt tokens computed.", bs.PrefillTokens)
 	metric("ftchat_prompt_tokens_cached_total", "counter", "Prompt tokens served from the KV cache (prefix reuse).", bs.ReusedTokens)
 	metric("ftchat_decode_tokens_total", "counter", "Tokens generated.", bs.DecodeTokens)
