@@ -22,6 +22,10 @@ import (
 func needGPU(t *testing.T) {
 	t.Helper()
 	if _, err := gpu.Probe(0); err != nil {
+		// On the GPU machine a missing device must fail, not pass as skips.
+		if os.Getenv("FTCHAT_REQUIRE_GPU") == "1" {
+			t.Fatalf("FTCHAT_REQUIRE_GPU=1 but no usable GPU: %v", err)
+		}
 		t.Skipf("no usable GPU: %v", err)
 	}
 }
