@@ -35,7 +35,7 @@ CTX=${CTX:-131072}
 LONGD=$((CTX - 512 - 64)) # the 128K prompt: depth + measured chunk + decode fill the context
 mkdir -p "$OUT"
 stamp() { echo "[$(date -u +%T)] $*"; }
-GPU_TESTS=${GPU_TESTS:-'TestAttention|TestFA|TestKV|TestAllocKV|TestFP8|TestHFFP8|TestDeviceSampling|TestSample|TestTopKPasses|TestHostExpertModel|TestHostMoEMatchesCPU'}
+GPU_TESTS=${GPU_TESTS:-'TestAttention|TestBackendKV|TestFA|TestKV|TestAllocKV|TestFP8|TestHFFP8|TestFP8B32DecodeAllCodes|TestFP8B32MatMul|TestMoEFP8B32|TestHFBlockFP8ModelGPUvsCPU|TestHFMixedModelGPUvsCPU|TestTypesCoverCPU|TestKernelModules|TestMoEKernelModules|TestDeviceSampling|TestSample|TestTopKPasses|TestHostExpertModel|TestHostMoEMatchesCPU'}
 ENGINE_TESTS=${ENGINE_TESTS:-'GPU|Placement'}
 
 wait_llama() {
@@ -64,7 +64,7 @@ tests)
   ( [ -s $L8 ] || $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o $L8; echo done8
     [ -s $NV ] || $B/ftchat dev gen-model --preset qwen3.6-35b-a3b --type NVFP4 -o $NV; echo done ) >/tmp/gen.log 2>&1 &
   stamp "gpu tests: $GPU_TESTS"
-  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout "${T_GPU:-170}" $B/gpu.test -test.v -test.run "$GPU_TESTS" \
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout "${T_GPU:-200}" $B/gpu.test -test.v -test.run "$GPU_TESTS" \
     -test.skip 'TestPTX' -test.timeout 300s) >"$L/gpu_test.log" 2>&1
   echo "gpu tests rc=$?"; grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$L/gpu_test.log" | head -30
   grep -E '^--- (PASS|FAIL|SKIP)' "$L/gpu_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
@@ -73,6 +73,9 @@ tests)
     >"$L/engine_test.log" 2>&1
   echo "engine tests rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$L/engine_test.log" | head -20
   grep -E '^--- (PASS|FAIL|SKIP)' "$L/engine_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
+  stamp "FP8 weight GEMV/GEMM (per-tensor, block-scaled, Q8_0)"
+  (cd gpu && timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulFP8' -test.benchtime 20x) >"$L/fp8_bench.log" 2>&1
+  grep -E '^Benchmark' "$L/fp8_bench.log" | awk '{print $1, $3, $4, $5, $6, $7, $8}'
   stamp "time to first token, ftchat -p on the SmolLM2 shape, GPU (the first run JIT-compiles the PTX) and CPU"
   $B/ftchat dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1
   for dev in cuda cuda cuda cpu cpu; do
