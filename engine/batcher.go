@@ -682,13 +682,6 @@ func (b *Batcher) step() bool {
 	}
 	var picks []*batchSeq // the sequences sampled, in logits row order
 	for _, p := range parts {
-		p.s.computed += p.n
-		if st := p.s.st; st != nil {
-			st.pos = p.s.computed
-			if slices.Contains(p.s.snapAt, st.pos) {
-				e.state.snapshot(st)
-			}
-		}
 		if p.last {
 			picks = append(picks, p.s)
 		}
@@ -696,11 +689,23 @@ func (b *Batcher) step() bool {
 	b.sampleTime = 0
 	pre, together := b.sampleTogether(dev, picks)
 	var cont []*batchSeq
-	for r, s := range picks {
-		decode++
-		if b.sampleNext(s, rowLogits(r), pre[r]) {
-			cont = append(cont, s)
+	r := 0
+	for _, p := range parts {
+		p.s.computed += p.n
+		if st := p.s.st; st != nil {
+			st.pos = p.s.computed
+			if slices.Contains(p.s.snapAt, st.pos) {
+				e.state.snapshot(st)
+			}
 		}
+		if !p.last {
+			continue
+		}
+		decode++
+		if b.sampleNext(p.s, rowLogits(r), pre[r]) {
+			cont = append(cont, p.s)
+		}
+		r++
 	}
 	// Reserve the page slot of each continuing sequence's new token,
 	// oldest first; when the pool is full, younger sequences make room.
