@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
@@ -34,7 +35,11 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	timing.Mark("cuda context")
 	// FTCHAT_GEMV=chunked selects the older decode GEMV (a knob for
 	// benchmarks; see gpu.BackendOptions).
-	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked"})
+	// FTCHAT_GEMM_MIN_TOKENS=N moves the GEMV/GEMM crossover (rows from
+	// which MatMul takes the tensor-core GEMM), to compare batched decode
+	// steps of 9..N-1 rows on the GEMV (issue 14).
+	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
+	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0)})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err
