@@ -8,16 +8,20 @@
 #   Llama-3.1-8B-shaped Q4_K one (background), the GPU-vs-CPU tests of this
 #   session's kernels and paths (mixed K/V pools, block-scaled FP8 weights,
 #   multi-row device sampling, --expert-run cpu-decode), the engine's GPU
-#   tests, then the serve load test on the 8B shape (issue 14's batching).
-# There, call 2:     scripts/gpu_session4.sh offload
+#   tests, the FP8 weight benchmark and time to first token.
+# There, call 2:     scripts/gpu_session4.sh serve
+#   the serve load test on the 8B shape, the decode-step matmuls by rows and
+#   the GEMV/GEMM crossover A/B (issue 14); the 35B NVFP4 MIXED HF
+#   directory's load time and peak RSS (issue 16).
+# There, call 3:     scripts/gpu_session4.sh offload
 #   issue 12 under --gpu-memory 8GiB: the prefill step size (--ubatch-size)
 #   against the 32K fill, then CPU experts (--expert-run cpu-decode) and
 #   streamed experts (--expert-run stream) at 4K / 32K / 128K in fp8 and at
 #   4K / 32K in bf16.
-# There, call 3:     scripts/gpu_session4.sh long
+# There, call 4:     scripts/gpu_session4.sh long
 #   llama-bench --n-cpu-moe beside ftchat at 32K and 128K, same split and
 #   prefill step.
-# There, call 4:     scripts/gpu_session4.sh moe30
+# There, call 5:     scripts/gpu_session4.sh moe30
 #   the Qwen3-30B-A3B shape (Q4_K) full GPU, ftchat and llama-bench at
 #   depths 0 / 4K / 32K / 128K.
 # Logs are packed into one tgz per call in $OUT (the tool returns ≤ 8 files).
@@ -84,13 +88,39 @@ tests)
         --device $dev --max-tokens 8 --temperature 0 ) >>"$L/ttft.txt" 2>&1
   done
   grep -E '==|first token|cuda context|weights|wall' "$L/ttft.txt"
+  scripts/peer_llamacpp.sh status | tail -2
+  tail -2 /tmp/gen.log
+  tar -czf "$OUT/tests-logs.tgz" -C /tmp/out tests
+  ;;
+serve)
+  # Issue 14: the serve load test on the 8B shape, the batched step's parts
+  # (multi-row sampling, the GEMV/GEMM crossover at 9..16 rows), and issue
+  # 16's HF directory load.
+  L=/tmp/out/serve; mkdir -p $L
+  unpack
   for _ in $(seq 1 60); do grep -q '^done8' /tmp/gen.log && break; sleep 2; done
   stamp "serve load test, Llama-3.1-8B shape"
   timeout "${LOAD_T:-170}" python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
     --kv-dtypes bf16,fp8_e4m3 --json "$L/loadtest.json" 2>&1 | tee "$L/loadtest.txt"
-  scripts/peer_llamacpp.sh status | tail -2
-  tail -2 /tmp/gen.log
-  tar -czf "$OUT/tests-logs.tgz" -C /tmp/out tests
+  stamp "decode-step matmuls by rows, multi-row sampling"
+  (cd gpu && timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows|SampleRows' -test.benchtime 1x) >"$L/rows_bench.txt" 2>&1
+  grep -E '^Benchmark' "$L/rows_bench.txt" | awk '{print $1, $3, $4, $5, $6, $7}'
+  for gm in 0 17; do
+    stamp "load test, bf16, FTCHAT_GEMM_MIN_TOKENS=$gm, with the step profile" | tee -a "$L/loadtest_profile.txt"
+    FTCHAT_GEMM_MIN_TOKENS=$gm timeout 110 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
+      --kv-dtypes bf16 --levels 1,8,16 --profile --json "$L/loadtest_gm$gm.json" >>"$L/loadtest_profile.txt" 2>&1
+    grep -vE 'profile' "$L/loadtest_profile.txt" | tail -n 14
+  done
+  # Issue 16: the 35B NVFP4 MIXED HF directory's load now gives back each
+  # shard's pages once repacked (the third session: 47.4 s, peak RSS 39.6 GB).
+  HF=/tmp/q36-nvfp4-mixed
+  [ -d $HF ] || $B/ftchat dev gen-hf --preset qwen3.6-35b-a3b --quant nvfp4-mixed -o $HF >"$L/gen_hf.txt" 2>&1
+  stamp "the HF directory under --gpu-memory 8GiB: load time and peak RSS"
+  ( cd /tmp && /usr/bin/time -v timeout 120 $B/ftchat bench speed --model $HF --device cuda --gpu-memory 8GiB --ctx-size 8192 \
+      --depths 0 --dtypes fp8_e4m3 --prefill 512 --decode 32 ) >"$L/hf_load.txt" 2>&1
+  grep -vE '…' "$L/hf_load.txt" | grep -E 'plan|loaded in|fp8|Elapsed|Maximum resident|Exit|rror' | head -20
+  rm -rf $HF
+  tar -czf "$OUT/serve-logs.tgz" -C /tmp/out serve
   ;;
 offload)
   L=/tmp/out/offload; mkdir -p $L
@@ -119,6 +149,7 @@ offload)
     stamp "fp8, --expert-run $run, depths 4096,32768,$LONGD" | tee -a "$L/modes.txt"
     T=170 speed $G --ctx-size $CTX --n-cpu-moe $NC --expert-run $run --depths "4096,32768,$LONGD" \
       --dtypes fp8_e4m3 --prefill 512 --decode $dec >>"$L/modes.txt"
+    [ $run = stream ] && continue # streamed decode does not depend on the KV dtype
     stamp "bf16, --expert-run $run, depths 4096,32768" | tee -a "$L/modes.txt"
     T=80 speed $G --ctx-size 40960 --n-cpu-moe $NC --expert-run $run --depths 4096,32768 \
       --dtypes bf16 --prefill 512 --decode $dec >>"$L/modes.txt"
@@ -151,7 +182,8 @@ long)
 moe30)
   L=/tmp/out/moe30; mkdir -p $L
   unpack
-  [ -s $M30 ] || $B/ftchat dev gen-model --preset qwen3-30b-a3b --type Q4_K -o $M30 >"$L/gen.log" 2>&1
+  ( [ -s $M30 ] || $B/ftchat dev gen-model --preset qwen3-30b-a3b --type Q4_K -o $M30 ) >"$L/gen.log" 2>&1 &
+  wait
   stamp "ftchat, qwen3-30b-a3b Q4_K, full GPU" | tee "$L/speed.txt"
   T=150 speed --model $M30 --device cuda --ctx-size $CTX --depths "0,4096,32768,$LONGD" \
     --dtypes fp8_e4m3,bf16 --prefill 512 --decode 64 | tee -a "$L/speed.txt"
@@ -164,7 +196,7 @@ moe30)
   tar -czf "$OUT/moe30-logs.tgz" -C /tmp/out moe30
   ;;
 *)
-  echo "usage: $0 tests|offload|long|moe30" >&2
+  echo "usage: $0 tests|serve|offload|long|moe30" >&2
   exit 2
   ;;
 esac
