@@ -716,7 +716,7 @@ func TestFASmemMatchesKernel(t *testing.T) {
 	d := openTestDevice(t)
 	got := make([]int32, 3*len(attnPairs()))
 	err := d.Do(func(c *Ctx) error {
-		buf, err := c.Alloc(64, "test smem sizes")
+		buf, err := c.Alloc(int64(4*len(got)), "test smem sizes")
 		if err != nil {
 			return err
 		}

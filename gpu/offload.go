@@ -324,7 +324,7 @@ func (w *hostWeight) bytes() int64 { return int64(w.rows) * w.rowBytes }
 // SetPlacement must be called before the model's weights are loaded.
 func (b *Backend) SetPlacement(p Placement) error {
 	switch {
-	case p.Run < HostAuto || p.Run > HostSplit:
+	case p.Run < HostAuto || p.Run >= hostRunEnd:
 		return fmt.Errorf("gpu: placement: unknown expert run mode %d", p.Run)
 	case p.StreamMinRows < 0:
 		return fmt.Errorf("gpu: placement: StreamMinRows %d is negative", p.StreamMinRows)

@@ -61,7 +61,7 @@ func TestSplitCPUSlots(t *testing.T) {
 	if err := g.SetPlacement(Placement{HostExperts: []bool{true}, Run: HostSplit, SplitCPU: -1}); err == nil {
 		t.Error("SplitCPU -1 accepted")
 	}
-	if err := g.SetPlacement(Placement{HostExperts: []bool{true}, Run: HostSplit + 1}); err == nil {
+	if err := g.SetPlacement(Placement{HostExperts: []bool{true}, Run: hostRunEnd}); err == nil {
 		t.Error("an unknown run mode accepted")
 	}
 }

@@ -124,6 +124,22 @@ func TestHostExpertStaging(t *testing.T) {
 // merges with registered ones sharing its pages (the union replaces
 // them; disjoint and merely adjacent ranges stay) and which byte ranges
 // share a page with a registration (those loads take a private copy).
+// TestSetPlacementTakesEveryRun: each --expert-run mode passes the
+// backend's range check (a new mode once failed it at load, on the GPU
+// only), and one past the last does not. No device needed.
+func TestSetPlacementTakesEveryRun(t *testing.T) {
+	for r := HostAuto; r < hostRunEnd; r++ {
+		if err := (&Backend{}).SetPlacement(Placement{Run: r}); err != nil {
+			t.Errorf("run %d: %v", r, err)
+		}
+	}
+	for _, r := range []HostRun{-1, hostRunEnd} {
+		if err := (&Backend{}).SetPlacement(Placement{Run: r}); err == nil {
+			t.Errorf("run %d accepted", r)
+		}
+	}
+}
+
 func TestHostExpertRegistrations(t *testing.T) {
 	const P = 4096
 	regs := []hostReg{{lo: 2 * P, hi: 4 * P}, {lo: 6 * P, hi: 8 * P}, {lo: 10 * P, hi: 11 * P}}

@@ -55,6 +55,8 @@ const (
 	// (its big batches copy the weights to the GPU): the CPU-expert
 	// configuration a long prompt can still prefill in.
 	HostCPUDecode
+
+	hostRunEnd // one past the last mode (SetPlacement's range check)
 )
 
 // OnHost reports whether block layer's experts stay in host RAM.
