@@ -58,6 +58,33 @@ unpack() {
 speed() { timeout "${T:-120}" $B/ftchat bench speed "$@" 2>&1 | grep -v '…'; }
 
 case ${1:-} in
+retest)
+  # The tests that failed in the first call, after their fixes, and the
+  # engine tests that need the default model (a SmolLM2-shaped file here).
+  L=/tmp/out/retest; mkdir -p $L $B
+  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
+  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout 90 $B/gpu.test -test.v -test.run 'TestFASmemMatchesKernel|TestHostExpertModel$|TestSetPlacementTakesEveryRun' \
+    -test.timeout 300s) >"$L/gpu_test.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E '^--- (PASS|FAIL|SKIP)' "$L/gpu_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
+  (cd engine && FTCHAT_TEST_MODEL=/tmp/s.gguf FTCHAT_REQUIRE_GPU=1 timeout 90 $B/engine.test -test.v \
+    -test.run 'TestGPUBatcherSamplesTogether|TestGPUSessionDeviceSampling' -test.timeout 300s) >"$L/engine_test.log" 2>&1
+  echo "engine tests rc=$?"; grep -E '^--- (PASS|FAIL|SKIP)' "$L/engine_test.log" | awk '{print $2, $3}' | tr '\n' ' '; echo
+  tar -czf "$OUT/retest-logs.tgz" -C /tmp/out retest
+  ;;
+modes)
+  # --expert-run cpu-decode (refused at load in the offload call: fixed).
+  L=/tmp/out/modes; mkdir -p $L
+  G="--model $NV --device cuda --gpu-memory 8GiB"; NC=${NCMOE:-32}
+  stamp "fp8, --expert-run cpu-decode, depths 4096,32768,$LONGD" | tee -a "$L/modes.txt"
+  T=170 speed $G --ctx-size $CTX --n-cpu-moe $NC --expert-run cpu-decode --depths "4096,32768,$LONGD" \
+    --dtypes fp8_e4m3 --prefill 512 --decode 32 >>"$L/modes.txt"
+  stamp "bf16, --expert-run cpu-decode, depths 4096,32768" | tee -a "$L/modes.txt"
+  T=80 speed $G --ctx-size 40960 --n-cpu-moe $NC --expert-run cpu-decode --depths 4096,32768 \
+    --dtypes bf16 --prefill 512 --decode 32 >>"$L/modes.txt"
+  cat "$L/modes.txt"
+  tar -czf "$OUT/modes-logs.tgz" -C /tmp/out modes
+  ;;
 tests)
   L=/tmp/out/tests; mkdir -p $L
   unpack
@@ -196,7 +223,7 @@ moe30)
   tar -czf "$OUT/moe30-logs.tgz" -C /tmp/out moe30
   ;;
 *)
-  echo "usage: $0 tests|serve|offload|long|moe30" >&2
+  echo "usage: $0 tests|serve|offload|long|moe30|retest|modes" >&2
   exit 2
   ;;
 esac
