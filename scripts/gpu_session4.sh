@@ -63,6 +63,8 @@ retest)
   # engine tests that need the default model (a SmolLM2-shaped file here).
   L=/tmp/out/retest; mkdir -p $L $B
   for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
+  [ -x "$LB" ] || JOBS=${JOBS:-8} DETACH=1 scripts/peer_llamacpp.sh build # for a later long call
+  ( [ -s $NV ] || $B/ftchat dev gen-model --preset qwen3.6-35b-a3b --type NVFP4 -o $NV; echo done ) >/tmp/gen.log 2>&1 &
   [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1
   (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout 90 $B/gpu.test -test.v -test.run 'TestFASmemMatchesKernel|TestHostExpertModel$|TestSetPlacementTakesEveryRun' \
     -test.timeout 300s) >"$L/gpu_test.log" 2>&1
@@ -75,6 +77,8 @@ retest)
 modes)
   # --expert-run cpu-decode (refused at load in the offload call: fixed).
   L=/tmp/out/modes; mkdir -p $L
+  for _ in $(seq 1 100); do grep -q '^done$' /tmp/gen.log 2>/dev/null && break; sleep 3; done
+  [ -s $NV ] || $B/ftchat dev gen-model --preset qwen3.6-35b-a3b --type NVFP4 -o $NV >>/tmp/gen.log 2>&1
   G="--model $NV --device cuda --gpu-memory 8GiB"; NC=${NCMOE:-32}
   stamp "fp8, --expert-run cpu-decode, depths 4096,32768,$LONGD" | tee -a "$L/modes.txt"
   T=170 speed $G --ctx-size $CTX --n-cpu-moe $NC --expert-run cpu-decode --depths "4096,32768,$LONGD" \
