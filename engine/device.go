@@ -38,8 +38,12 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// FTCHAT_GEMM_MIN_TOKENS=N moves the GEMV/GEMM crossover (rows from
 	// which MatMul takes the tensor-core GEMM), to compare batched decode
 	// steps of 9..N-1 rows on the GEMV (issue 14).
+	// FTCHAT_GEMM_SPLITK=1 splits the k dimension of the small-batch GEMM
+	// (gpu.BackendOptions.GEMMSplitK; its 16 MiB workspace comes out of
+	// the GPUHeadroom reserve).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
-	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0)})
+	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
+		GEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "1"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

@@ -34,6 +34,14 @@ type BackendOptions struct {
 	// Backend.CUBLAS. Tested on the H200 (TestMatMulCUBLAS, relative error
 	// 3e-4 against the CPU) but not timed, so it stays opt-in.
 	CUBLAS bool
+	// GEMMSplitK splits the k dimension of the 64x64-tile GEMM (batches of
+	// GEMMMinTokens..127 rows) over blockIdx.z when its tiles alone would
+	// leave SMs idle (issue 14: 16 rows of Llama-3.1-8B gave 16..224 CTAs on
+	// 132 SMs). The slices' float32 partials go to a workspace of at most
+	// gemmSplitMax bytes, allocated at first use, and a reduce kernel sums
+	// them in a fixed order (deterministic). Off by default until timed
+	// (FTCHAT_GEMM_SPLITK=1 in the engine).
+	GEMMSplitK bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -57,6 +65,9 @@ type Backend struct {
 
 	kv *KVCache     // paged KV pool (attention.go), nil before AllocKV
 	hs *hybridState // recurrent state (hybrid.go), nil before AllocState
+
+	splitWS    Buffer // split-K GEMM partials (gemmSplitMax bytes), allocated at first use
+	splitWSErr error  // why the workspace could not be allocated: split-K stays off
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
 	blasErr error         // why cuBLAS is not used, when it was asked for
@@ -190,6 +201,10 @@ func (b *Backend) Close() error {
 		}
 		b.ropes = map[string]Buffer{}
 		b.ring.free(c)
+		if err := c.Free(b.splitWS); err != nil {
+			return err
+		}
+		b.splitWS = Buffer{}
 		return c.Free(b.bad)
 	})
 }
@@ -210,7 +225,7 @@ func (b *Backend) trim(c *Ctx) {
 
 // typedKernels are the kernel families built once per weight type (mm.cuh),
 // named <prefix><type suffix> and living in module mm_<type suffix>.
-var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
+var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, sample for the sampling kernels, ops for the rest.
@@ -679,6 +694,11 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
 	}
 	if n >= b.opts.GEMMMinTokens {
+		if b.opts.GEMMSplitK {
+			if done, err := b.gemmSplitK(c, y, x, n, w, suf); done || err != nil {
+				return err
+			}
+		}
 		return b.launch(c, "gemm_"+suf, Dim3{X: cdiv(w.rows, 64), Y: cdiv(n, 64)}, Dim3{X: 128},
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
 	}
@@ -714,6 +734,63 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		}
 	}
 	return nil
+}
+
+const (
+	// gemmSplitMax bounds the split-K partials of one GEMM (float32
+	// [splits][n][rows]); a call needing more takes fewer splits. 16 MiB
+	// holds 2 splits of 127 rows x 16384 outputs; the buffer is small
+	// enough for the plan's reserve (engine.GPUHeadroom, >= 256 MiB).
+	gemmSplitMax = 16 << 20
+	// gemmSplitMaxK is the most k slices one GEMM is cut into.
+	gemmSplitMaxK = 16
+	// gemmSplitCTAsPerSM is the grid the splits aim for: enough resident
+	// CTAs per SM (a 64x64 tile CTA is 128 threads, 18 KiB of shared
+	// memory) to keep the weight loads of several in flight.
+	gemmSplitCTAsPerSM = 4
+)
+
+// gemmSplits picks the split-K count of an n-row GEMM over a rows x cols
+// weight on sms multiprocessors, and the k steps (GK = 64 elements) each
+// slice covers; 1 when splitting would not add CTAs or the partials would
+// not fit in gemmSplitMax. Every slice is non-empty.
+func gemmSplits(n, rows, cols, sms int) (splits, kSteps int) {
+	steps := cdiv(cols, 64)
+	tiles := cdiv(rows, 64) * cdiv(n, 64)
+	s := min(cdiv(gemmSplitCTAsPerSM*max(sms, 1), tiles), gemmSplitMaxK, steps)
+	if per := int64(n) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
+		s = int(gemmSplitMax / per)
+	}
+	if s < 2 {
+		return 1, steps
+	}
+	kSteps = cdiv(steps, s)
+	return cdiv(steps, kSteps), kSteps
+}
+
+// gemmSplitK queues the split-K GEMM (gemms_*) and the reduce of its
+// partials into y. done is false when the call is better left to the
+// unsplit GEMM: the tiles already fill the device, or the workspace could
+// not be had (then split-K stays off for this backend).
+func (b *Backend) gemmSplitK(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
+	splits, kSteps := gemmSplits(n, w.rows, w.cols, c.Device().Info().SMs)
+	if splits < 2 || b.splitWSErr != nil {
+		return false, nil
+	}
+	if b.splitWS.Ptr == 0 {
+		// A plain allocation (no stream operation), so also fine while a
+		// step is recorded; the address then stays fixed for every graph.
+		if b.splitWS, err = c.Alloc(gemmSplitMax, "split-K GEMM workspace"); err != nil {
+			b.splitWS, b.splitWSErr = Buffer{}, err
+			return false, nil
+		}
+	}
+	if err := b.launch(c, "gemms_"+suf, Dim3{X: cdiv(w.rows, 64), Y: cdiv(n, 64), Z: splits}, Dim3{X: 128},
+		w.raw, w.rowBytes, w.rows, w.cols, x, b.splitWS, n, kSteps); err != nil {
+		return true, err
+	}
+	count := int64(n) * int64(w.rows)
+	return true, b.launch(c, "gemm_reduce_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256}, b.splitWS, y, count, splits)
 }
 
 func (b *Backend) useWholeX() bool {

@@ -17,7 +17,9 @@ import (
 // runs with the backend's kernel choice (1 row: the whole-x GEMV, 2..8:
 // the multi-token GEMV, 9+: the 64x64 tensor-core GEMM) and, from 9 rows,
 // with the GEMV forced (GEMMMinTokens above n: 8-token passes, each
-// reading the weights again). Metrics: step_ms (32 layers + head, device
+// reading the weights again) and with the split-K GEMM
+// (BackendOptions.GEMMSplitK; shapes whose tiles fill the device, like
+// the head, stay unsplit). Metrics: step_ms (32 layers + head, device
 // time), tok/s (rows / step_ms: the ceiling the matmuls leave for a
 // decode step of that many rows) and the per-shape µs.
 //
@@ -59,7 +61,7 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
 		modes := []string{"default"}
 		if n >= defaultMin {
-			modes = append(modes, "gemv")
+			modes = append(modes, "gemv", "splitk")
 		}
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("n=%d/%s", n, mode), func(b *testing.B) {
@@ -68,6 +70,8 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 					g.opts.GEMMMinTokens = 1 << 30
 				}
 				defer func() { g.opts.GEMMMinTokens = defaultMin }()
+				setSplitK(b, g, mode == "splitk")
+				defer setSplitK(b, g, false)
 				stepMS := 0.0
 				for _, l := range ws {
 					x := g.NewTensor(n, l.in)

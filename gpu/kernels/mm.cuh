@@ -227,9 +227,11 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// gemm_body covers k in [kBegin, kEnd) (multiples of GK, or kEnd = cols):
+// the whole row for gemm_*, one slice per blockIdx.z for the split-K gemms_*.
 template <int T>
 __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
-                          const float* __restrict__ X, float* __restrict__ Y, int ntok) {
+                          const float* __restrict__ X, float* __restrict__ Y, int ntok, int kBegin, int kEnd) {
     __shared__ __align__(16) __nv_bfloat16 As[GM][GK + GPAD];
     __shared__ __align__(16) __nv_bfloat16 Bs[GN][GK + GPAD];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -246,7 +248,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 
     int lr = tid >> 1, lh = tid & 1;  // this thread's tile row and half (32 k values)
     int units = cols >> 5;
-    for (int k0 = 0; k0 < cols; k0 += GK) {
+    for (int k0 = kBegin; k0 < kEnd; k0 += GK) {
         int u = (k0 >> 5) + lh;
         // W unit -> Bs[lr][32*lh ..]
         {
@@ -327,9 +329,38 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #define GEMM_KERNEL_(T_, NAME)                                                                                  \
     extern "C" __global__ void __launch_bounds__(128) gemm_##NAME(                                             \
         const uint8_t* W, long long rowBytes, int rows, int cols, const float* x, float* y, int ntok) {        \
-        gemm_body<T_>(W, rowBytes, rows, cols, x, y, ntok);                                                    \
+        gemm_body<T_>(W, rowBytes, rows, cols, x, y, ntok, 0, cols);                                           \
     }
 GEMM_KERNEL(MM_T, MM_NAME)
+
+// Split-K GEMM for small batches, whose 64x64 tiles alone leave most SMs
+// idle: blockIdx.z takes k steps [z*kSteps, (z+1)*kSteps) of GK elements
+// (whole 32-element units, so every weight type splits the same way) and
+// writes its float32 partial tile to part[z][ntok][rows]. gemm_reduce_*
+// then sums the slices in order, so results repeat run to run (no atomics).
+#define GEMMS_KERNEL(T_, NAME) GEMMS_KERNEL_(T_, NAME)
+#define GEMMS_KERNEL_(T_, NAME)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) gemms_##NAME(                                            \
+        const uint8_t* W, long long rowBytes, int rows, int cols, const float* x, float* part, int ntok,        \
+        int kSteps) {                                                                                          \
+        int kb = blockIdx.z * kSteps * GK;                                                                     \
+        gemm_body<T_>(W, rowBytes, rows, cols, x, part + (size_t)blockIdx.z * ntok * rows, ntok, kb,            \
+                      min(cols, kb + kSteps * GK));                                                            \
+    }
+GEMMS_KERNEL(MM_T, MM_NAME)
+
+// y[i] = part[0][i] + part[1][i] + ... + part[splits-1][i] for i < n, in
+// that order. Type-independent; one copy per module keeps it beside gemms_*.
+#define GEMM_REDUCE_KERNEL(NAME) GEMM_REDUCE_KERNEL_(NAME)
+#define GEMM_REDUCE_KERNEL_(NAME)                                                                               \
+    extern "C" __global__ void gemm_reduce_##NAME(const float* part, float* y, long long n, int splits) {     \
+        long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;                                        \
+        if (i >= n) return;                                                                                    \
+        float s = part[i];                                                                                     \
+        for (int z = 1; z < splits; z++) s += part[(size_t)z * n + i];                                         \
+        y[i] = s;                                                                                              \
+    }
+GEMM_REDUCE_KERNEL(MM_NAME)
 
 // Large-batch GEMM: CTA tile 128 tokens x 128 output rows x 64 k, 8 warps
 // in 2 (tokens) x 4 (rows), each 64x32 (4 x 4 mma tiles). Loads of the next
