@@ -50,13 +50,18 @@ func TestGEMMSplits(t *testing.T) {
 // workspace are NaN-poisoned first, so a tile or slice left unwritten
 // fails. Shapes: rows off the 64-row tile, k of one Q4_K block (one k step
 // per slice), k ending in half a step (32-element types), and a k whose
-// steps do not divide evenly into the slices. One run inside a recorded
-// step checks the CUDA-graph path.
+// steps do not divide evenly into the slices. Recorded steps check the
+// CUDA-graph path (captured, then replayed).
 func TestMatMulSplitK(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	defer setSplitK(t, g, false)
 	sms := g.dev.Info().SMs
+	before, err := g.GraphStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := 0
 	r := rand.New(rand.NewPCG(14, 64))
 	for _, sh := range []struct {
 		rows, cols int
@@ -89,10 +94,17 @@ func TestMatMulSplitK(t *testing.T) {
 				g.MatMul(gy, gx, gw)
 				poisonSplitWS(t, g)
 				g.MatMul(gy2, gx, gw)
-				poisonSplitWS(t, g)
-				g.BeginStep()
-				g.MatMul(gy3, gx, gw)
-				g.EndStep()
+				// Two recorded steps of three matmuls (enough operations to
+				// become a CUDA graph): the second replays the first's graph.
+				for range 2 {
+					poisonSplitWS(t, g)
+					g.BeginStep()
+					for range 3 {
+						g.MatMul(gy3, gx, gw)
+					}
+					g.EndStep()
+				}
+				cases++
 				setSplitK(t, g, false)
 				p.c.MatMul(cy, cx, cw)
 				p.compare(name+" split-K vs cpu", gy, cy, tolBF16)
@@ -108,6 +120,13 @@ func TestMatMulSplitK(t *testing.T) {
 				}
 			}
 		}
+	}
+	after, err := g.GraphStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.graphs && !after.Disabled && after.Replays-before.Replays < cases {
+		t.Errorf("%d recorded split-K steps replayed %d graphs, want at least %d", 2*cases, after.Replays-before.Replays, cases)
 	}
 	var ws Buffer
 	var wsErr error
