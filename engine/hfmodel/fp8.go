@@ -196,21 +196,28 @@ func (m *mapper) scaleShapeOK(w, s []uint64) bool {
 	return s[0] == (w[0]+uint64(b[0])-1)/uint64(b[0]) && s[1] == (w[1]+uint64(b[1])-1)/uint64(b[1])
 }
 
+// scaleValues returns the scale tensor beside FP8 weight name and its
+// values as float32.
+func (m *mapper) scaleValues(name string, t safetensors.Tensor) (src, []float32, error) {
+	sc, err := m.scaleOf(name, t)
+	if err != nil {
+		return src{}, nil, err
+	}
+	b, err := sc.f.Data(sc.t)
+	if err != nil {
+		return src{}, nil, err
+	}
+	v, err := floats(b, sc.t.DType)
+	return sc, v, err
+}
+
 // dequantFP8 returns the F32 bytes of an FP8 weight times its scale.
 func (m *mapper) dequantFP8(name string, t src) ([]byte, error) {
-	sc, err := m.scaleOf(name, t.t)
+	sc, scale, err := m.scaleValues(name, t.t)
 	if err != nil {
 		return nil, err
 	}
 	codes, err := t.f.Data(t.t)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := sc.f.Data(sc.t)
-	if err != nil {
-		return nil, err
-	}
-	scale, err := floats(sb, sc.t.DType)
 	if err != nil {
 		return nil, err
 	}
@@ -288,16 +295,7 @@ func (m *mapper) keepsFP8(s spec) bool {
 func (m *mapper) fp8Scales(s spec) ([]float32, error) {
 	out := make([]float32, 0, len(s.from))
 	for _, n := range s.from {
-		t := m.ck.tensors[n]
-		sc, err := m.scaleOf(n, t.t)
-		if err != nil {
-			return nil, err
-		}
-		b, err := sc.f.Data(sc.t)
-		if err != nil {
-			return nil, err
-		}
-		v, err := floats(b, sc.t.DType)
+		sc, v, err := m.scaleValues(n, m.ck.tensors[n].t)
 		if err != nil {
 			return nil, err
 		}

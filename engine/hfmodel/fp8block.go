@@ -122,19 +122,11 @@ func (m *mapper) buildFP8B32(s spec) ([]byte, error) {
 // refused, naming the tensor.
 func (m *mapper) appendFP8B32(dst []byte, name string, pick, blocks []int) ([]byte, error) {
 	t := m.ck.tensors[name]
-	sc, err := m.scaleOf(name, t.t)
+	sc, scale, err := m.scaleValues(name, t.t)
 	if err != nil {
 		return nil, err
 	}
 	codes, err := t.f.Data(t.t)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := sc.f.Data(sc.t)
-	if err != nil {
-		return nil, err
-	}
-	scale, err := floats(sb, sc.t.DType)
 	if err != nil {
 		return nil, err
 	}
