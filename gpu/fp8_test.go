@@ -58,6 +58,36 @@ func TestFP8DecodeAllCodes(t *testing.T) {
 	}
 }
 
+// compareMatMulEmbed runs MatMul on both backends from one row to a
+// prefill batch, each decode GEMV variant (gemvMode 1-3) at up to 8 rows,
+// and the embedding lookup of three rows, and compares the results.
+func (p *pair) compareMatMulEmbed(r *rand.Rand, name string, rows, cols int, gw, cw model.Weight) {
+	p.t.Helper()
+	for _, n := range []int{1, 2, 8, 64, 300} {
+		for _, mode := range []int32{1, 2, 3} {
+			if n > 8 && mode != 1 {
+				continue
+			}
+			p.g.gemvMode.Store(mode)
+			gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+			gy, cy := p.tensor(n, rows, nil)
+			p.g.MatMul(gy, gx, gw)
+			p.c.MatMul(cy, cx, cw)
+			tol := tolF32
+			if n >= p.g.opts.GEMMMinTokens {
+				tol = tolBF16
+			}
+			p.compare(fmt.Sprintf("%s n=%d mode=%d", name, n, mode), gy, cy, tol)
+		}
+	}
+	p.g.gemvMode.Store(0)
+	toks := []int32{0, int32(rows - 1), 7}
+	gd, cd := p.tensor(len(toks), cols, nil)
+	p.g.Embed(gd, gw, toks)
+	p.c.Embed(cd, cw, toks)
+	p.compare(name+" embed", gd, cd, tolExact)
+}
+
 // TestFP8MatMul runs the FP8_E4M3 GEMVs (the three decode variants: gemvx,
 // the chunked GEMV, gemvr) and the prefill GEMM, with and without a
 // per-tensor scale, at an attention projection shape of Qwen3.6-35B-A3B
@@ -83,29 +113,7 @@ func TestFP8MatMul(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, n := range []int{1, 2, 8, 64, 300} {
-				for _, mode := range []int32{1, 2, 3} {
-					if n > 8 && mode != 1 {
-						continue
-					}
-					p.g.gemvMode.Store(mode)
-					gx, cx := p.tensor(n, sh.cols, randVec(r, n*sh.cols, 1))
-					gy, cy := p.tensor(n, sh.rows, nil)
-					p.g.MatMul(gy, gx, gw)
-					p.c.MatMul(cy, cx, cw)
-					tol := tolF32
-					if n >= p.g.opts.GEMMMinTokens {
-						tol = tolBF16
-					}
-					p.compare(fmt.Sprintf("FP8 %dx%d scale=%v n=%d mode=%d", sh.rows, sh.cols, scale, n, mode), gy, cy, tol)
-				}
-			}
-			p.g.gemvMode.Store(0)
-			toks := []int32{0, int32(sh.rows - 1), 7}
-			gd, cd := p.tensor(len(toks), sh.cols, nil)
-			p.g.Embed(gd, gw, toks)
-			p.c.Embed(cd, cw, toks)
-			p.compare(fmt.Sprintf("FP8 %dx%d scale=%v embed", sh.rows, sh.cols, scale), gd, cd, tolExact)
+			p.compareMatMulEmbed(r, fmt.Sprintf("FP8 %dx%d scale=%v", sh.rows, sh.cols, scale), sh.rows, sh.cols, gw, cw)
 		}
 	}
 }

@@ -92,29 +92,7 @@ func TestFP8B32MatMul(t *testing.T) {
 		raw := randFP8B32Blocks(r, sh.rows, sh.cols, -20, 4)
 		info := gguf.TensorInfo{Name: "blk.3.attn_q.weight", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.FP8_E4M3_B32}
 		gw, cw := p.weight(info, raw)
-		for _, n := range []int{1, 2, 8, 64, 300} {
-			for _, mode := range []int32{1, 2, 3} {
-				if n > 8 && mode != 1 {
-					continue
-				}
-				p.g.gemvMode.Store(mode)
-				gx, cx := p.tensor(n, sh.cols, randVec(r, n*sh.cols, 1))
-				gy, cy := p.tensor(n, sh.rows, nil)
-				p.g.MatMul(gy, gx, gw)
-				p.c.MatMul(cy, cx, cw)
-				tol := tolF32
-				if n >= p.g.opts.GEMMMinTokens {
-					tol = tolBF16
-				}
-				p.compare(fmt.Sprintf("FP8_E4M3_B32 %dx%d n=%d mode=%d", sh.rows, sh.cols, n, mode), gy, cy, tol)
-			}
-		}
-		p.g.gemvMode.Store(0)
-		toks := []int32{0, int32(sh.rows - 1), 7}
-		gd, cd := p.tensor(len(toks), sh.cols, nil)
-		p.g.Embed(gd, gw, toks)
-		p.c.Embed(cd, cw, toks)
-		p.compare(fmt.Sprintf("FP8_E4M3_B32 %dx%d embed", sh.rows, sh.cols), gd, cd, tolExact)
+		p.compareMatMulEmbed(r, fmt.Sprintf("FP8_E4M3_B32 %dx%d", sh.rows, sh.cols), sh.rows, sh.cols, gw, cw)
 	}
 }
 
