@@ -170,7 +170,11 @@ func TestBatcherHybridSlotsBoundAdmission(t *testing.T) {
 	// Prompts whose greedy answers run past 80 tokens: both stay running.
 	a := submit(t, b, ctx, userReq(0, "Story 3 please."))
 	waitFor(t, func() bool { return b.Stats().Running == 1 })
+	// No step runs while the second is submitted: on a loaded machine the
+	// first could otherwise finish before the second is admitted.
+	e.mu.Lock()
 	c := submit(t, b, ctx, userReq(0, "Story 8 please."))
+	e.mu.Unlock()
 	waitFor(t, func() bool { return b.Stats().Running == 2 })
 	e.mu.Lock() // no step runs until both more requests are in
 	queued := submit(t, b, context.Background(), userReq(4, batchPrompts[0]))
