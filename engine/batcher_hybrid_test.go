@@ -184,8 +184,9 @@ func TestBatcherHybridSlotsBoundAdmission(t *testing.T) {
 		t.Fatalf("fourth request: %v, want ErrQueueFull", err)
 	}
 	cancel()
-	hybridText(t, a)
-	hybridText(t, c)
+	_, da := hybridText(t, a)
+	_, dc := hybridText(t, c)
+	t.Logf("first two: %d and %d completion tokens (%s, %s)", da.Usage.CompletionTokens, dc.Usage.CompletionTokens, da.Stop, dc.Stop)
 	if text, done := hybridText(t, queued); done.Stop != StopMaxTokens || text == "" {
 		t.Errorf("queued request: %q, %+v", text, done)
 	}
