@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // hybridText drains a stream into its thinking and answer (the tiny hybrid
@@ -165,17 +166,41 @@ func TestBatcherHybridSlotsBoundAdmission(t *testing.T) {
 	if got := b.Options().MaxRunning; got != 2 {
 		t.Fatalf("MaxRunning %d with 2 state slots, want 2", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Prompts whose greedy answers run past 40 tokens: both stay running
+	// while the next two are submitted. On a loaded machine the first can
+	// still finish before the second is admitted (a 2-core CI box running
+	// every package at once did, twice): then the premise did not hold, so
+	// that attempt is drained and repeated, and only repeated misses fail.
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+		a, c   <-chan BatchEvent
+	)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel = context.WithCancel(context.Background())
+		a = submit(t, b, ctx, userReq(0, "Story 3 please."))
+		waitFor(t, func() bool { return b.Stats().Running == 1 })
+		e.mu.Lock() // no step runs while the second is submitted
+		c = submit(t, b, ctx, userReq(0, "Story 8 please."))
+		e.mu.Unlock()
+		deadline := time.Now().Add(5 * time.Second)
+		for b.Stats().Running != 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if b.Stats().Running == 2 {
+			break
+		}
+		st := b.Stats()
+		cancel()
+		hybridText(t, a)
+		hybridText(t, c)
+		if attempt == 5 {
+			t.Fatalf("two requests never ran at once in %d attempts: batcher %+v, engine %+v", attempt, st, e.Stats())
+		}
+		t.Logf("attempt %d: two requests not running at once within 5s (batcher %+v); again", attempt, st)
+		waitFor(t, func() bool { return b.Stats().Running == 0 })
+	}
 	defer cancel()
-	// Prompts whose greedy answers run past 80 tokens: both stay running.
-	a := submit(t, b, ctx, userReq(0, "Story 3 please."))
-	waitFor(t, func() bool { return b.Stats().Running == 1 })
-	// No step runs while the second is submitted: on a loaded machine the
-	// first could otherwise finish before the second is admitted.
-	e.mu.Lock()
-	c := submit(t, b, ctx, userReq(0, "Story 8 please."))
-	e.mu.Unlock()
-	waitFor(t, func() bool { return b.Stats().Running == 2 })
 	e.mu.Lock() // no step runs until both more requests are in
 	queued := submit(t, b, context.Background(), userReq(4, batchPrompts[0]))
 	_, err := b.Submit(context.Background(), BatchRequest{Request: userReq(4, batchPrompts[1])})
