@@ -55,9 +55,9 @@ const MaxThreads = cpu.MaxThreads
 // DefaultPrefillChunk bounds the activations of one prefill step.
 const DefaultPrefillChunk = 256
 
-// MaxPrefillChunk bounds --ubatch-size: the GPU workspace grows with it
-// (engine.WorkspaceBytes), and past a few thousand tokens a larger step
-// gains nothing even for streamed experts.
+// MaxPrefillChunk bounds --ubatch-size: the GPU workspace and the CPU's
+// activations grow with it (engine.WorkspaceBytes), so an absurd value
+// must be refused before anything is sized from it.
 const MaxPrefillChunk = 16384
 
 // Hardware is what Validate needs to know about the machine.
