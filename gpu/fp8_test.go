@@ -41,21 +41,37 @@ func TestFP8DecodeAllCodes(t *testing.T) {
 	}
 	gw, cw := p.weight(gguf.TensorInfo{Name: "token_embd.weight", Dims: []uint64{cols, rows}, Type: gguf.FP8_E4M3}, raw)
 	toks := []int32{0, 1, 2, 3, 2}
-	gd, cd := p.tensor(len(toks), cols, nil)
-	p.g.Embed(gd, gw, toks)
-	p.c.Embed(cd, cw, toks)
-	got, want := make([]float32, len(toks)*cols), make([]float32, len(toks)*cols)
-	p.g.ToHost(gd, got)
-	p.c.ToHost(cd, want)
-	if err := p.g.Err(); err != nil {
-		t.Fatal(err)
-	}
+	got, want := p.embedBoth(gw, cw, toks, cols)
 	for i := range got {
 		g, w := got[i], want[i]
-		if math.IsNaN(float64(w)) != math.IsNaN(float64(g)) || !math.IsNaN(float64(w)) && math.Float32bits(g) != math.Float32bits(w) {
+		if !sameBitsOrNaN(g, w) {
 			t.Fatalf("element %d (code %#02x): GPU %v (%#08x), CPU %v (%#08x)", i, raw[int(toks[i/cols])*cols+i%cols], g, math.Float32bits(g), w, math.Float32bits(w))
 		}
 	}
+}
+
+// embedBoth looks up toks in gw on the GPU and cw on the CPU and returns
+// both results on the host (the GPU's first).
+func (p *pair) embedBoth(gw, cw model.Weight, toks []int32, cols int) (got, want []float32) {
+	p.t.Helper()
+	gd, cd := p.tensor(len(toks), cols, nil)
+	p.g.Embed(gd, gw, toks)
+	p.c.Embed(cd, cw, toks)
+	got, want = make([]float32, len(toks)*cols), make([]float32, len(toks)*cols)
+	p.g.ToHost(gd, got)
+	p.c.ToHost(cd, want)
+	if err := p.g.Err(); err != nil {
+		p.t.Fatal(err)
+	}
+	return got, want
+}
+
+// sameBitsOrNaN: g and w are both NaN (any payload) or the same bits.
+func sameBitsOrNaN(g, w float32) bool {
+	if math.IsNaN(float64(w)) || math.IsNaN(float64(g)) {
+		return math.IsNaN(float64(w)) && math.IsNaN(float64(g))
+	}
+	return math.Float32bits(g) == math.Float32bits(w)
 }
 
 // compareMatMulEmbed runs MatMul on both backends from one row to a

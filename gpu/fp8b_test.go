@@ -63,18 +63,10 @@ func TestFP8B32DecodeAllCodes(t *testing.T) {
 	}
 	gw, cw := p.weight(gguf.TensorInfo{Name: "token_embd.weight", Dims: []uint64{cols, uint64(rows)}, Type: gguf.FP8_E4M3_B32}, raw)
 	toks := []int32{0, 1, 2, 3, 4, 5, 6, 7, 2}
-	gd, cd := p.tensor(len(toks), cols, nil)
-	p.g.Embed(gd, gw, toks)
-	p.c.Embed(cd, cw, toks)
-	got, want := make([]float32, len(toks)*cols), make([]float32, len(toks)*cols)
-	p.g.ToHost(gd, got)
-	p.c.ToHost(cd, want)
-	if err := p.g.Err(); err != nil {
-		t.Fatal(err)
-	}
+	got, want := p.embedBoth(gw, cw, toks, cols)
 	for i := range got {
 		g, w := got[i], want[i]
-		if math.IsNaN(float64(w)) != math.IsNaN(float64(g)) || !math.IsNaN(float64(w)) && math.Float32bits(g) != math.Float32bits(w) {
+		if !sameBitsOrNaN(g, w) {
 			t.Fatalf("element %d (scale %v): GPU %v (%#08x), CPU %v (%#08x)", i, scales[toks[i/cols]], g, math.Float32bits(g), w, math.Float32bits(w))
 		}
 	}
