@@ -70,11 +70,7 @@ run1)
   ;;
 run2)
   stamp "waiting for the llama.cpp build"
-  for _ in $(seq 1 100); do
-    [ -x "$WORK/llama.cpp/build/bin/llama-bench" ] && break
-    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
-    sleep 3
-  done
+  scripts/peer_llamacpp.sh wait
   tail -3 "$WORK/detached.log"
   REPS=${REPS:-2} FTCHAT_BENCH=0 OUT="$OUT" scripts/peer_llamacpp.sh bench
   ;;
@@ -118,11 +114,7 @@ offload2)
   L=/tmp/out/offload2; mkdir -p $L
   model=/tmp/qwen3.6-35b-a3b-Q4_K.gguf
   stamp "waiting for the llama.cpp build"
-  for _ in $(seq 1 100); do
-    [ -x "$WORK/llama.cpp/build/bin/llama-bench" ] && break
-    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
-    sleep 3
-  done
+  scripts/peer_llamacpp.sh wait
   tail -2 "$WORK/detached.log"
   lb=$WORK/llama.cpp/build/bin/llama-bench
   stamp "llama-bench, all on the GPU"

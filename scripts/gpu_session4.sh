@@ -42,17 +42,12 @@ stamp() { echo "[$(date -u +%T)] $*"; }
 GPU_TESTS=${GPU_TESTS:-'TestAttention|TestBackendKV|TestFA|TestKV|TestAllocKV|TestFP8|TestHFFP8|TestFP8B32DecodeAllCodes|TestFP8B32MatMul|TestMoEFP8B32|TestHFBlockFP8ModelGPUvsCPU|TestHFMixedModelGPUvsCPU|TestTypesCoverCPU|TestKernelModules|TestMoEKernelModules|TestDeviceSampling|TestSample|TestTopKPasses|TestHostExpertModel|TestHostMoEMatchesCPU'}
 ENGINE_TESTS=${ENGINE_TESTS:-'GPU|Placement'}
 
-wait_llama() {
-  for _ in $(seq 1 "${1:-100}"); do
-    [ -x "$LB" ] && return 0
-    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
-    sleep 3
-  done
-  [ -x "$LB" ]
-}
+wait_llama() { TRIES=${1:-100} scripts/peer_llamacpp.sh wait; }
+# unpack: this call's binaries into $B, replacing those of an earlier
+# call on the same warm machine (a rebuilt bundle must not run stale ones).
 unpack() {
   mkdir -p $B
-  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); [ -x "$B/$n" ] || { xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; }; done
+  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
 }
 # speed MODEL_ARGS... : ftchat bench speed with the log's noise (progress) removed
 speed() { timeout "${T:-120}" $B/ftchat bench speed "$@" 2>&1 | grep -v '…'; }
@@ -61,8 +56,8 @@ case ${1:-} in
 retest)
   # The tests that failed in the first call, after their fixes, and the
   # engine tests that need the default model (a SmolLM2-shaped file here).
-  L=/tmp/out/retest; mkdir -p $L $B
-  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
+  L=/tmp/out/retest; mkdir -p $L
+  unpack
   [ -x "$LB" ] || JOBS=${JOBS:-8} DETACH=1 scripts/peer_llamacpp.sh build # for a later long call
   ( [ -s $NV ] || $B/ftchat dev gen-model --preset qwen3.6-35b-a3b --type NVFP4 -o $NV; echo done ) >/tmp/gen.log 2>&1 &
   [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1

@@ -38,14 +38,7 @@ NEWPATHS=${NEWPATHS:-FTCHAT_DEVICE_SAMPLING=1 FTCHAT_MOEV=2 FTCHAT_FUSE=1 FTCHAT
 OLDPATHS=${OLDPATHS:-FTCHAT_DEVICE_SAMPLING=0 FTCHAT_MOEV=1 FTCHAT_FUSE=0 FTCHAT_PREFILL_ATTN=old}
 NEWTESTS='TestDeviceSampling|TestSampleKernelModule|TestTopKPasses|TestMoE|TestRMSNormVariants|TestAddRMSNorm|TestNorms|TestHostExpert|TestHostMoEMatchesCPU|TestSplitCPUSlots|TestFP8|TestHFMixedModelGPUvsCPU|'"${FA_TESTS:-TestAttention|TestFASmem|TestBatchMetaFA|TestKV}"
 
-wait_llama() {
-  for _ in $(seq 1 "${1:-100}"); do
-    [ -x "$LB" ] && return 0
-    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
-    sleep 3
-  done
-  [ -x "$LB" ]
-}
+wait_llama() { TRIES=${1:-100} scripts/peer_llamacpp.sh wait; }
 
 case ${1:-} in
 tests)

@@ -6,7 +6,7 @@
 # .gpu-peer/llama.cpp.tar.xz, ~2 MB) and .gpu (scripts/gpu_bundle.sh with
 # BUNDLE=ftchat makes .gpu/ftchat). Run from the repo root:
 #
-#   scripts/peer_llamacpp.sh [all|build|models|bench|status]      (default all)
+#   scripts/peer_llamacpp.sh [all|build|models|bench|status|wait]  (default all; wait: TRIES=N x 3 s for a detached build)
 #
 #   build   unpack the tarball into $WORK and build llama-bench with
 #           -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH -DLLAMA_CURL=OFF (skipped
@@ -158,6 +158,18 @@ run_steps() {
   esac
 }
 
+if [ "$STEP" = wait ]; then
+  # Wait (up to TRIES x 3 s, default 100) for a detached build's llama-bench;
+  # stops early when the detached run has ended. Exit 0 when it is there.
+  LB=$WORK/llama.cpp/build/bin/llama-bench
+  for _ in $(seq 1 "${TRIES:-100}"); do
+    [ -x "$LB" ] && exit 0
+    kill -0 "$(cat "$WORK/detached.pid" 2>/dev/null)" 2>/dev/null || break
+    sleep 3
+  done
+  [ -x "$LB" ]
+  exit
+fi
 if [ "$STEP" = status ]; then
   [ -f "$WORK/detached.pid" ] && { kill -0 "$(cat "$WORK/detached.pid")" 2>/dev/null && echo "detached run $(cat "$WORK/detached.pid") running" || echo "detached run finished"; }
   tail -20 "$WORK/detached.log" 2>/dev/null
