@@ -48,34 +48,7 @@ func dequantAll(t *testing.T, typ gguf.Type, raw []byte, n int) []float32 {
 // kernels factor each block's scale out, so they round differently), over
 // rows of 1 to 67 blocks, and checks a NaN code makes the dot NaN.
 func TestFP8B32Kernels(t *testing.T) {
-	r := rand.New(rand.NewPCG(8, 44))
-	impls := map[string]rowKernel{"go": kernels[gguf.FP8_E4M3_B32]}
-	if k, ok := fastKernels[gguf.FP8_E4M3_B32]; ok {
-		impls["avx2"] = k
-	}
-	for _, nb := range []int{1, 2, 3, 8, 67} {
-		cols := nb * 32
-		raw := randFP8B32(r, 1, cols)
-		deq := dequantAll(t, gguf.FP8_E4M3_B32, raw, cols)
-		x := randVec(r, cols, 1)
-		var want, scale float64
-		for i := range x {
-			p := float64(deq[i]) * float64(x[i])
-			want += p
-			scale += math.Abs(p)
-		}
-		for name, k := range impls {
-			closeTo(t, fmt.Sprintf("%s/%d blocks", name, nb), k(raw, x, nil), want, scale, 2e-6)
-			nan := append([]byte(nil), raw...)
-			nan[len(nan)-1] = 0xFF
-			if v := k(nan, x, nil); !math.IsNaN(float64(v)) {
-				t.Errorf("%s/%d blocks: NaN code gave %v", name, nb, v)
-			}
-		}
-	}
-	if !hasAVX2 {
-		t.Log("no AVX2+FMA on this CPU: only the portable kernel ran")
-	}
+	checkRowKernels(t, gguf.FP8_E4M3_B32, rand.New(rand.NewPCG(8, 44)), func(r *rand.Rand, cols int) []byte { return randFP8B32(r, 1, cols) })
 }
 
 // TestFP8B32MatchesF32: an FP8_E4M3_B32 weight through the backend's
