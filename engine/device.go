@@ -40,10 +40,11 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// steps of 9..N-1 rows on the GEMV (issue 14).
 	// FTCHAT_GEMM_SPLITK=1 splits the k dimension of the small-batch GEMM
 	// (gpu.BackendOptions.GEMMSplitK; its 16 MiB workspace comes out of
-	// the GPUHeadroom reserve).
+	// the GPUHeadroom reserve). FTCHAT_GEMM_SKINNY=0 turns off the skinny
+	// GEMM that takes 9..32 rows by default (it shares that workspace).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
-		GEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "1"})
+		GEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "1", NoSkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "0"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

@@ -42,6 +42,10 @@ type BackendOptions struct {
 	// them in a fixed order (deterministic). Off by default until timed
 	// (FTCHAT_GEMM_SPLITK=1 in the engine).
 	GEMMSplitK bool
+	// NoSkinnyGEMM turns off the skinny tensor-core GEMM (gemmt.go) that
+	// MatMul uses for GEMMMinTokens..32 rows, leaving those to the tile
+	// GEMM (also FTCHAT_GEMM_SKINNY=0 in the engine).
+	NoSkinnyGEMM bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -694,6 +698,11 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
 	}
 	if n >= b.opts.GEMMMinTokens {
+		if b.useGemmt(n) { // gemmt.go
+			if done, err := b.gemmt(c, y, x, n, w, suf); done || err != nil {
+				return err
+			}
+		}
 		if b.opts.GEMMSplitK {
 			if done, err := b.gemmSplitK(c, y, x, n, w, suf); done || err != nil {
 				return err
@@ -774,16 +783,8 @@ func gemmSplits(n, rows, cols, sms int) (splits, kSteps int) {
 // not be had (then split-K stays off for this backend).
 func (b *Backend) gemmSplitK(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
 	splits, kSteps := gemmSplits(n, w.rows, w.cols, c.Device().Info().SMs)
-	if splits < 2 || b.splitWSErr != nil {
+	if splits < 2 || !b.splitWorkspace(c) {
 		return false, nil
-	}
-	if b.splitWS.Ptr == 0 {
-		// A plain allocation (no stream operation), so also fine while a
-		// step is recorded; the address then stays fixed for every graph.
-		if b.splitWS, err = c.Alloc(gemmSplitMax, "split-K GEMM workspace"); err != nil {
-			b.splitWS, b.splitWSErr = Buffer{}, err
-			return false, nil
-		}
 	}
 	if err := b.launch(c, "gemms_"+suf, Dim3{X: cdiv(w.rows, 64), Y: cdiv(n, 64), Z: splits}, Dim3{X: 128},
 		w.raw, w.rowBytes, w.rows, w.cols, x, b.splitWS, n, kSteps); err != nil {
@@ -791,6 +792,26 @@ func (b *Backend) gemmSplitK(c *Ctx, y, x DevicePtr, n int, w *Weight, suf strin
 	}
 	count := int64(n) * int64(w.rows)
 	return true, b.launch(c, "gemm_reduce_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256}, b.splitWS, y, count, splits)
+}
+
+// splitWorkspace allocates the split-K partials' workspace at first use
+// and reports whether it is there; once an allocation fails, split-K
+// stays off for this backend.
+func (b *Backend) splitWorkspace(c *Ctx) bool {
+	if b.splitWS.Ptr != 0 {
+		return true
+	}
+	if b.splitWSErr != nil {
+		return false
+	}
+	// A plain allocation (no stream operation), so also fine while a step
+	// is recorded; the address then stays fixed for every graph.
+	var err error
+	if b.splitWS, err = c.Alloc(gemmSplitMax, "split-K GEMM workspace"); err != nil {
+		b.splitWS, b.splitWSErr = Buffer{}, err
+		return false
+	}
+	return true
 }
 
 func (b *Backend) useWholeX() bool {

@@ -56,6 +56,8 @@ func TestMatMulSplitK(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	defer setSplitK(t, g, false)
+	setSkinny(t, g, false) // 9..32 rows would take the skinny GEMM (gemmt_test.go)
+	defer setSkinny(t, g, true)
 	sms := g.dev.Info().SMs
 	before, err := g.GraphStats()
 	if err != nil {

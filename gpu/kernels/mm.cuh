@@ -578,3 +578,4 @@ __device__ void embedf_body(const uint8_t* table, long long rowBytes, int vocab,
 #if MM_FLOAT
 EMBEDF_KERNEL(MM_T, MM_NAME)
 #endif
+#include "gemmt.cuh"
