@@ -229,7 +229,7 @@ func (b *Backend) trim(c *Ctx) {
 
 // typedKernels are the kernel families built once per weight type (mm.cuh),
 // named <prefix><type suffix> and living in module mm_<type suffix>.
-var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
+var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, sample for the sampling kernels, ops for the rest.
