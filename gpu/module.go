@@ -10,14 +10,15 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ftchat/ftchat/gpu/internal/ptxgz"
 	"github.com/ftchat/ftchat/internal/safefile"
 )
 
-// kernelFS holds gpu/kernels: the CUDA C sources and the PTX generated from
-// them (go generate ./gpu/...), one PTX per source and target:
-// <name>_sm80.ptx (compute_80) and <name>_sm89.ptx (compute_89).
+// kernelFS holds the PTX generated from gpu/kernels/*.cu (go generate
+// ./gpu/...), gzip-compressed, one file per source and target:
+// <name>_sm80.ptx.gz (compute_80), <name>_sm89.ptx.gz (compute_89), ...
 //
-//go:embed kernels
+//go:embed kernels/*.ptx.gz
 var kernelFS embed.FS
 
 // ptxTargets lists the PTX flavours for a compute capability, best first:
@@ -36,9 +37,10 @@ func ptxTargets(arch int) ([]string, error) {
 	return nil, fmt.Errorf("%w: sm_%d is older than sm_80 (Ampere)", ErrUnsupported, arch)
 }
 
-// KernelPTX returns the embedded PTX of module name for arch, NUL-terminated
-// as cuModuleLoadData requires. When FTCHAT_PTX_DIR names a directory that
-// holds <name>_<target>.ptx, that file is used instead (kernel tuning runs).
+// KernelPTX returns the embedded PTX of module name for arch, decompressed
+// and NUL-terminated as cuModuleLoadData requires. When FTCHAT_PTX_DIR names
+// a directory that holds <name>_<target>.ptx (or .ptx.gz), that file is used
+// instead (kernel tuning runs).
 func KernelPTX(name string, arch int) ([]byte, error) {
 	ts, err := ptxTargets(arch)
 	if err != nil {
@@ -46,23 +48,37 @@ func KernelPTX(name string, arch int) ([]byte, error) {
 	}
 	if dir := os.Getenv("FTCHAT_PTX_DIR"); dir != "" {
 		for _, t := range ts {
-			// safefile: a FIFO or device there must not block or fill memory.
-			b, err := safefile.ReadFile(filepath.Join(dir, name+"_"+t+".ptx"), 64<<20, "FTCHAT_PTX_DIR")
-			if err == nil {
-				return append(b, 0), nil
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
+			for _, ext := range []string{".ptx", ptxgz.Ext} {
+				path := filepath.Join(dir, name+"_"+t+ext)
+				// safefile: a FIFO or device there must not block or fill memory.
+				b, err := safefile.ReadFile(path, ptxgz.MaxSize, "FTCHAT_PTX_DIR")
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				if ext == ".ptx" {
+					return append(b, 0), nil
+				}
+				if b, err = ptxgz.Decode(b, 1); err != nil {
+					return nil, fmt.Errorf("gpu: %s: %w", path, err)
+				}
+				return b, nil
 			}
 		}
 	}
 	for _, t := range ts {
-		b, err := fs.ReadFile(kernelFS, "kernels/"+name+"_"+t+".ptx")
-		if err == nil {
-			out := make([]byte, len(b)+1) // trailing NUL
-			copy(out, b)
-			return out, nil
+		path := "kernels/" + name + "_" + t + ptxgz.Ext
+		gz, err := fs.ReadFile(kernelFS, path)
+		if err != nil {
+			continue
 		}
+		b, err := ptxgz.Decode(gz, 1) // trailing NUL
+		if err != nil {
+			return nil, fmt.Errorf("gpu: embedded %s: %w", path, err)
+		}
+		return b, nil
 	}
 	return nil, fmt.Errorf("gpu: kernel module %q has no embedded PTX for %s (run go generate ./gpu/...)", name, strings.Join(ts, "/"))
 }

@@ -2,16 +2,20 @@ package gpu
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ftchat/ftchat/gpu/internal/ptxgz"
 	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
 
 // TestPTXUpToDate fails when a kernels/*.cu changed without regenerating its
 // PTX: each generated file records the SHA-256 of the source it came from.
+// The PTX is embedded gzip-compressed, so this also proves every module
+// decompresses.
 func TestPTXUpToDate(t *testing.T) {
 	srcs, err := filepath.Glob("kernels/*.cu")
 	if err != nil || len(srcs) == 0 {
@@ -28,10 +32,15 @@ func TestPTXUpToDate(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, suf := range ptxhash.Targets(code) {
-			ptx := filepath.Join("kernels", name+"_"+suf+".ptx")
-			b, err := os.ReadFile(ptx)
+			ptx := filepath.Join("kernels", name+"_"+suf+ptxgz.Ext)
+			gz, err := os.ReadFile(ptx)
 			if err != nil {
 				t.Errorf("%s has no generated %s: run go generate ./gpu/...", src, ptx)
+				continue
+			}
+			b, err := ptxgz.Decode(gz, 0)
+			if err != nil {
+				t.Errorf("%s: %v", ptx, err)
 				continue
 			}
 			if got := ptxhash.Recorded(b); got != want {
@@ -41,6 +50,12 @@ func TestPTXUpToDate(t *testing.T) {
 				t.Errorf("%s does not target sm_%s", ptx, suf[2:])
 			}
 		}
+	}
+	// Only the .ptx.gz files are embedded: a plain .ptx left here (an older
+	// ptxgen, a copied tuning build) would silently not be the one loaded.
+	plain, _ := filepath.Glob("kernels/*.ptx")
+	for _, p := range plain {
+		t.Errorf("%s: kernels/ holds uncompressed PTX, which is not embedded; regenerate with go generate ./gpu/... (writes .ptx.gz)", p)
 	}
 }
 
@@ -62,6 +77,23 @@ func TestKernelPTXTarget(t *testing.T) {
 	}
 	if p[len(p)-1] != 0 {
 		t.Error("PTX handed to the driver must end in a NUL byte")
+	}
+}
+
+// BenchmarkKernelPTX is the cost of handing a module to the driver before
+// the JIT: reading (and, since the PTX is stored compressed, inflating) the
+// largest module.
+func BenchmarkKernelPTX(b *testing.B) {
+	for _, arch := range []int{80, 90} {
+		b.Run(fmt.Sprintf("attention/sm%d", arch), func(b *testing.B) {
+			for b.Loop() {
+				p, err := KernelPTX("attention", arch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(p)))
+			}
+		})
 	}
 }
 

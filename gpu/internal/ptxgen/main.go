@@ -1,7 +1,8 @@
 // Command ptxgen compiles gpu/kernels/*.cu to PTX for compute_80 and
 // compute_89 (and compute_90 where a source asks, see ptxhash.Targets) with nvcc, recording the SHA-256 of each source and the
 // headers it includes (ptxhash) in a header comment, so a test can tell
-// when a .cu or .cuh changed without regenerating.
+// when a .cu or .cuh changed without regenerating. Each PTX is stored
+// gzip-compressed (ptxgz) as <name>_<flavour>.ptx.gz.
 //
 // A source may add nvcc flags with a line "// ptxgen-flags: <flags>"
 // (e.g. --use_fast_math where accuracy allows it).
@@ -10,13 +11,16 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/ftchat/ftchat/gpu/internal/ptxgz"
 	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
 
@@ -71,8 +75,9 @@ func run(dir, only, nvcc string, force bool) error {
 		extra := extraFlags(code)
 		for _, suffix := range ptxhash.Targets(code) {
 			sm := strings.TrimPrefix(suffix, "sm")
-			out := filepath.Join(dir, name+"_"+suffix+".ptx")
-			if old, err := os.ReadFile(out); !force && err == nil && ptxhash.Recorded(old) == hash {
+			plain := filepath.Join(dir, name+"_"+suffix+".ptx")
+			out := plain + ".gz"
+			if !force && recorded(out) == hash {
 				continue
 			}
 			args := []string{"-ptx", "-arch=compute_" + sm, "-O3", "-lineinfo", "-std=c++17",
@@ -96,13 +101,36 @@ func run(dir, only, nvcc string, force bool) error {
 			fmt.Fprintf(&b, "%s%s\n", ptxhash.Prefix, hash)
 			fmt.Fprintf(&b, "// nvcc: %s; flags: %s\n", release, strings.Join(args[:len(args)-3], " "))
 			b.Write(ptx)
-			if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
+			gz, err := ptxgz.Encode(b.Bytes())
+			if err != nil {
 				return err
 			}
-			fmt.Printf("ptxgen: %s (%d bytes)\n", out, b.Len())
+			if err := os.WriteFile(out, gz, 0o644); err != nil {
+				return err
+			}
+			// An uncompressed copy from before ptxgz would sit in the embed
+			// beside it; the .ptx.gz is the one the loader reads.
+			if err := os.Remove(plain); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			fmt.Printf("ptxgen: %s (%d bytes, %d compressed)\n", out, b.Len(), len(gz))
 		}
 	}
 	return nil
+}
+
+// recorded is the source hash in the header of the compressed PTX at path,
+// "" when there is none (missing, unreadable or corrupt: rebuild).
+func recorded(path string) string {
+	gz, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	ptx, err := ptxgz.Decode(gz, 0)
+	if err != nil {
+		return ""
+	}
+	return ptxhash.Recorded(ptx)
 }
 
 func lastLine(s string) string {
