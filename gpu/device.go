@@ -18,8 +18,10 @@ var (
 	ErrOutOfMemory = errors.New("GPU out of memory")
 )
 
-// MinComputeCapability is the oldest GPU generation the kernels target (Ampere).
-const MinComputeCapability = 80
+// MinComputeCapability is the oldest GPU generation the kernels target:
+// Turing (sm_75) runs the fp16-compute PTX flavour (compute.go), Ampere
+// and newer the bf16 ones as well.
+const MinComputeCapability = 75
 
 // Info describes one CUDA device.
 type Info struct {
@@ -50,6 +52,9 @@ type Options struct {
 	// 0 means the device's free memory at open; a budget above that is
 	// clamped to it, since the driver could not honour it anyway.
 	MemoryBudget int64
+	// Compute is the tensor-core operand type (--compute-dtype): it picks
+	// the PTX flavour every module of the device loads (ptxTargets).
+	Compute ComputeDType
 }
 
 // Device is one opened CUDA device. A CUDA context is current on one OS
@@ -78,10 +83,13 @@ type Ctx struct {
 	params unsafe.Pointer // pinned host arena for cuLaunchKernel's void** params
 	allocs map[DevicePtr]int64
 	mods   map[string]uintptr
-	funcs  map[string]*Function
-	rec    recorder  // decode steps as CUDA graphs (graph.go)
-	prof   *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
-	d2h    pinnedD2H // staging of device-to-host copies (copy_pinned.go)
+	// targets are the PTX flavours the modules load (ptxTargets of the
+	// device's arch and Options.Compute), fixed at open.
+	targets []string
+	funcs   map[string]*Function
+	rec     recorder  // decode steps as CUDA graphs (graph.go)
+	prof    *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
+	d2h     pinnedD2H // staging of device-to-host copies (copy_pinned.go)
 }
 
 // DevicePtr is a device address.
@@ -150,7 +158,11 @@ func newCtx(d *Device, opts Options) (*Ctx, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Ctx{d: d, drv: drv, allocs: map[DevicePtr]int64{}, mods: map[string]uintptr{}, funcs: map[string]*Function{}}
+	targets, err := deviceTargets(d.info.Arch(), opts.Compute)
+	if err != nil {
+		return nil, err
+	}
+	c := &Ctx{d: d, drv: drv, allocs: map[DevicePtr]int64{}, mods: map[string]uintptr{}, funcs: map[string]*Function{}, targets: targets}
 	if profileEnabled() {
 		c.prof = newProfiler()
 	}

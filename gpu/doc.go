@@ -11,7 +11,8 @@
 // splits a budget into weights, workspace and a KV pool of whole pages.
 //
 // Kernels: CUDA C in kernels/*.cu, compiled by `go generate ./gpu/...`
-// (nvcc 11.8) to PTX for compute_80 and compute_89 (and compute_90 for
+// (nvcc 11.8) to PTX for compute_75 (fp16 compute, compute.go),
+// compute_80 and compute_89 (and compute_90 for
 // sources that ask, see internal/ptxhash.Targets: the attention module,
 // whose FP8 path needs the sm_90 cvt), embedded, and loaded with
 // cuModuleLoadDataEx; PTX ISA 7.8 needs driver R520 or newer. Modules:

@@ -21,31 +21,22 @@ import (
 //go:embed kernels/*.ptx.gz
 var kernelFS embed.FS
 
-// ptxTargets lists the PTX flavours for a compute capability, best first:
-// compute_90 (modules that have it: the FP8 cvt), then compute_89 on sm_90
-// and newer; compute_89 on sm_89; compute_80 on sm_80..88 (FP8 decoded
-// with integer ops).
-func ptxTargets(arch int) ([]string, error) {
-	switch {
-	case arch >= 90:
-		return []string{"sm90", "sm89"}, nil
-	case arch >= 89:
-		return []string{"sm89"}, nil
-	case arch >= MinComputeCapability:
-		return []string{"sm80"}, nil
-	}
-	return nil, fmt.Errorf("%w: sm_%d is older than sm_80 (Ampere)", ErrUnsupported, arch)
-}
-
-// KernelPTX returns the embedded PTX of module name for arch, decompressed
-// and NUL-terminated as cuModuleLoadData requires. When FTCHAT_PTX_DIR names
-// a directory that holds <name>_<target>.ptx (or .ptx.gz), that file is used
-// instead (kernel tuning runs).
+// KernelPTX returns the embedded PTX of module name for arch with the
+// default compute dtype (the flavours of ptxTargets, FTCHAT_PTX_FLAVOUR
+// included), decompressed and NUL-terminated as cuModuleLoadData requires.
 func KernelPTX(name string, arch int) ([]byte, error) {
-	ts, err := ptxTargets(arch)
+	ts, err := deviceTargets(arch, ComputeAuto)
 	if err != nil {
 		return nil, err
 	}
+	return targetPTX(name, ts)
+}
+
+// targetPTX returns the PTX of the first of the flavours ts that module
+// name has. When FTCHAT_PTX_DIR names a directory that holds
+// <name>_<target>.ptx (or .ptx.gz), that file is used instead (kernel
+// tuning runs).
+func targetPTX(name string, ts []string) ([]byte, error) {
 	if dir := os.Getenv("FTCHAT_PTX_DIR"); dir != "" {
 		for _, t := range ts {
 			for _, ext := range []string{".ptx", ptxgz.Ext} {
@@ -89,7 +80,7 @@ func (c *Ctx) Module(name string) (uintptr, error) {
 	if m, ok := c.mods[name]; ok {
 		return m, nil
 	}
-	ptx, err := KernelPTX(name, c.d.info.Arch())
+	ptx, err := targetPTX(name, c.targets)
 	if err != nil {
 		return 0, err
 	}

@@ -57,7 +57,7 @@ func Probe(ordinal int) (Info, error) {
 	}
 	info.TotalMem = int64(total)
 	if info.Arch() < MinComputeCapability {
-		return info, fmt.Errorf("%w: cuda:%d %s has compute capability %d.%d; ftchat's CUDA kernels need 8.0 (Ampere) or newer: use --device cpu",
+		return info, fmt.Errorf("%w: cuda:%d %s has compute capability %d.%d; ftchat's CUDA kernels need 7.5 (Turing) or newer: use --device cpu",
 			ErrUnsupported, ordinal, info.Name, info.Major, info.Minor)
 	}
 	free, err := probeFree(d, dev)

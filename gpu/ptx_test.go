@@ -59,16 +59,53 @@ func TestPTXUpToDate(t *testing.T) {
 	}
 }
 
+// TestKernelPTXTarget is the flavour selection: compute capability x
+// --compute-dtype x FTCHAT_PTX_FLAVOUR -> the flavours loaded, best first.
 func TestKernelPTXTarget(t *testing.T) {
 	for _, tc := range []struct {
-		arch    int
-		want    string
-		wantErr bool
-	}{{75, "", true}, {80, "sm80", false}, {86, "sm80", false}, {89, "sm89", false}, {90, "sm90 sm89", false}, {120, "sm90 sm89", false}} {
-		ts, err := ptxTargets(tc.arch)
+		arch  int
+		cd    ComputeDType
+		force string
+		want  string // flavours, or a substring of the error
+		err   bool
+	}{
+		{70, ComputeAuto, "", "older than sm_75", true},
+		{75, ComputeAuto, "", "sm75", false},
+		{75, ComputeF16, "", "sm75", false},
+		{75, ComputeBF16, "", "--compute-dtype bf16 needs sm_80", true},
+		{80, ComputeAuto, "", "sm80", false},
+		{80, ComputeBF16, "", "sm80", false},
+		{80, ComputeF16, "", "sm75", false},
+		{86, ComputeAuto, "", "sm80", false},
+		{86, ComputeF16, "", "sm75", false},
+		{89, ComputeAuto, "", "sm89", false},
+		{89, ComputeF16, "", "sm75", false},
+		{90, ComputeAuto, "", "sm90 sm89", false},
+		{90, ComputeF16, "", "sm75", false},
+		{120, ComputeBF16, "", "sm90 sm89", false},
+		{90, ComputeAuto, "sm75", "sm75", false},
+		{90, ComputeF16, "sm75", "sm75", false},
+		{90, ComputeAuto, "sm80", "sm80", false},
+		{90, ComputeAuto, "sm89", "sm89", false},
+		{80, ComputeAuto, "sm89", "needs sm_89 or newer", true},
+		{90, ComputeBF16, "sm75", "cannot run --compute-dtype bf16", true},
+		{90, ComputeF16, "sm80", "--compute-dtype fp16 needs sm75", true},
+		{90, ComputeAuto, "sm70", "supported values are sm75, sm80, sm89 and sm90", true},
+		{90, ComputeAuto, "75", "supported values are sm75", true},
+	} {
+		ts, err := ptxTargets(tc.arch, tc.cd, tc.force)
 		got := strings.Join(ts, " ")
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ptxTargets(%d) = %q, %v; want %q (error %v)", tc.arch, got, err, tc.want, tc.wantErr)
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ptxTargets(%d, %v, %q) = %q, %v; want an error mentioning %q", tc.arch, tc.cd, tc.force, got, err, tc.want)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ptxTargets(%d, %v, %q) = %q, %v; want %q", tc.arch, tc.cd, tc.force, got, err, tc.want)
+		}
+		if want := map[bool]ComputeDType{true: ComputeF16, false: ComputeBF16}[got == "sm75"]; targetsCompute(ts) != want {
+			t.Errorf("targetsCompute(%q) = %v, want %v", got, targetsCompute(ts), want)
 		}
 	}
 	p, err := KernelPTX("ops", 90)
@@ -77,6 +114,59 @@ func TestKernelPTXTarget(t *testing.T) {
 	}
 	if p[len(p)-1] != 0 {
 		t.Error("PTX handed to the driver must end in a NUL byte")
+	}
+}
+
+// TestParseComputeDType: the flag's values, and one error naming them.
+func TestParseComputeDType(t *testing.T) {
+	for in, want := range map[string]ComputeDType{"": ComputeAuto, "auto": ComputeAuto, "bf16": ComputeBF16, "BF16": ComputeBF16, "fp16": ComputeF16, " f16 ": ComputeF16} {
+		got, err := ParseComputeDType(in)
+		if err != nil || got != want {
+			t.Errorf("ParseComputeDType(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"fp32", "fp8", "half", "bf16,fp16"} {
+		_, err := ParseComputeDType(in)
+		if err == nil {
+			t.Errorf("ParseComputeDType(%q): no error", in)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "--compute-dtype \""+in+"\"") || !strings.Contains(msg, "auto") || !strings.Contains(msg, "bf16 and fp16") {
+			t.Errorf("ParseComputeDType(%q): error %q does not name the value and the allowed ones", in, msg)
+		}
+	}
+}
+
+// TestSM75PTXIsFP16 checks, without a GPU, that the sm75 flavour of the
+// tensor-core modules is what fp16 compute promises: fp16 MMAs only (no
+// bf16 one, no m16n8k16 one Turing lacks), no cp.async or redux.sync, and
+// the default flavours keep their bf16 MMAs.
+func TestSM75PTXIsFP16(t *testing.T) {
+	for _, mod := range []string{"mm_q4_k", "mm_bf16", "mm_f16", "moe_q4_k", "moe_q8_0", "attention", "moe"} {
+		p, err := KernelPTX(mod, 75)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(p, []byte(".target sm_75")) {
+			t.Errorf("%s sm75: not compute_75 PTX", mod)
+		}
+		for _, bad := range []string{".bf16", "m16n8k16", "cp.async", "redux.sync", "e4m3x2"} {
+			if bytes.Contains(p, []byte(bad)) {
+				t.Errorf("%s sm75 PTX contains %q, which sm_75 cannot run", mod, bad)
+			}
+		}
+		if mod != "moe" && !bytes.Contains(p, []byte("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32")) {
+			t.Errorf("%s sm75 PTX has no fp16 m16n8k8 MMA", mod)
+		}
+		if mod == "mm_q4_k" || mod == "moe_q4_k" {
+			p80, err := KernelPTX(mod, 80)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(p80, []byte("m16n8k16.row.col.f32.bf16.bf16.f32")) {
+				t.Errorf("%s sm80 PTX lost its bf16 MMA", mod)
+			}
+		}
 	}
 }
 
@@ -99,7 +189,7 @@ func BenchmarkKernelPTX(b *testing.B) {
 
 // TestKernelModules checks, without a GPU, that every kernel the backend
 // launches is an entry of the embedded module kernelModule names, for
-// both PTX targets.
+// the sm75, sm80 and sm90 PTX targets.
 func TestKernelModules(t *testing.T) {
 	names := []string{"rmsnorm", "head_rmsnorm", "rope", "swiglu", "add", "add_bias", "argmax_rows", "moe_route", "moe_combine", "fill_u32"}
 	for _, typ := range SupportedTypes() {
@@ -111,7 +201,7 @@ func TestKernelModules(t *testing.T) {
 			names = append(names, p+suf)
 		}
 	}
-	for _, arch := range []int{80, 90} {
+	for _, arch := range []int{75, 80, 90} {
 		for _, n := range names {
 			mod := kernelModule(n)
 			ptx, err := KernelPTX(mod, arch)

@@ -32,6 +32,15 @@
 // dynamic scales [page][kv_head][slot] float32, static scales [kv_head].
 // Accuracy-critical: no --use_fast_math.
 //
+// fp16 compute (FT_COMPUTE_F16, the compute_75 PTX: Turing has no bf16
+// MMA): every MMA takes fp16 operands. bf16 pages are converted to fp16 in
+// registers (exact for |x| in [2^-14, 65504], clamped to +-65504 above),
+// FP8 pages are widened to fp16 by bit placement, q is scaled per row as
+// for fp16 pages (its largest element into [2^13, 2^14); the scores are
+// float32 accumulators, so they never pass through fp16) and FP8 V scales
+// are kept in fp16's range by a power of two. Before sm_80 an m16n8k16
+// MMA is two m16n8k8 ones and cp.async is a plain load and shared store.
+//
 // ptxgen-targets: sm90
 #include <cstdint>
 
@@ -64,8 +73,11 @@
 // default where the cvt exists (the compute_90 PTX): on the H200 it took
 // fp8 decode from 0.89-0.93x to 0.79-0.81x of the bf16 time (Llama shapes);
 // without the cvt (integer placement into fp16) it was slower than bf16's.
+#ifndef FT_COMPUTE_F16
+#define FT_COMPUTE_F16 0
+#endif
 #ifndef ATTN_FP8_F16
-#define ATTN_FP8_F16 (FTCHAT_SM >= 90)
+#define ATTN_FP8_F16 (FTCHAT_SM >= 90 || FT_COMPUTE_F16)
 #endif
 
 namespace {
@@ -83,16 +95,22 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
 template <bool F16>
 __device__ __forceinline__ uint32_t pack16(float lo, float hi) {
     uint32_t d;
-    if (F16)
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    else
+    if constexpr (!F16)
         asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#if __CUDA_ARCH__ >= 800
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+    else  // no f16x2 cvt before sm_80
+        asm("{ .reg .b16 l, h; cvt.rn.f16.f32 l, %1; cvt.rn.f16.f32 h, %2; mov.b32 %0, {l, h}; }"
+            : "=r"(d) : "f"(lo), "f"(hi));
+#endif
     return d;
 }
 
 template <bool F16>
 __device__ __forceinline__ float lo16(uint32_t w) {
-    if (F16) {
+    if constexpr (F16) {
         float f;
         asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(w));
         return f;
@@ -102,7 +120,7 @@ __device__ __forceinline__ float lo16(uint32_t w) {
 
 template <bool F16>
 __device__ __forceinline__ float hi16(uint32_t w) {
-    if (F16) {
+    if constexpr (F16) {
         float f;
         asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(w));
         return f;
@@ -119,10 +137,21 @@ __device__ __forceinline__ void split16(float x0, float x1, uint32_t& hi, uint32
 
 template <bool F16>
 __device__ __forceinline__ void mma(float (&c)[4], uint4 a, uint32_t b0, uint32_t b1) {
-    if (F16)
+#if __CUDA_ARCH__ >= 800
+    if constexpr (F16)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+#else
+    if constexpr (F16) {  // the k halves of the k16 fragments, one m16n8k8 each
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a.x), "r"(a.y), "r"(b0));
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a.z), "r"(a.w), "r"(b1));
+    }
+#endif
     else
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -172,6 +201,16 @@ __device__ __forceinline__ uint32_t fp8x2h(uint32_t w) {
     return d;
 }
 
+// bf2h turns a bf16x2 word into the f16x2 of the same values (exact in
+// fp16's normal range; magnitudes above 65504 are clamped to it, NaN stays
+// NaN): bf16 pages on the fp16 MMAs of the fp16-compute flavour.
+__device__ __forceinline__ uint32_t bf2h(uint32_t w) {
+    float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+    lo = fabsf(lo) > 65504.f ? copysignf(65504.f, lo) : lo;
+    hi = fabsf(hi) > 65504.f ? copysignf(65504.f, hi) : hi;
+    return pack16<true>(lo, hi);
+}
+
 // ldchunk loads NB bytes (NB a multiple of 2, the address aligned to the
 // largest power of two <= 16 dividing NB) into words, read-only path.
 template <int NB>
@@ -209,10 +248,13 @@ __device__ __forceinline__ void zchunk(uint32_t (&w)[(NB + 3) / 4]) {
 // kfrag: B operand (dims 4kk..4kk+3 of the thread's K chunk) of QK k-tile kk.
 template <int T, bool H>
 __device__ __forceinline__ void kfrag(const uint32_t* w, int kk, uint32_t& b0, uint32_t& b1) {
-    if (T == KV_BF16 || T == KV_F16) {
+    if constexpr (T == KV_BF16 && H) {
+        b0 = bf2h(w[2 * kk]);
+        b1 = bf2h(w[2 * kk + 1]);
+    } else if constexpr (T == KV_BF16 || T == KV_F16) {
         b0 = w[2 * kk];
         b1 = w[2 * kk + 1];
-    } else if (H) {
+    } else if constexpr (H) {
         const uint32_t x = w[kk];
         b0 = fp8x2h<T>(x);        // codes 0,1
         b1 = fp8x2h<T, true>(x);  // codes 2,3
@@ -227,9 +269,11 @@ __device__ __forceinline__ void kfrag(const uint32_t* w, int kk, uint32_t& b0, u
 // token pair (a, b).
 template <int T, bool H>
 __device__ __forceinline__ uint32_t vfrag(const uint32_t* wa, const uint32_t* wb, int j) {
-    if (T == KV_BF16 || T == KV_F16) {
+    if constexpr (T == KV_BF16 && H) {
+        return bf2h(prmt(wa[j >> 1], wb[j >> 1], (j & 1) ? 0x7632u : 0x5410u));
+    } else if constexpr (T == KV_BF16 || T == KV_F16) {
         return prmt(wa[j >> 1], wb[j >> 1], (j & 1) ? 0x7632u : 0x5410u);
-    } else if (H) {
+    } else if constexpr (H) {
         const uint32_t k = j & 3;
         return fp8x2h<T>(prmt(wa[j >> 2], wb[j >> 2], ((4u + k) << 4) | k));  // byte k of a, of b
     } else {
@@ -264,8 +308,8 @@ __device__ __forceinline__ void attn_body(
     constexpr bool FK = TK == KV_E4M3 || TK == KV_E5M2;  // K in FP8 (K scales)
     constexpr bool FV = TV == KV_E4M3 || TV == KV_E5M2;  // V in FP8 (V scales)
     constexpr bool FP8 = FK || FV;                        // the tuning knobs' FP8 values
-    constexpr bool HK = TK == KV_F16 || (FK && ATTN_FP8_F16);  // fp16 QK^T MMAs
-    constexpr bool HV = TV == KV_F16 || (FV && ATTN_FP8_F16);  // fp16 PV MMAs
+    constexpr bool HK = FT_COMPUTE_F16 || TK == KV_F16 || (FK && ATTN_FP8_F16);  // fp16 QK^T MMAs
+    constexpr bool HV = FT_COMPUTE_F16 || TV == KV_F16 || (FV && ATTN_FP8_F16);  // fp16 PV MMAs
     constexpr int EK = FK ? 1 : 2, EV = FV ? 1 : 2;
     constexpr int KT = D / 16;      // k-tiles of QK^T
     constexpr int NTV = D / 8;      // n-tiles of PV
@@ -645,6 +689,7 @@ __host__ __device__ constexpr int faSmemFixed() {
 
 __device__ __forceinline__ uint32_t smaddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+#if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -654,6 +699,20 @@ __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cpCommit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cpWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+#else
+// No cp.async before sm_80: a load and a shared store, complete when the
+// copy returns (the barrier after cpWait still orders them for the CTA).
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool valid) {
+    const uint4 v = valid ? __ldg((const uint4*)src) : make_uint4(0u, 0u, 0u, 0u);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(__ldg((const unsigned int*)src)));
+}
+__device__ __forceinline__ void cpCommit() {}
+template <int N>
+__device__ __forceinline__ void cpWait() {}
+#endif
 
 __device__ __forceinline__ void ldm4(uint32_t a, uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -667,7 +726,9 @@ __device__ __forceinline__ void ldm4t(uint32_t a, uint32_t& d0, uint32_t& d1, ui
 }  // namespace
 
 // TK, TV: the dtypes of the K and the V pages (an FP8 half is widened to
-// bf16; a 16-bit half is used as it arrives, each with its MMA flavour).
+// bf16, to fp16 under FT_COMPUTE_F16; a 16-bit half is used as it
+// arrives, each with its MMA flavour, a bf16 one converted to fp16 after
+// ldmatrix under FT_COMPUTE_F16).
 template <int TK, int TV, int D>
 __device__ __forceinline__ void attn_fa_body(
     const float* __restrict__ q, float* __restrict__ out, float* __restrict__ part,
@@ -678,8 +739,15 @@ __device__ __forceinline__ void attn_fa_body(
     constexpr bool FK = TK == KV_E4M3 || TK == KV_E5M2;  // K in FP8 (K scales)
     constexpr bool FV = TV == KV_E4M3 || TV == KV_E5M2;  // V in FP8 (V scales)
     constexpr bool FP8 = FK || FV;
-    constexpr bool HK = TK == KV_F16;  // fp16 QK^T MMAs; FP8 is widened to bf16
-    constexpr bool HV = TV == KV_F16;  // fp16 PV MMAs
+    constexpr bool HK = FT_COMPUTE_F16 || TK == KV_F16;  // fp16 QK^T MMAs; FP8 is widened to bf16 (fp16 under FT_COMPUTE_F16)
+    constexpr bool HV = FT_COMPUTE_F16 || TV == KV_F16;  // fp16 PV MMAs
+    constexpr bool K2H = FT_COMPUTE_F16 && TK == KV_BF16;  // bf16 K fragments converted to fp16
+    constexpr bool V2H = FT_COMPUTE_F16 && TV == KV_BF16;  // and V
+    // FP8 V on fp16 PV MMAs: p * v_scale is kept in fp16's range by a
+    // power of two that follows the largest v scale seen, as in attn_body.
+    constexpr bool VS = FV && HV;
+    constexpr int VSHIFT = 14;
+    int vexp = 30;
     constexpr int EK = FK ? 1 : 2, EV = FV ? 1 : 2;
     constexpr int NW = FK + FV;  // FP8 halves: raw stages, widened once per tile
     constexpr int ND = 2 - NW;   // 16-bit halves: two stages of tiles
@@ -874,8 +942,13 @@ __device__ __forceinline__ void attn_fa_body(
                 const int kr = rem / (D / 4), c4 = rem % (D / 4);
                 const uint32_t x = src[i];
                 uint2 w;
-                w.x = fp8pair<TW>(prmt(x, x, 0x1000u));
-                w.y = fp8pair<TW>(prmt(x, x, 0x3020u));
+                if constexpr (FT_COMPUTE_F16) {
+                    w.x = fp8x2h<TW>(x);
+                    w.y = fp8x2h<TW, true>(x);
+                } else {
+                    w.x = fp8pair<TW>(prmt(x, x, 0x1000u));
+                    w.y = fp8pair<TW>(prmt(x, x, 0x3020u));
+                }
                 *(uint2*)(kv16 + (size_t)(2 * ND + kv) * BK * ROW16 + kr * ROW16 + 8 * c4) = w;
             }
             __syncthreads();
@@ -903,6 +976,7 @@ __device__ __forceinline__ void attn_fa_body(
                 for (int j = 0; j < SN; j += 2) {
                     uint32_t b0, b1, b2, b3;
                     ldm4(kBase + kLane + j * 8 * ROW16 + kk * 32, b0, b1, b2, b3);
+                    if constexpr (K2H) b0 = bf2h(b0), b1 = bf2h(b1), b2 = bf2h(b2), b3 = bf2h(b3);
                     mma<HK>(s[j], qh, b0, b1);
                     mma<HK>(s[j + 1], qh, b2, b3);
                     if (FA_QLO) {
@@ -946,6 +1020,20 @@ __device__ __forceinline__ void attn_fa_body(
                 }
                 l[h] = l[h] * corr[h] + sum;
             }
+            float vmul = 1.f;
+            if constexpr (VS) {
+                float vm = 0.f;
+                for (int i = lane; i < BK; i += 32) vm = fmaxf(vm, sv[i]);
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, off));
+                const int eb = (int)((__float_as_uint(vm) >> 23) & 0xff);
+                if (eb > vexp) {
+                    const float oc = __uint_as_float((uint32_t)max(127 + vexp - eb, 0) << 23);
+                    corr[0] *= oc, corr[1] *= oc;
+                    vexp = eb;
+                }
+                vmul = __uint_as_float((uint32_t)(254 + VSHIFT - vexp) << 23);
+            }
 #pragma unroll
             for (int j = 0; j < NT; j++) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
 
@@ -957,8 +1045,8 @@ __device__ __forceinline__ void attn_fa_body(
 #pragma unroll
                 for (int e = 0; e < 4; e++) p[e] = s[2 * kk][e], p[4 + e] = s[2 * kk + 1][e];
                 if (FV) {
-                    const float v0 = sv[16 * kk + 2 * t], v1 = sv[16 * kk + 2 * t + 1];
-                    const float v2 = sv[16 * kk + 8 + 2 * t], v3 = sv[16 * kk + 8 + 2 * t + 1];
+                    const float v0 = sv[16 * kk + 2 * t] * vmul, v1 = sv[16 * kk + 2 * t + 1] * vmul;
+                    const float v2 = sv[16 * kk + 8 + 2 * t] * vmul, v3 = sv[16 * kk + 8 + 2 * t + 1] * vmul;
                     p[0] *= v0, p[1] *= v1, p[2] *= v0, p[3] *= v1;
                     p[4] *= v2, p[5] *= v3, p[6] *= v2, p[7] *= v3;
                 }
@@ -971,6 +1059,7 @@ __device__ __forceinline__ void attn_fa_body(
                 for (int n = 0; n < NT; n += 2) {
                     uint32_t b0, b1, b2, b3;
                     ldm4t(vBase + vLane + kk * 16 * ROW16 + n * 16, b0, b1, b2, b3);
+                    if constexpr (V2H) b0 = bf2h(b0), b1 = bf2h(b1), b2 = bf2h(b2), b3 = bf2h(b3);
                     mma<HV>(o[n], ah, b0, b1);
                     mma<HV>(o[n + 1], ah, b2, b3);
                     if (FA_PLO) {
@@ -983,11 +1072,16 @@ __device__ __forceinline__ void attn_fa_body(
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
 
+    const float ounit = VS ? __uint_as_float((uint32_t)(vexp - VSHIFT) << 23) : 1.f;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         if (!rvalid[h]) continue;
+        if (VS) {
+#pragma unroll
+            for (int j = 0; j < NT; j++) o[j][2 * h] *= ounit, o[j][2 * h + 1] *= ounit;
+        }
         if (splits == 1) {
             const float inv = 1.f / l[h];
             float* dst = out + rindex[h] * D + 2 * t;

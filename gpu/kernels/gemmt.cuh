@@ -1,14 +1,14 @@
 // Skinny tensor-core GEMM for the 9..32-row matmuls of batched decode
 // steps: Y[ntok][rows] = X[ntok][cols] · Wᵀ, included by mm.cuh (needs its
-// pack_bf16 and mma_bf16). The 64x64-tile GEMM leaves most SMs idle at
+// mma.cuh's pack2 and mma_16816). The 64x64-tile GEMM leaves most SMs idle at
 // these sizes and the GEMV reads the weights once per 8 rows; here the
 // weights are the mma's M side, so one pass over W serves up to 32 tokens.
 //
 // A CTA of GT_WARPS warps owns GT_WARPS*GT_ROWS weight rows; each warp owns
 // GT_ROWS of them (two m16 tiles) and walks its k range in steps of GT_K.
 // In a step each lane dequantizes two 32-element units of its own row into
-// the warp's shared tile as bf16; after a __syncwarp the warp runs the 4
-// k16 mmas of both m-tiles against NT token tiles of 8, whose fragments it
+// the warp's shared tile as 16-bit operands; after a __syncwarp the warp
+// runs the 4 k16 mmas of both m-tiles against NT token tiles of 8, whose fragments it
 // reads straight from global memory (the CTA's warps read the same x, so
 // it is served by L1). There is no CTA-wide barrier: a warp past the last
 // row returns at once. blockIdx.y takes kSteps steps (split-K) when the row
@@ -25,7 +25,7 @@
 template <int T, int NT>
 __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                            const float* __restrict__ X, float* __restrict__ Y, int ntok, int kSteps) {
-    __shared__ __align__(16) __nv_bfloat16 tile[GT_WARPS][GT_ROWS][GT_K + GT_PAD];
+    __shared__ __align__(16) mma_elem tile[GT_WARPS][GT_ROWS][GT_K + GT_PAD];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, tg = lane & 3;
     int r0 = (blockIdx.x * GT_WARPS + warp) * GT_ROWS;
@@ -36,7 +36,7 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
     int myRow = r0 + lane;
     bool rowOK = myRow < rows;
     const uint8_t* wrow = W + (size_t)(rowOK ? myRow : r0) * rowBytes;
-    __nv_bfloat16(*ts)[GT_K + GT_PAD] = tile[warp];
+    mma_elem(*ts)[GT_K + GT_PAD] = tile[warp];
     float acc[2][NT][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -60,8 +60,8 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
             uint4* dst = reinterpret_cast<uint4*>(&ts[lane][32 * h]);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                dst[i] = make_uint4(pack_bf16(w[8 * i], w[8 * i + 1]), pack_bf16(w[8 * i + 2], w[8 * i + 3]),
-                                    pack_bf16(w[8 * i + 4], w[8 * i + 5]), pack_bf16(w[8 * i + 6], w[8 * i + 7]));
+                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
         }
         __syncwarp();
 #pragma unroll
@@ -86,11 +86,11 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
                     const float* xp = X + (size_t)t * cols + k + 2 * tg;
                     float2 v0 = __ldg(reinterpret_cast<const float2*>(xp));
                     float2 v1 = __ldg(reinterpret_cast<const float2*>(xp + 8));
-                    b[0] = pack_bf16(v0.x, v0.y);
-                    b[1] = pack_bf16(v1.x, v1.y);
+                    b[0] = pack2(v0.x, v0.y);
+                    b[1] = pack2(v1.x, v1.y);
                 }
-                mma_bf16(acc[0][j], a[0], b);
-                mma_bf16(acc[1][j], a[1], b);
+                mma_16816(acc[0][j], a[0], b);
+                mma_16816(acc[1][j], a[1], b);
             }
         }
         __syncwarp();

@@ -4,6 +4,7 @@
 // at first start to the types a model actually uses.
 #pragma once
 #include "common.cuh"
+#include "mma.cuh"
 #ifndef MM_FLOAT
 #define MM_FLOAT 0
 #endif
@@ -207,33 +208,23 @@ GEMVF_KERNEL(MM_T, MM_NAME)
 // ---------------------------------------------------------------------------
 // Tensor-core GEMM for prefill: Y[ntok][rows] = X[ntok][cols] · W^T.
 // CTA tile 64 tokens x 64 output rows x 64 k; 4 warps in 2x2, each 32x32
-// (2 x 4 mma.sync m16n8k16 bf16 tiles, float32 accumulators). Each thread
-// dequantizes one 32-element unit of W per k step into shared memory as
-// bf16, and converts 32 floats of X. Requires cols % 32 == 0.
+// (2 x 4 mma.sync m16n8k16 tiles: bf16 operands, fp16 in the fp16-compute
+// flavour (mma.cuh), float32 accumulators). Each thread dequantizes one
+// 32-element unit of W per k step into shared memory as 16-bit operands,
+// and converts 32 floats of X. Requires cols % 32 == 0.
 #define GM 64
 #define GN 64
 #define GK 64
 #define GPAD 8
 
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // gemm_body covers k in [kBegin, kEnd) (multiples of GK, or kEnd = cols):
 // the whole row for gemm_*, one slice per blockIdx.z for the split-K gemms_*.
 template <int T>
 __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                           const float* __restrict__ X, float* __restrict__ Y, int ntok, int kBegin, int kEnd) {
-    __shared__ __align__(16) __nv_bfloat16 As[GM][GK + GPAD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[GN][GK + GPAD];
+    __shared__ __align__(16) mma_elem As[GM][GK + GPAD];
+    __shared__ __align__(16) mma_elem Bs[GN][GK + GPAD];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int m0 = blockIdx.y * GM, n0 = blockIdx.x * GN;
     int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
@@ -265,8 +256,8 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
             uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                dst[i] = make_uint4(pack_bf16(w[8 * i], w[8 * i + 1]), pack_bf16(w[8 * i + 2], w[8 * i + 3]),
-                                    pack_bf16(w[8 * i + 4], w[8 * i + 5]), pack_bf16(w[8 * i + 6], w[8 * i + 7]));
+                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
         }
         // X row -> As[lr][32*lh ..]
         {
@@ -277,7 +268,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     float4 a = __ldg(xp + 2 * i), b = __ldg(xp + 2 * i + 1);
-                    dst[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+                    dst[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
                 }
             } else {
 #pragma unroll
@@ -305,7 +296,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) mma_bf16(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < 4; j++) mma_16816(acc[i][j], a[i], b[j]);
         }
         __syncthreads();
     }
@@ -394,8 +385,8 @@ __device__ __forceinline__ void gemm_load(const uint8_t* __restrict__ W, long lo
 template <int T>
 __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                                 const float* __restrict__ X, float* __restrict__ Y, int ntok) {
-    __shared__ __align__(16) __nv_bfloat16 As[LM][GK + GPAD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[LN][GK + GPAD];
+    __shared__ __align__(16) mma_elem As[LM][GK + GPAD];
+    __shared__ __align__(16) mma_elem Bs[LN][GK + GPAD];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int m0 = blockIdx.y * LM, n0 = blockIdx.x * LN;
     int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
@@ -417,13 +408,13 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
             uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                dst[i] = make_uint4(pack_bf16(w[8 * i], w[8 * i + 1]), pack_bf16(w[8 * i + 2], w[8 * i + 3]),
-                                    pack_bf16(w[8 * i + 4], w[8 * i + 5]), pack_bf16(w[8 * i + 6], w[8 * i + 7]));
+                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
             uint4* dx = reinterpret_cast<uint4*>(&As[lr][32 * lh]);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 float4 a = xv[2 * i], b = xv[2 * i + 1];
-                dx[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+                dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
             }
         }
         __syncthreads();
@@ -448,7 +439,7 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) mma_bf16(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < 4; j++) mma_16816(acc[i][j], a[i], b[j]);
         }
         __syncthreads();
     }

@@ -72,6 +72,26 @@ __device__ __forceinline__ unsigned topk_key(float v) {
     unsigned u = __float_as_uint(v == 0.f ? 0.f : v);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+// Warp max / min of an unsigned: redux.sync from sm_80, five shuffle
+// rounds before (the compute_75 PTX); the same result either way.
+__device__ __forceinline__ unsigned warp_umax(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
+__device__ __forceinline__ unsigned warp_umin(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
 __device__ __forceinline__ float topk_val(unsigned k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
@@ -111,8 +131,8 @@ extern "C" __global__ void moe_topk2(const float* __restrict__ logits, int ntok,
             }
         }
         unsigned key = bi != 0x7fffffff ? topk_key(best) : 0u;
-        unsigned mk = __reduce_max_sync(0xffffffffu, key);
-        unsigned id = __reduce_min_sync(0xffffffffu, mk != 0u && key == mk ? (unsigned)bi : 0xffffffffu);
+        unsigned mk = warp_umax(key);
+        unsigned id = warp_umin(mk != 0u && key == mk ? (unsigned)bi : 0xffffffffu);
         if (mk == 0u) {  // no candidate left (NaN logits): keep the id in range, as moe_topk
             best = -INFINITY;
             bi = 0;

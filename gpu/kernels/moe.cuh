@@ -8,9 +8,10 @@
 // (token, slot) pairs of one expert, in expert-sorted order; one launch of
 // moe_gemm_gu covers every active expert for gate and up together and
 // writes silu(gate)*up per sorted pair, one launch of moe_gemm_dn the down
-// projection per sorted pair. Tensor cores: mma.sync m16n8k16 bf16 with
-// float32 accumulators; each k step (MOE_BK = 128) dequantizes its W units
-// straight into shared memory as bf16 (two units per thread, loads issued
+// projection per sorted pair. Tensor cores: mma.sync m16n8k16 (mma.cuh:
+// bf16 operands, fp16 in the fp16-compute flavour) with float32
+// accumulators; each k step (MOE_BK = 128) dequantizes its W units
+// straight into shared memory (two units per thread, loads issued
 // together), and up to 3 CTAs per SM hide the load latency of one another.
 //
 // Decode (a few tokens): moe_gemv_gu / moe_gemv_dn, a warp per output row
@@ -26,6 +27,7 @@
 #pragma once
 #include "common.cuh"
 #include "moe_tile.cuh"
+#include "mma.cuh"
 
 #define MOE_BK 128
 #define MOE_PAD 8
@@ -40,18 +42,6 @@
 #ifndef MOE_FASTDQ
 #define MOE_FASTDQ 0
 #endif
-
-__device__ __forceinline__ uint32_t moe_pack(float a, float b) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void moe_mma(float* c, const uint32_t* a, const uint32_t* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Same formula as ops.cu's swiglu.
 __device__ __forceinline__ float moe_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
@@ -99,27 +89,27 @@ __device__ __forceinline__ void moe_ldx(const float* row, bool rowok, int n, int
     xv[1] = ok ? b : z;
 }
 
-__device__ __forceinline__ void moe_stw(__nv_bfloat16* dst, const float* w) {
+__device__ __forceinline__ void moe_stw(mma_elem* dst, const float* w) {
     uint4* d = reinterpret_cast<uint4*>(dst);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        d[i] = make_uint4(moe_pack(w[8 * i], w[8 * i + 1]), moe_pack(w[8 * i + 2], w[8 * i + 3]),
-                          moe_pack(w[8 * i + 4], w[8 * i + 5]), moe_pack(w[8 * i + 6], w[8 * i + 7]));
+        d[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                          pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
 }
 
-__device__ __forceinline__ void moe_stx(__nv_bfloat16* dst, const float4* xv) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(moe_pack(xv[0].x, xv[0].y), moe_pack(xv[0].z, xv[0].w),
-                                                moe_pack(xv[1].x, xv[1].y), moe_pack(xv[1].z, xv[1].w));
+__device__ __forceinline__ void moe_stx(mma_elem* dst, const float4* xv) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(xv[0].x, xv[0].y), pack2(xv[0].z, xv[0].w),
+                                                pack2(xv[1].x, xv[1].y), pack2(xv[1].z, xv[1].w));
 }
 
-// A fragment (16 rows from r, k offset kk) of a [rows][MOE_BK+MOE_PAD] bf16 tile.
-__device__ __forceinline__ void moe_frag_a(const __nv_bfloat16 (*As)[MOE_BK + MOE_PAD], int r, int kk, int tg, uint32_t* a) {
+// A fragment (16 rows from r, k offset kk) of a [rows][MOE_BK+MOE_PAD] 16-bit tile.
+__device__ __forceinline__ void moe_frag_a(const mma_elem (*As)[MOE_BK + MOE_PAD], int r, int kk, int tg, uint32_t* a) {
     a[0] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg]);
     a[1] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg]);
     a[2] = *reinterpret_cast<const uint32_t*>(&As[r][kk + 2 * tg + 8]);
     a[3] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + 2 * tg + 8]);
 }
-__device__ __forceinline__ void moe_frag_b(const __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD], int n, int kk, int tg, uint32_t* b) {
+__device__ __forceinline__ void moe_frag_b(const mma_elem (*Bs)[MOE_BK + MOE_PAD], int n, int kk, int tg, uint32_t* b) {
     b[0] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg]);
     b[1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + 2 * tg + 8]);
 }
@@ -135,8 +125,8 @@ __device__ __forceinline__ void moe_frag_b(const __nv_bfloat16 (*Bs)[MOE_BK + MO
 template <int T>
 __device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, const uint8_t* w1, bool ok1, int units,
                                                int k0, const float* arow, bool aok, int cols, int ar, int aq,
-                                               __nv_bfloat16 (*As)[MOE_BK + MOE_PAD],
-                                               __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD]) {
+                                               mma_elem (*As)[MOE_BK + MOE_PAD],
+                                               mma_elem (*Bs)[MOE_BK + MOE_PAD]) {
     int ur = threadIdx.x & 3, r = threadIdx.x >> 2;
     float4 xv[2][2];
 #pragma unroll
@@ -155,8 +145,8 @@ __device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, cons
 template <int T>
 __device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int units, int k0, int lr, int lh,
                                               const float* arow, bool aok, int cols, int ar, int aq,
-                                              __nv_bfloat16 (*As)[MOE_BK + MOE_PAD],
-                                              __nv_bfloat16 (*Bs)[MOE_BK + MOE_PAD]) {
+                                              mma_elem (*As)[MOE_BK + MOE_PAD],
+                                              mma_elem (*Bs)[MOE_BK + MOE_PAD]) {
     float4 xv[2][2];
 #pragma unroll
     for (int i = 0; i < 2; i++) moe_ldx(arow, aok, cols, k0 + 8 * aq + 64 * i, xv[i]);
@@ -198,8 +188,8 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
                                  const int* __restrict__ sorted, const int* __restrict__ tiles,
                                  float* __restrict__ H, const float* __restrict__ Sg,
                                  const float* __restrict__ Su) {
-    __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) mma_elem As[MOE_BM][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) mma_elem Bs[128][MOE_BK + MOE_PAD];
     int e = tiles[3 * blockIdx.y];
     if (e < 0) return;
     int r0 = tiles[3 * blockIdx.y + 1], r1 = tiles[3 * blockIdx.y + 2];
@@ -241,8 +231,8 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
                 int n = wn + 8 * j + g;
                 moe_frag_b(Bs, n, kk, tg, bg);
                 moe_frag_b(Bs, 64 + n, kk, tg, bu);
-                moe_mma(accg[j], a, bg);
-                moe_mma(accu[j], a, bu);
+                mma_16816(accg[j], a, bg);
+                mma_16816(accu[j], a, bu);
             }
         }
         __syncthreads();
@@ -270,8 +260,8 @@ template <int T>
 __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowBytes, int dim, int ff,
                                  const float* __restrict__ H, const int* __restrict__ tiles, float* __restrict__ Y,
                                  const float* __restrict__ Sd) {
-    __shared__ __align__(16) __nv_bfloat16 As[MOE_BM][MOE_BK + MOE_PAD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[128][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) mma_elem As[MOE_BM][MOE_BK + MOE_PAD];
+    __shared__ __align__(16) mma_elem Bs[128][MOE_BK + MOE_PAD];
     int e = tiles[3 * blockIdx.y];
     if (e < 0) return;
     int r0 = tiles[3 * blockIdx.y + 1], r1 = tiles[3 * blockIdx.y + 2];
@@ -310,7 +300,7 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 moe_frag_b(Bs, wn + 8 * j + g, kk, tg, b);
-                moe_mma(acc[j], a, b);
+                mma_16816(acc[j], a, b);
             }
         }
         __syncthreads();

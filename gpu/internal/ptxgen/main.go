@@ -1,5 +1,7 @@
-// Command ptxgen compiles gpu/kernels/*.cu to PTX for compute_80 and
-// compute_89 (and compute_90 where a source asks, see ptxhash.Targets) with nvcc, recording the SHA-256 of each source and the
+// Command ptxgen compiles gpu/kernels/*.cu to PTX for compute_75 (with
+// -DFT_COMPUTE_F16=1: fp16 MMA operands, ptxhash.ComputeFlags), compute_80
+// and compute_89 (and compute_90 where a source asks, see ptxhash.Targets)
+// with nvcc, recording the SHA-256 of each source and the
 // headers it includes (ptxhash) in a header comment, so a test can tell
 // when a .cu or .cuh changed without regenerating. Each PTX is stored
 // gzip-compressed (ptxgz) as <name>_<flavour>.ptx.gz.
@@ -82,6 +84,7 @@ func run(dir, only, nvcc string, force bool) error {
 			}
 			args := []string{"-ptx", "-arch=compute_" + sm, "-O3", "-lineinfo", "-std=c++17",
 				"-allow-unsupported-compiler", "-DFTCHAT_SM=" + sm}
+			args = append(args, ptxhash.ComputeFlags(suffix)...)
 			args = append(args, extra...)
 			tmp := out + ".tmp"
 			args = append(args, "-o", tmp, src)

@@ -66,16 +66,26 @@ func Recorded(ptx []byte) string {
 	return ""
 }
 
-// Targets lists the PTX flavours generated for a source: sm80 and sm89
-// always, plus those it asks for with a line "// ptxgen-targets: sm90"
+// Targets lists the PTX flavours generated for a source: sm75 (the
+// fp16-compute flavour, see ComputeFlags), sm80 and sm89 always, plus those it asks for with a line "// ptxgen-targets: sm90"
 // (code that uses instructions newer PTX targets have, e.g. the FP8 cvt
 // that PTX ISA 7.8 offers on sm_90 only).
 func Targets(code []byte) []string {
-	ts := []string{"sm80", "sm89"}
+	ts := []string{"sm75", "sm80", "sm89"}
 	for _, line := range strings.Split(string(code), "\n") {
 		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "// ptxgen-targets:"); ok {
 			ts = append(ts, strings.Fields(f)...)
 		}
 	}
 	return ts
+}
+
+// ComputeFlags are the extra nvcc flags of a flavour: sm75 is built with
+// FT_COMPUTE_F16, under which every tensor-core path takes fp16 operands
+// (Turing has no bf16 MMA); newer GPUs load it for --compute-dtype fp16.
+func ComputeFlags(target string) []string {
+	if target == "sm75" {
+		return []string{"-DFT_COMPUTE_F16=1"}
+	}
+	return nil
 }
