@@ -68,6 +68,7 @@ func EngineFlags(f *pflag.FlagSet) {
 	f.String("device", "auto", "auto | cpu | cuda | cuda:N")
 	f.String("gpu-memory", "", "GPU memory budget, e.g. 8GiB (default: what the device has free)")
 	f.String("kv-cache-dtype", "auto", "KV cache storage: auto | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 (auto = the model's 16-bit compute dtype)")
+	f.String("compute-dtype", "auto", "GPU tensor-core operand type: auto | bf16 | fp16 (auto = bf16 on sm_80 and newer, fp16 on sm_75 Turing; float32 accumulation either way)")
 	f.String("kv-scales", "", `FP8 scales: empty = dynamic per token and KV head; "checkpoint"; or a calibration file from 'ftchat calibrate'`)
 	f.Int("page-size", 0, "tokens per KV page, a power of two (0 = default)")
 	f.Int("ctx-size", 0, "maximum tokens per conversation (0 = the model's context length)")
@@ -122,6 +123,7 @@ func ConfigFrom(v *viper.Viper) Config {
 			ExpertRun:    v.GetString("expert-run"),
 			KVDTypeK:     v.GetString("cache-type-k"),
 			KVDTypeV:     v.GetString("cache-type-v"),
+			ComputeDType: v.GetString("compute-dtype"),
 		},
 		GPUMemoryText: v.GetString("gpu-memory"),
 		Sampling: engine.Sampling{

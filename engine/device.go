@@ -28,7 +28,11 @@ func probeHardware(device string) Hardware {
 
 // openGPU opens the device with the memory budget and returns the backend.
 func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
-	dev, err := gpu.Open(ordinal, gpu.Options{MemoryBudget: opts.GPUMemory})
+	cd, err := gpu.ParseComputeDType(opts.ComputeDType)
+	if err != nil {
+		return nil, 0, err
+	}
+	dev, err := gpu.Open(ordinal, gpu.Options{MemoryBudget: opts.GPUMemory, Compute: cd})
 	if err != nil {
 		return nil, 0, err
 	}

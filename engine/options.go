@@ -9,6 +9,7 @@ import (
 
 	"github.com/ftchat/ftchat/engine/cpu"
 	"github.com/ftchat/ftchat/engine/kvcache"
+	"github.com/ftchat/ftchat/gpu"
 )
 
 // Options holds everything a user can set for the engine. Validate is the
@@ -42,6 +43,11 @@ type Options struct {
 	// KVDTypeK and KVDTypeV, when set, override KVDType for the keys or
 	// the values alone (--cache-type-k / --cache-type-v, as llama.cpp).
 	KVDTypeK, KVDTypeV string
+
+	// ComputeDType is the GPU's tensor-core operand type (--compute-dtype):
+	// auto | bf16 | fp16 (gpu.ParseComputeDType); auto is bf16 on sm_80+
+	// and fp16 on sm_75. The CPU computes in float32 and ignores it.
+	ComputeDType string
 }
 
 // DefaultPageSize is the KV page size in tokens when Options.PageSize is 0
@@ -135,6 +141,10 @@ func (o Options) Validate(hw Hardware) error {
 	if o.GPUMemory < 0 {
 		return fmt.Errorf("--gpu-memory %d: must be positive", o.GPUMemory)
 	}
+	cd, err := gpu.ParseComputeDType(o.ComputeDType)
+	if err != nil {
+		return err
+	}
 	if err := o.validateExperts(); err != nil {
 		return err
 	}
@@ -152,8 +162,11 @@ func (o Options) Validate(hw Hardware) error {
 		if dev.Ordinal >= hw.DeviceCount {
 			return fmt.Errorf("--device %s: only %d CUDA device(s) present (cuda:0..cuda:%d)", o.Device, hw.DeviceCount, hw.DeviceCount-1)
 		}
-		if dt.IsFP8() && hw.ComputeCap < 80 {
-			return fmt.Errorf("--kv-cache-dtype %s: %s (sm_%d) cannot run the fp8 kernels; they need sm_80 or newer (use bf16 or --device cpu)", dt, hw.DeviceName, hw.ComputeCap)
+		if dt.IsFP8() && hw.ComputeCap < kvcache.MinFP8ComputeCap {
+			return fmt.Errorf("--kv-cache-dtype %s: %s (sm_%d) cannot run the fp8 kernels; they need sm_75 or newer (use bf16 or --device cpu)", dt, hw.DeviceName, hw.ComputeCap)
+		}
+		if cd == gpu.ComputeBF16 && hw.ComputeCap < 80 {
+			return fmt.Errorf("--compute-dtype bf16: %s (sm_%d) has no bf16 tensor cores; use --compute-dtype fp16 (or auto, which picks it there)", hw.DeviceName, hw.ComputeCap)
 		}
 	}
 	return nil

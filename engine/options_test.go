@@ -8,6 +8,7 @@ import (
 func TestOptionsValidate(t *testing.T) {
 	gpu := Hardware{CUDA: true, ComputeCap: 90, DeviceName: "H200", DeviceCount: 1}
 	old := Hardware{CUDA: true, ComputeCap: 75, DeviceName: "T4", DeviceCount: 1}
+	volta := Hardware{CUDA: true, ComputeCap: 70, DeviceName: "V100", DeviceCount: 1}
 	none := Hardware{CUDAReason: "libcuda.so.1 not found"}
 	cases := []struct {
 		name string
@@ -22,7 +23,15 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad device", Options{Device: "tpu"}, none, "supported values are auto, cpu, cuda"},
 		{"cuda missing", Options{Device: "cuda"}, none, "libcuda.so.1 not found"},
 		{"cuda ordinal", Options{Device: "cuda:3"}, gpu, "only 1 CUDA device"},
-		{"fp8 on sm75", Options{Device: "cuda", KVDType: "fp8_e5m2"}, old, "sm_80 or newer"},
+		{"fp8 on sm75", Options{Device: "cuda", KVDType: "fp8_e5m2"}, old, ""},
+		{"fp8 on sm70", Options{Device: "cuda", KVDType: "fp8_e5m2"}, volta, "sm_75 or newer"},
+		{"compute fp16", Options{Device: "cuda", ComputeDType: "fp16"}, gpu, ""},
+		{"compute bf16", Options{Device: "cuda", ComputeDType: "bf16"}, gpu, ""},
+		{"compute auto on sm75", Options{Device: "cuda", ComputeDType: "auto"}, old, ""},
+		{"compute fp16 on sm75", Options{Device: "cuda", ComputeDType: "fp16"}, old, ""},
+		{"compute bf16 on sm75", Options{Device: "cuda", ComputeDType: "bf16"}, old, "--compute-dtype bf16: T4 (sm_75) has no bf16 tensor cores; use --compute-dtype fp16"},
+		{"compute bad", Options{ComputeDType: "fp32"}, none, `--compute-dtype "fp32": supported values are auto (bf16 on sm_80 and newer, fp16 on sm_75), bf16 and fp16`},
+		{"compute fp16 cpu", Options{Device: "cpu", ComputeDType: "fp16"}, none, ""},
 		{"bf16 on sm75", Options{Device: "cuda", KVDType: "bf16"}, old, ""},
 		{"page not pow2", Options{PageSize: 24}, none, "--page-size 24"},
 		{"negative ctx", Options{ContextLen: -1}, none, "--ctx-size -1"},

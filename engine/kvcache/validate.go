@@ -10,16 +10,17 @@ import (
 //
 //	device        dtypes                         head_dim                 page size
 //	cpu           bf16 fp16 fp8_e4m3 fp8_e5m2    any                      power of two 1..1024
-//	cuda sm_80+   bf16 fp16 fp8_e4m3 fp8_e5m2    64 80 96 128 256         power of two 1..1024
+//	cuda sm_75+   bf16 fp16 fp8_e4m3 fp8_e5m2    64 80 96 128 256         power of two 1..1024
 //	              (K/V pairs: one dtype, or GPUPairs)
-//	cuda < sm_80  none (the kernels are built for compute_80 and newer)
+//	cuda < sm_75  none (the kernels are built for compute_75 and newer)
 //
-// On sm_80..sm_87 FP8 codes are decoded with integer ops; sm_89+ uses the
-// hardware cvt instructions. Both produce the same values.
+// On sm_75..sm_88 FP8 codes are decoded with integer ops (sm_75 and
+// --compute-dtype fp16 through fp16 MMAs); sm_90 uses the hardware cvt
+// instructions. Both produce the same values.
 
 // MinFP8ComputeCap is the lowest CUDA compute capability (major*10+minor)
 // that runs the KV kernels.
-const MinFP8ComputeCap = 80
+const MinFP8ComputeCap = 75
 
 func headDimList() string {
 	s := make([]string, len(SupportedHeadDims))
@@ -56,7 +57,7 @@ func ValidateForDevice(d DType, computeCap int) error {
 	if d.IsFP8() {
 		what = "the fp8 KV kernels"
 	}
-	return fmt.Errorf("--kv-cache-dtype %s: this GPU (sm_%d) cannot run %s, which need compute capability 8.0 (sm_80) or newer; use --device cpu",
+	return fmt.Errorf("--kv-cache-dtype %s: this GPU (sm_%d) cannot run %s, which need compute capability 7.5 (sm_75) or newer; use --device cpu",
 		d, computeCap, what)
 }
 

@@ -39,15 +39,15 @@ func TestValidateHeadDimAndDevice(t *testing.T) {
 		t.Errorf("72 on cuda: %v", err)
 	}
 	for _, d := range []DType{BF16, F16, FP8E4M3, FP8E5M2} {
-		for _, cc := range []int{0, 80, 86, 89, 90, 120} {
+		for _, cc := range []int{0, 75, 80, 86, 89, 90, 120} {
 			if err := ValidateForDevice(d, cc); err != nil {
 				t.Errorf("%v on %d: %v", d, cc, err)
 			}
 		}
 	}
-	err = ValidateForDevice(FP8E4M3, 75)
-	if err == nil || !strings.Contains(err.Error(), "--kv-cache-dtype fp8_e4m3") || !strings.Contains(err.Error(), "sm_75") || !strings.Contains(err.Error(), "sm_80") {
-		t.Errorf("fp8 on sm_75: %v", err)
+	err = ValidateForDevice(FP8E4M3, 70)
+	if err == nil || !strings.Contains(err.Error(), "--kv-cache-dtype fp8_e4m3") || !strings.Contains(err.Error(), "sm_70") || !strings.Contains(err.Error(), "sm_75") {
+		t.Errorf("fp8 on sm_70: %v", err)
 	}
 }
 
