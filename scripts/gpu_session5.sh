@@ -35,6 +35,7 @@ stamp() { echo "[$(date -u +%T)] $*"; }
 wait_llama() { TRIES=${1:-100} scripts/peer_llamacpp.sh wait; }
 unpack() {
   mkdir -p $B
+  if [ -f .gpu/bundle.tar.xz ]; then xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; return; fi
   for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
 }
 speed() { timeout "${T:-120}" $B/ftchat bench speed "$@" 2>&1 | grep -v '…'; }
