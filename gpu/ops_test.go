@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -56,6 +57,12 @@ var f16Fields = map[gguf.Type][]int{
 // are encoded normal values; block types are random bits with finite, small
 // float16 scales, so every code path of the decoders is exercised. NVFP4's
 // UE4M3 scales are random bytes too (every byte decodes finite).
+// fp16Operands reports whether this run forces the sm75 flavour, whose
+// tensor-core operands are fp16 (FTCHAT_PTX_FLAVOUR=sm75): random weights
+// then stay inside fp16's range, which MXFP4's E8M0 scales can leave
+// (the fp16 flavour saturates such weights at 65504).
+func fp16Operands() bool { return os.Getenv(flavourEnv) == "sm75" }
+
 func randWeight(r *rand.Rand, t gguf.Type, rows, cols int) []byte {
 	if isFloatType(t) {
 		raw, err := gguf.Quantize(t, randVec(r, rows*cols, 0.5))
@@ -77,7 +84,11 @@ func randWeight(r *rand.Rand, t gguf.Type, rows, cols int) []byte {
 	}
 	for b := 0; b < nb; b++ {
 		if t == gguf.MXFP4 { // E8M0 scale 2^-20..2^20: random bytes would overflow float32
-			raw[b*t.BlockBytes()] = byte(108 + r.IntN(41))
+			if fp16Operands() { // fp16 holds 6e-5..65504: 2^-10..2^4 (|w| <= 96)
+				raw[b*t.BlockBytes()] = byte(117 + r.IntN(15))
+			} else {
+				raw[b*t.BlockBytes()] = byte(108 + r.IntN(41))
+			}
 		}
 		for _, off := range f16Fields[t] {
 			s := float32(r.Float64()*0.02 + 0.001)

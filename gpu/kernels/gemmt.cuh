@@ -21,6 +21,31 @@
 #define GT_ROWS 32
 #define GT_K 64
 #define GT_PAD 8
+// Tuning knob for kernel runs (FTCHAT_PTX_DIR; the committed PTX uses 0):
+// GT_PREFETCH 1 prefetches the next step's weight block into L1, 2 the
+// block 4 steps ahead (the next K-quant block) into L2, 3 both.
+#ifndef GT_PREFETCH
+#define GT_PREFETCH 0
+#endif
+
+#if GT_PREFETCH
+// gt_prefetch touches every 128-byte line of the block (or float unit) at p.
+template <int T, bool L2>
+__device__ __forceinline__ void gt_prefetch(const uint8_t* p) {
+    constexpr int span = TypeInfo<T>::be == 1 ? 32 * TypeInfo<T>::bb : TypeInfo<T>::bb;
+#pragma unroll
+    for (int o = 0; o < span; o += 128) {
+        if constexpr (L2)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        else
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(p + o));
+    }
+    if constexpr (L2)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + span - 1));
+    else
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + span - 1));
+}
+#endif
 
 template <int T, int NT>
 __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
@@ -37,6 +62,33 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
     bool rowOK = myRow < rows;
     const uint8_t* wrow = W + (size_t)(rowOK ? myRow : r0) * rowBytes;
     mma_elem(*ts)[GT_K + GT_PAD] = tile[warp];
+#if FT_COMPUTE_F16
+    // fp16 flavour (mma.cuh's row scales): token 8j+g's scale for the B
+    // fragments, the inverses of tokens 8j+2tg and 8j+2tg+1 for the
+    // epilogue, over this warp's k slice; one token at a time, coalesced.
+    float xsb[NT], iv0[NT], iv1[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) xsb[j] = iv0[j] = iv1[j] = 1.f;
+    {
+        int k0 = s0 * GT_K, k1 = min(s1 * GT_K, cols);
+        for (int t = 0; t < ntok; t++) {
+            float m = 0.f;
+            for (int k = k0 + 4 * lane; k < k1; k += 128) {
+                float4 a = __ldg(reinterpret_cast<const float4*>(X + (size_t)t * cols + k));
+                m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            float xs = f16_row_scale(m), iv = 1.f / xs;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (8 * j + g == t) xsb[j] = xs;
+                if (8 * j + 2 * tg == t) iv0[j] = iv;
+                if (8 * j + 2 * tg + 1 == t) iv1[j] = iv;
+            }
+        }
+    }
+#endif
     float acc[2][NT][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -46,6 +98,13 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 
     for (int s = s0; s < s1; s++) {
+#if GT_PREFETCH
+        if (rowOK) {
+            int c;
+            if ((GT_PREFETCH & 1) && 2 * s + 2 < units) gt_prefetch<T, false>(unit_ptr<T>(wrow, 2 * s + 2, c));
+            if ((GT_PREFETCH & 2) && 2 * s + 8 < units) gt_prefetch<T, true>(unit_ptr<T>(wrow, 2 * s + 8, c));
+        }
+#endif
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int u = 2 * s + h;
@@ -86,6 +145,10 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
                     const float* xp = X + (size_t)t * cols + k + 2 * tg;
                     float2 v0 = __ldg(reinterpret_cast<const float2*>(xp));
                     float2 v1 = __ldg(reinterpret_cast<const float2*>(xp + 8));
+#if FT_COMPUTE_F16
+                    v0 = make_float2(v0.x * xsb[j], v0.y * xsb[j]);
+                    v1 = make_float2(v1.x * xsb[j], v1.y * xsb[j]);
+#endif
                     b[0] = pack2(v0.x, v0.y);
                     b[1] = pack2(v1.x, v1.y);
                 }
@@ -105,8 +168,13 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
             for (int h = 0; h < 2; h++) {
                 int rh = r + 8 * h;
                 if (rh >= rows) continue;
-                if (t < ntok) out[(size_t)t * rows + rh] = acc[i][j][2 * h];
-                if (t + 1 < ntok) out[(size_t)(t + 1) * rows + rh] = acc[i][j][2 * h + 1];
+#if FT_COMPUTE_F16
+                float a0 = acc[i][j][2 * h] * iv0[j], a1 = acc[i][j][2 * h + 1] * iv1[j];
+#else
+                float a0 = acc[i][j][2 * h], a1 = acc[i][j][2 * h + 1];
+#endif
+                if (t < ntok) out[(size_t)t * rows + rh] = a0;
+                if (t + 1 < ntok) out[(size_t)(t + 1) * rows + rh] = a1;
             }
         }
 }

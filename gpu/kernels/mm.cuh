@@ -239,6 +239,12 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 
     int lr = tid >> 1, lh = tid & 1;  // this thread's tile row and half (32 k values)
     int units = cols >> 5;
+#if FT_COMPUTE_F16
+    __shared__ float xinv[GM];  // inverse row scales (mma.cuh)
+#else
+    float* xinv = nullptr;
+#endif
+    float xs = pair_row_scale(X, cols, ntok, m0 + lr, lh, kBegin, kEnd, lr, xinv);
     for (int k0 = kBegin; k0 < kEnd; k0 += GK) {
         int u = (k0 >> 5) + lh;
         // W unit -> Bs[lr][32*lh ..]
@@ -268,6 +274,10 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     float4 a = __ldg(xp + 2 * i), b = __ldg(xp + 2 * i + 1);
+#if FT_COMPUTE_F16
+                    a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
+                    b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
+#endif
                     dst[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
                 }
             } else {
@@ -309,8 +319,13 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
             for (int h = 0; h < 2; h++) {
                 int tt = t + 8 * h;
                 if (tt < ntok) {
-                    if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h];
-                    if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1];
+#if FT_COMPUTE_F16
+                    float iv = xinv[tt - m0];
+#else
+                    constexpr float iv = 1.f;
+#endif
+                    if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h] * iv;
+                    if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1] * iv;
                 }
             }
         }
@@ -400,6 +415,12 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
             for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
     int lr = tid >> 1, lh = tid & 1;
     int units = cols >> 5;
+#if FT_COMPUTE_F16
+    __shared__ float xinv[LM];  // inverse row scales (mma.cuh)
+#else
+    float* xinv = nullptr;
+#endif
+    float xs = pair_row_scale(X, cols, ntok, m0 + lr, lh, 0, cols, lr, xinv);
     float w[32];
     float4 xv[8];
     gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, lh, w, xv);
@@ -414,6 +435,10 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 float4 a = xv[2 * i], b = xv[2 * i + 1];
+#if FT_COMPUTE_F16
+                a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
+                b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
+#endif
                 dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
             }
         }
@@ -452,8 +477,13 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
             for (int h = 0; h < 2; h++) {
                 int tt = t + 8 * h;
                 if (tt < ntok) {
-                    if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h];
-                    if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1];
+#if FT_COMPUTE_F16
+                    float iv = xinv[tt - m0];
+#else
+                    constexpr float iv = 1.f;
+#endif
+                    if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h] * iv;
+                    if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1] * iv;
                 }
             }
         }

@@ -29,6 +29,64 @@ typedef __nv_bfloat16 mma_elem;
 // its own products are off.
 __device__ __forceinline__ float f16_sat(float x) { return fabsf(x) > 65504.f ? copysignf(65504.f, x) : x; }
 
+// Activation rows of the fp16 flavour. An FFN's silu(gate)*up can pass
+// 65504 where bf16 and float32 do not blink, and f16_sat would clip it:
+// the GEMMs instead multiply each activation row by the power of two
+// (f16_row_scale of the row's largest |value|) that brings it below 2^15
+// before rounding to fp16, and multiply the row's outputs by the inverse
+// (exact, both are powers of two). Rows already in range keep 1, so their
+// operands are unchanged. row_amax* scan a thread's share of a row; the
+// bf16 flavour compiles none of this.
+__device__ __forceinline__ float f16_row_scale(float amax) {
+    if (!(amax >= 32768.f)) return 1.f;  // in range (or NaN: nothing to save)
+    int e = min((int)((__float_as_uint(amax) >> 23) & 0xff) - 127 - 14, 126);
+    return __uint_as_float((uint32_t)(127 - e) << 23);
+}
+
+// Largest |x| over the 8-float groups of row at k = start, start + step, ...
+// below n (16-byte aligned groups).
+__device__ __forceinline__ float row_amax8(const float* row, int start, int step, int n) {
+    float m = 0.f;
+    for (int k = start; k < n; k += step) {
+        const float4* q = reinterpret_cast<const float4*>(row + k);
+        float4 a = __ldg(q), b = __ldg(q + 1);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+    }
+    return m;
+}
+
+// Largest |x| of the 32 floats at p (16-byte aligned).
+__device__ __forceinline__ float amax32(const float* p) {
+    const float4* q = reinterpret_cast<const float4*>(p);
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float4 a = __ldg(q + i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    }
+    return m;
+}
+
+// pair_row_scale: the f16_row_scale of X row t over [kBegin, kEnd) for
+// the thread pair (lh = 0, 1; adjacent lanes) of the tile GEMMs that loads
+// its 32-element units lh, lh + 2, ..., with the inverse in xinv[lr].
+// 1 in the bf16 flavour.
+__device__ __forceinline__ float pair_row_scale(const float* X, int cols, int ntok, int t, int lh, int kBegin,
+                                                int kEnd, int lr, float* xinv) {
+#if FT_COMPUTE_F16
+    float m = 0.f;
+    if (t < ntok)
+        for (int k = kBegin + 32 * lh; k < kEnd; k += 64) m = fmaxf(m, amax32(X + (size_t)t * cols + k));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    float xs = f16_row_scale(m);
+    if (lh == 0) xinv[lr] = 1.f / xs;
+    return xs;
+#else
+    return 1.f;
+#endif
+}
+
 // pack2 rounds a (low half) and b (high half) to one operand word.
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
 #if FT_COMPUTE_F16

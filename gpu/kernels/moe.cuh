@@ -97,9 +97,33 @@ __device__ __forceinline__ void moe_stw(mma_elem* dst, const float* w) {
                           pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
 }
 
-__device__ __forceinline__ void moe_stx(mma_elem* dst, const float4* xv) {
+// xs: the row's f16_row_scale (1 in the bf16 flavour, which ignores it).
+__device__ __forceinline__ void moe_stx(mma_elem* dst, const float4* xv, float xs) {
+#if FT_COMPUTE_F16
+    *reinterpret_cast<uint4*>(dst) =
+        make_uint4(pack2(xv[0].x * xs, xv[0].y * xs), pack2(xv[0].z * xs, xv[0].w * xs),
+                   pack2(xv[1].x * xs, xv[1].y * xs), pack2(xv[1].z * xs, xv[1].w * xs));
+#else
     *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(xv[0].x, xv[0].y), pack2(xv[0].z, xv[0].w),
                                                 pack2(xv[1].x, xv[1].y), pack2(xv[1].z, xv[1].w));
+#endif
+}
+
+// moe_row_scale: the f16_row_scale of activation row ar of a tile (its 8
+// threads aq read the columns they load: 8*aq + 64*i), with the inverse in
+// xinv[ar] for the epilogue. 1 in the bf16 flavour.
+__device__ __forceinline__ float moe_row_scale(const float* row, bool ok, int n, int ar, int aq, float* xinv) {
+#if FT_COMPUTE_F16
+    float m = ok ? row_amax8(row, 8 * aq, 64, n) : 0.f;
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+    float xs = f16_row_scale(m);
+    if (aq == 0) xinv[ar] = 1.f / xs;
+    return xs;
+#else
+    return 1.f;
+#endif
 }
 
 // A fragment (16 rows from r, k offset kk) of a [rows][MOE_BK+MOE_PAD] 16-bit tile.
@@ -125,7 +149,7 @@ __device__ __forceinline__ void moe_frag_b(const mma_elem (*Bs)[MOE_BK + MOE_PAD
 template <int T>
 __device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, const uint8_t* w1, bool ok1, int units,
                                                int k0, const float* arow, bool aok, int cols, int ar, int aq,
-                                               mma_elem (*As)[MOE_BK + MOE_PAD],
+                                               float xs, mma_elem (*As)[MOE_BK + MOE_PAD],
                                                mma_elem (*Bs)[MOE_BK + MOE_PAD]) {
     int ur = threadIdx.x & 3, r = threadIdx.x >> 2;
     float4 xv[2][2];
@@ -138,13 +162,13 @@ __device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, cons
         moe_stw(&Bs[r + 64 * j][32 * ur], w);
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i]);
+    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i], xs);
 }
 #endif
 
 template <int T>
 __device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int units, int k0, int lr, int lh,
-                                              const float* arow, bool aok, int cols, int ar, int aq,
+                                              const float* arow, bool aok, int cols, int ar, int aq, float xs,
                                               mma_elem (*As)[MOE_BK + MOE_PAD],
                                               mma_elem (*Bs)[MOE_BK + MOE_PAD]) {
     float4 xv[2][2];
@@ -174,7 +198,7 @@ __device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int
         }
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i]);
+    for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i], xs);
 }
 
 // Grouped gate+up: grid (cdiv(ff, 64), ntiles), 256 threads. CTA tile:
@@ -209,6 +233,12 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* xrow = X + (size_t)(aok ? sorted[r0 + ar] / topk : 0) * cols;
+#if FT_COMPUTE_F16
+    __shared__ float xinv[MOE_BM];  // inverse row scales
+#else
+    float* xinv = nullptr;
+#endif
+    float xs = moe_row_scale(xrow, aok, cols, ar, aq, xinv);
     int units = cols >> 5;
     float accg[2][4], accu[2][4];
 #pragma unroll
@@ -217,9 +247,9 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         for (int i = 0; i < 4; i++) accg[j][i] = accu[j][i] = 0.f;
     for (int k0 = 0; k0 < cols; k0 += MOE_BK) {
 #if MOE_LOADER == 2
-        moe_load_tile2<T>(g0, gok, u0, gok, units, k0, xrow, aok, cols, ar, aq, As, Bs);
+        moe_load_tile2<T>(g0, gok, u0, gok, units, k0, xrow, aok, cols, ar, aq, xs, As, Bs);
 #else
-        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, As, Bs);
+        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
 #pragma unroll
@@ -245,9 +275,14 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         for (int h = 0; h < 2; h++) {
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
+#if FT_COMPUTE_F16
+                float iv = xinv[wm + g + 8 * h], g1 = sg * iv, u1 = su * iv;
+#else
+                float g1 = sg, u1 = su;
+#endif
                 float* out = H + (size_t)pos * ff;
-                if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h] * sg, accu[j][2 * h] * su);
-                if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1] * sg, accu[j][2 * h + 1] * su);
+                if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h] * g1, accu[j][2 * h] * u1);
+                if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1] * g1, accu[j][2 * h + 1] * u1);
             }
         }
     }
@@ -280,6 +315,12 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* hrow = H + (size_t)(aok ? r0 + ar : 0) * ff;
+#if FT_COMPUTE_F16
+    __shared__ float xinv[MOE_BM];  // inverse row scales
+#else
+    float* xinv = nullptr;
+#endif
+    float xs = moe_row_scale(hrow, aok, ff, ar, aq, xinv);
     int units = ff >> 5;
     float acc[4][4];
 #pragma unroll
@@ -288,9 +329,9 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
     for (int k0 = 0; k0 < ff; k0 += MOE_BK) {
 #if MOE_LOADER == 2
-        moe_load_tile2<T>(d0, dok0, d1, dok1, units, k0, hrow, aok, ff, ar, aq, As, Bs);
+        moe_load_tile2<T>(d0, dok0, d1, dok1, units, k0, hrow, aok, ff, ar, aq, xs, As, Bs);
 #else
-        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, As, Bs);
+        moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
 #pragma unroll
@@ -313,9 +354,14 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         for (int h = 0; h < 2; h++) {
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
+#if FT_COMPUTE_F16
+                float s1 = sd * xinv[wm + g + 8 * h];
+#else
+                float s1 = sd;
+#endif
                 float* out = Y + (size_t)pos * dim;
-                if (col < dim) out[col] = acc[j][2 * h] * sd;
-                if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1] * sd;
+                if (col < dim) out[col] = acc[j][2 * h] * s1;
+                if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1] * s1;
             }
         }
     }
