@@ -42,13 +42,13 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// FTCHAT_GEMM_MIN_TOKENS=N moves the GEMV/GEMM crossover (rows from
 	// which MatMul takes the tensor-core GEMM), to compare batched decode
 	// steps of 9..N-1 rows on the GEMV (issue 14).
-	// FTCHAT_GEMM_SPLITK=1 splits the k dimension of the small-batch GEMM
-	// (gpu.BackendOptions.GEMMSplitK; its 16 MiB workspace comes out of
-	// the GPUHeadroom reserve). FTCHAT_GEMM_SKINNY=0 turns off the skinny
-	// GEMM that takes 9..32 rows by default (it shares that workspace).
+	// FTCHAT_GEMM_SPLITK=0 stops splitting the k dimension of the
+	// small-batch GEMM (gpu.BackendOptions.NoGEMMSplitK; its 16 MiB
+	// workspace comes out of the GPUHeadroom reserve). FTCHAT_GEMM_SKINNY=1
+	// gives 9..32 rows to the skinny GEMM instead (it shares that workspace).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
-		GEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "1", NoSkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "0"})
+		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

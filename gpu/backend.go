@@ -34,18 +34,21 @@ type BackendOptions struct {
 	// Backend.CUBLAS. Tested on the H200 (TestMatMulCUBLAS, relative error
 	// 3e-4 against the CPU) but not timed, so it stays opt-in.
 	CUBLAS bool
-	// GEMMSplitK splits the k dimension of the 64x64-tile GEMM (batches of
-	// GEMMMinTokens..127 rows) over blockIdx.z when its tiles alone would
-	// leave SMs idle (issue 14: 16 rows of Llama-3.1-8B gave 16..224 CTAs on
-	// 132 SMs). The slices' float32 partials go to a workspace of at most
-	// gemmSplitMax bytes, allocated at first use, and a reduce kernel sums
-	// them in a fixed order (deterministic). Off by default until timed
-	// (FTCHAT_GEMM_SPLITK=1 in the engine).
-	GEMMSplitK bool
-	// NoSkinnyGEMM turns off the skinny tensor-core GEMM (gemmt.go) that
-	// MatMul uses for GEMMMinTokens..32 rows, leaving those to the tile
-	// GEMM (also FTCHAT_GEMM_SKINNY=0 in the engine).
-	NoSkinnyGEMM bool
+	// NoGEMMSplitK turns off the split-K 64x64-tile GEMM. By default the
+	// GEMM of GEMMMinTokens..127 rows splits k over blockIdx.z when its
+	// tiles alone would leave SMs idle (issue 14: 16 rows of Llama-3.1-8B
+	// gave 16..224 CTAs on 132 SMs). The slices' float32 partials go to a
+	// workspace of at most gemmSplitMax bytes, allocated at first use, and
+	// a reduce kernel sums them in a fixed order (deterministic). On the
+	// H200 (docs/benchmarks.md, 2026-12-03) it took a Llama-8B-shape decode
+	// step's matmuls at 16 rows in 14.3 ms, against 17.1-17.2 for the
+	// skinny GEMM and 28.7 for the unsplit tile GEMM
+	// (FTCHAT_GEMM_SPLITK=0 in the engine).
+	NoGEMMSplitK bool
+	// SkinnyGEMM makes MatMul take the skinny tensor-core GEMM (gemmt.go)
+	// for GEMMMinTokens..32 rows instead of the split-K tile GEMM, which
+	// measured 1.2x faster (also FTCHAT_GEMM_SKINNY=1 in the engine).
+	SkinnyGEMM bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -703,7 +706,7 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 				return err
 			}
 		}
-		if b.opts.GEMMSplitK {
+		if !b.opts.NoGEMMSplitK {
 			if done, err := b.gemmSplitK(c, y, x, n, w, suf); done || err != nil {
 				return err
 			}

@@ -15,11 +15,12 @@ import (
 // to tell whether a step of 16 rows is bound by its GEMMs (issue 14: the
 // serve load test's 16-row steps took ~7x one row's time). Each row count
 // runs with the backend's kernel choice (1 row: the whole-x GEMV, 2..8:
-// the multi-token GEMV, 9..32: the skinny GEMM, gemmt.go) and, from 9
-// rows, with the 64x64 tile GEMM ("tile"), the GEMV forced (GEMMMinTokens
-// above n: 8-token passes, each reading the weights again) and the split-K
-// tile GEMM (BackendOptions.GEMMSplitK; shapes whose tiles fill the
-// device, like the head, stay unsplit). Metrics: step_ms (32 layers + head, device
+// the multi-token GEMV, 9..32: the split-K tile GEMM; shapes whose tiles
+// fill the device, like the head, stay unsplit) and, from 9 rows, with the
+// unsplit 64x64 tile GEMM ("tile"), the GEMV forced (GEMMMinTokens above
+// n: 8-token passes, each reading the weights again) and the skinny GEMM
+// (BackendOptions.SkinnyGEMM, gemmt.go). Metrics: step_ms (32 layers +
+// head, device
 // time), tok/s (rows / step_ms: the ceiling the matmuls leave for a
 // decode step of that many rows) and the per-shape µs.
 //
@@ -61,7 +62,7 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
 		modes := []string{"default"}
 		if n >= defaultMin {
-			modes = append(modes, "tile", "gemv", "splitk")
+			modes = append(modes, "tile", "gemv", "skinny")
 		}
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("n=%d/%s", n, mode), func(b *testing.B) {
@@ -70,10 +71,10 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 					g.opts.GEMMMinTokens = 1 << 30
 				}
 				defer func() { g.opts.GEMMMinTokens = defaultMin }()
-				setSplitK(b, g, mode == "splitk")
-				defer setSplitK(b, g, false)
-				setSkinny(b, g, mode == "default")
-				defer setSkinny(b, g, true)
+				setSplitK(b, g, mode != "tile")
+				defer setSplitK(b, g, true)
+				setSkinny(b, g, mode == "skinny")
+				defer setSkinny(b, g, false)
 				stepMS := 0.0
 				for _, l := range ws {
 					x := g.NewTensor(n, l.in)

@@ -40,7 +40,7 @@ func gemmtSplits(n, rows, cols, sms int) (splits, kSteps int) {
 // useGemmt reports whether MatMul takes gemmt for n rows (the caller has
 // checked n >= GEMMMinTokens and cols % 32 == 0).
 func (b *Backend) useGemmt(n int) bool {
-	return n <= gemmtMaxTokens && !b.opts.NoSkinnyGEMM
+	return n <= gemmtMaxTokens && b.opts.SkinnyGEMM
 }
 
 // gemmt queues y = x·Wᵀ for n <= gemmtMaxTokens rows with gemmt16_* or

@@ -43,7 +43,7 @@ func TestGEMMSplits(t *testing.T) {
 	}
 }
 
-// TestMatMulSplitK checks the split-K GEMM (BackendOptions.GEMMSplitK)
+// TestMatMulSplitK checks the split-K GEMM (the default; BackendOptions.NoGEMMSplitK)
 // against the CPU backend (tolBF16, like the GEMM), against the unsplit
 // GEMM (same bf16 operands, only the float32 sum order differs: tolF32),
 // and for bit-identical results run to run. Outputs and the partial
@@ -55,9 +55,8 @@ func TestGEMMSplits(t *testing.T) {
 func TestMatMulSplitK(t *testing.T) {
 	p := newPair(t)
 	g := p.g
-	defer setSplitK(t, g, false)
-	setSkinny(t, g, false) // 9..32 rows would take the skinny GEMM (gemmt_test.go)
-	defer setSkinny(t, g, true)
+	defer setSplitK(t, g, true)
+	setSkinny(t, g, false) // (the default) 9..32 rows take split-K, not the skinny GEMM
 	sms := g.dev.Info().SMs
 	before, err := g.GraphStats()
 	if err != nil {
@@ -158,7 +157,7 @@ func poisonSplitWS(t *testing.T, g *Backend) {
 // ops queued so far (they read the option when they run).
 func setSplitK(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMSplitK = on; return nil }); err != nil {
+	if err := g.dev.Do(func(*Ctx) error { g.opts.NoGEMMSplitK = !on; return nil }); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -71,8 +71,10 @@ skinny)
   timeout 200 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
     --kv-dtypes bf16,fp8_e4m3 --profile --json "$L/loadtest.json" >"$L/loadtest.txt" 2>&1
   grep -vE 'profile' "$L/loadtest.txt" | tail -n 24
-  stamp "serve load test, bf16, FTCHAT_GEMM_SKINNY=0 (the tile GEMM)"
-  FTCHAT_GEMM_SKINNY=0 timeout 100 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
+  # Run on 2026-12-03 as skinny default vs FTCHAT_GEMM_SKINNY=0; since then the
+  # default is the split-K tile GEMM and FTCHAT_GEMM_SKINNY=1 picks the skinny one.
+  stamp "serve load test, bf16, FTCHAT_GEMM_SPLITK=0 (the unsplit tile GEMM)"
+  FTCHAT_GEMM_SPLITK=0 timeout 100 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
     --kv-dtypes bf16 --levels 1,16 --profile --json "$L/loadtest_tile.json" >"$L/loadtest_tile.txt" 2>&1
   grep -vE 'profile' "$L/loadtest_tile.txt" | tail -n 10
   scripts/peer_llamacpp.sh status | tail -2
