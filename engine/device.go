@@ -26,6 +26,16 @@ func probeHardware(device string) Hardware {
 	return Hardware{CUDA: true, ComputeCap: info.Arch(), DeviceName: info.Name, DeviceCount: d.Ordinal + 1}
 }
 
+// computeDTypeIgnored is the load note for --compute-dtype bf16|fp16 on
+// the CPU, which computes in float32 whatever it says.
+func computeDTypeIgnored(o Options, onGPU bool) string {
+	cd, err := gpu.ParseComputeDType(o.ComputeDType)
+	if onGPU || err != nil || cd == gpu.ComputeAuto {
+		return ""
+	}
+	return fmt.Sprintf("ftchat: warning: --compute-dtype %s is ignored on the CPU (it computes in float32)", cd)
+}
+
 // openGPU opens the device with the memory budget and returns the backend.
 func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	cd, err := gpu.ParseComputeDType(opts.ComputeDType)

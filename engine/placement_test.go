@@ -231,6 +231,27 @@ func TestExpertFlagsIgnored(t *testing.T) {
 	}
 }
 
+func TestComputeDTypeIgnored(t *testing.T) {
+	for _, tc := range []struct {
+		cd    string
+		onGPU bool
+		want  string
+	}{
+		{"", false, ""},
+		{"auto", false, ""},
+		{"fp16", true, ""},
+		{"bf16", true, ""},
+		{"nonsense", false, ""}, // Validate refuses it before the load
+		{"fp16", false, "--compute-dtype fp16 is ignored on the CPU"},
+		{"BF16", false, "--compute-dtype bf16 is ignored on the CPU"},
+	} {
+		got := computeDTypeIgnored(Options{ComputeDType: tc.cd}, tc.onGPU)
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%q on GPU %v: %q, want %q", tc.cd, tc.onGPU, got, tc.want)
+		}
+	}
+}
+
 // The KV plan keeps the staging of streamed experts free beside the
 // workspace; without host experts it is planKV as before.
 func TestPlanKVStaging(t *testing.T) {
