@@ -3,6 +3,9 @@ package gpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
@@ -25,6 +28,9 @@ import (
 // decode step of that many rows) and the per-shape µs.
 //
 //	go test ./gpu/ -run '^$' -bench MatMulDecodeRows -benchtime 20x
+//
+// FTCHAT_ROWS_SHAPES=down (comma-separated names) times only those shapes;
+// step_ms then covers them alone.
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	r := rand.New(rand.NewPCG(14, 16))
@@ -48,7 +54,11 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 		name     string
 	}
 	var ws []loaded
+	only := os.Getenv("FTCHAT_ROWS_SHAPES") // e.g. "down": the shapes to time (profiler runs)
 	for _, sh := range shapes {
+		if only != "" && !slices.Contains(strings.Split(only, ","), sh.name) {
+			continue
+		}
 		raw := randWeight(r, gguf.Q4_K, sh.out, sh.in)
 		w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench " + sh.name, Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: gguf.Q4_K}, raw)
 		if err != nil {

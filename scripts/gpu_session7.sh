@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Device calls prepared for the session after the sixth (written 2026-12-03,
+# not yet run). Here: scripts/gpu_session.sh bundle. There (carry .gpu):
+#
+#   scripts/gpu_session7.sh profile
+#     Nsight Compute (hardware counters: the Firecracker runtime has them,
+#     device/KINDS.md) on the decode-step matmuls at 1 and 16 rows: the
+#     whole-x GEMV, the split-K tile GEMM (the 9..127-row default) and the
+#     skinny GEMM, so the next kernel change is chosen from stall reasons
+#     (docs/benchmarks.md 2026-12-03: 16 rows cost 3.6-4.3x one row, where
+#     a weight-bound step would cost ~1x). Falls back to a note when ncu
+#     cannot read the counters (gVisor).
+#   scripts/gpu_session7.sh serve
+#     the serve load test on the Llama-3.1-8B shape with the split-K
+#     default (issue 14's >= 8x at 16), and TestNVFP4ModelGPUvsCPU with the
+#     sm75 flavour forced (its plain-CPU reference under fp16 compute).
+# Logs: one tgz per call in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-.gpu/out}
+B=/tmp/bin
+L8=/tmp/l8b.gguf
+mkdir -p "$OUT" $B
+stamp() { echo "[$(date -u +%T)] $*"; }
+unpack() { [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }; }
+case ${1:-} in
+profile)
+  L=/tmp/out/profile; mkdir -p $L; unpack
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
+  for mode in "n=1/default" "n=16/default" "n=16/skinny"; do
+    tag=$(echo "$mode" | tr '/=' '__')
+    stamp "ncu: $mode"
+    (cd gpu && FTCHAT_ROWS_SHAPES=down timeout 200 "$NCU" --clock-control none --target-processes all \
+      --kernel-name 'regex:^(gemvx_q4_k|gemms_q4_k|gemm_reduce_q4_k|gemmt16_q4_k)$' --launch-skip 4 --launch-count 4 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
+      --section SchedulerStats --section LaunchStats \
+      $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
+    echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
+  done
+  tar -czf "$OUT/profile-logs.tgz" -C /tmp/out profile
+  ;;
+serve)
+  L=/tmp/out/serve; mkdir -p $L; unpack
+  [ -s $L8 ] || $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o $L8 >/dev/null 2>&1
+  stamp "serve load test, split-K default"
+  timeout 200 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
+    --kv-dtypes bf16,fp8_e4m3 --profile --json "$L/loadtest.json" >"$L/loadtest.txt" 2>&1
+  grep -vE 'profile' "$L/loadtest.txt" | tail -n 24
+  stamp "NVFP4 model test, sm75 flavour forced"
+  (cd gpu && FTCHAT_PTX_FLAVOUR=sm75 FTCHAT_REQUIRE_GPU=1 timeout 150 $B/gpu.test -test.v -test.run 'TestNVFP4ModelGPUvsCPU' \
+    -test.timeout 200s) >"$L/nvfp4_sm75.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/nvfp4_sm75.log" | head
+  tar -czf "$OUT/serve-logs.tgz" -C /tmp/out serve
+  ;;
+*)
+  echo "usage: $0 profile|serve" >&2
+  exit 2
+  ;;
+esac
