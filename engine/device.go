@@ -56,9 +56,13 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// small-batch GEMM (gpu.BackendOptions.NoGEMMSplitK; its 16 MiB
 	// workspace comes out of the GPUHeadroom reserve). FTCHAT_GEMM_SKINNY=1
 	// gives 9..32 rows to the skinny GEMM instead (it shares that workspace).
+	// FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K grid in CTAs per SM (a
+	// tuning knob; default 4).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
+	splitCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS"))
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
-		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1"})
+		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1",
+		SplitKCTAsPerSM: max(splitCTAs, 0)})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

@@ -49,6 +49,10 @@ type BackendOptions struct {
 	// for GEMMMinTokens..32 rows instead of the split-K tile GEMM, which
 	// measured 1.2x faster (also FTCHAT_GEMM_SKINNY=1 in the engine).
 	SkinnyGEMM bool
+	// SplitKCTAsPerSM is the grid the split-K GEMM aims for, in CTAs per
+	// SM (0: gemmSplitCTAsPerSM); a tuning knob (FTCHAT_GEMM_SPLIT_CTAS in
+	// the engine) for device runs that sweep it.
+	SplitKCTAsPerSM int
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -766,10 +770,10 @@ const (
 // weight on sms multiprocessors, and the k steps (GK = 64 elements) each
 // slice covers; 1 when splitting would not add CTAs or the partials would
 // not fit in gemmSplitMax. Every slice is non-empty.
-func gemmSplits(n, rows, cols, sms int) (splits, kSteps int) {
+func gemmSplits(n, rows, cols, sms, ctasPerSM int) (splits, kSteps int) {
 	steps := cdiv(cols, 64)
 	tiles := cdiv(rows, 64) * cdiv(n, 64)
-	s := min(cdiv(gemmSplitCTAsPerSM*max(sms, 1), tiles), gemmSplitMaxK, steps)
+	s := min(cdiv(max(ctasPerSM, 1)*max(sms, 1), tiles), gemmSplitMaxK, steps)
 	if per := int64(n) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
 		s = int(gemmSplitMax / per)
 	}
@@ -785,7 +789,11 @@ func gemmSplits(n, rows, cols, sms int) (splits, kSteps int) {
 // unsplit GEMM: the tiles already fill the device, or the workspace could
 // not be had (then split-K stays off for this backend).
 func (b *Backend) gemmSplitK(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
-	splits, kSteps := gemmSplits(n, w.rows, w.cols, c.Device().Info().SMs)
+	perSM := b.opts.SplitKCTAsPerSM
+	if perSM <= 0 {
+		perSM = gemmSplitCTAsPerSM
+	}
+	splits, kSteps := gemmSplits(n, w.rows, w.cols, c.Device().Info().SMs, perSM)
 	if splits < 2 || !b.splitWorkspace(c) {
 		return false, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,9 +31,16 @@ import (
 //	go test ./gpu/ -run '^$' -bench MatMulDecodeRows -benchtime 20x
 //
 // FTCHAT_ROWS_SHAPES=down (comma-separated names) times only those shapes;
-// step_ms then covers them alone.
+// step_ms then covers them alone. FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K
+// grid (CTAs per SM).
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
+	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
+		if err := g.dev.Do(func(*Ctx) error { g.opts.SplitKCTAsPerSM = v; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		defer g.dev.Do(func(*Ctx) error { g.opts.SplitKCTAsPerSM = 0; return nil })
+	}
 	r := rand.New(rand.NewPCG(14, 16))
 	shapes := []struct {
 		name     string

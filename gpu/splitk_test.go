@@ -29,7 +29,7 @@ func TestGEMMSplits(t *testing.T) {
 		{n: 32, rows: 64, cols: 64, sms: 132, want: 1},       // one step cannot split
 		{n: 16, rows: 4096, cols: 4096, sms: 0, want: 1},     // unknown SM count: 64 tiles suffice
 	} {
-		splits, kSteps := gemmSplits(tc.n, tc.rows, tc.cols, tc.sms)
+		splits, kSteps := gemmSplits(tc.n, tc.rows, tc.cols, tc.sms, gemmSplitCTAsPerSM)
 		steps := cdiv(tc.cols, 64)
 		if splits != tc.want {
 			t.Errorf("%+v: %d splits, want %d", tc, splits, tc.want)
@@ -78,7 +78,7 @@ func TestMatMulSplitK(t *testing.T) {
 			gw, cw := p.weight(gguf.TensorInfo{Name: "splitk." + typ.String(), Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: typ}, raw)
 			for _, n := range []int{9, 16, 32, 64} {
 				name := fmt.Sprintf("%s %dx%d n=%d", typ, sh.rows, sh.cols, n)
-				splits, _ := gemmSplits(n, sh.rows, sh.cols, sms)
+				splits, _ := gemmSplits(n, sh.rows, sh.cols, sms, gemmSplitCTAsPerSM)
 				if splits < 2 {
 					t.Fatalf("%s: %d splits on %d SMs: the shape does not exercise split-K", name, splits, sms)
 				}

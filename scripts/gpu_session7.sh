@@ -9,7 +9,8 @@
 #     skinny GEMM, so the next kernel change is chosen from stall reasons
 #     (docs/benchmarks.md 2026-12-03: 16 rows cost 3.6-4.3x one row, where
 #     a weight-bound step would cost ~1x). Falls back to a note when ncu
-#     cannot read the counters (gVisor).
+#     cannot read the counters (gVisor). Then the same matmuls at 9/16/32
+#     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS).
 #   scripts/gpu_session7.sh serve
 #     the serve load test on the Llama-3.1-8B shape with the split-K
 #     default (issue 14's >= 8x at 16), and TestNVFP4ModelGPUvsCPU with the
@@ -37,6 +38,12 @@ profile)
       --section SchedulerStats --section LaunchStats \
       $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
     echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
+  done
+  stamp "split-K grid sweep: CTAs per SM (default 4)"
+  for c in 2 4 6 8 12; do
+    (cd gpu && FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' \
+      -test.benchtime 20x) >"$L/rows_ctas$c.txt" 2>&1
+    grep -E '^Benchmark' "$L/rows_ctas$c.txt" | sed "s/^/ctas=$c /"
   done
   tar -czf "$OUT/profile-logs.tgz" -C /tmp/out profile
   ;;
