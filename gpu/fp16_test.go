@@ -77,8 +77,8 @@ func (p *pair) download(x model.Tensor) []float32 {
 	return out
 }
 
-// TestF16ComputeMatMul: the tensor-core GEMMs of the sm75 flavour (9 rows:
-// the skinny GEMM; 64: the 64x64 tile GEMM; 512: the 128x128 one) for
+// TestF16ComputeMatMul: the tensor-core GEMMs of the sm75 flavour (9 and
+// 64 rows: the split-K 64x64 tile GEMM; 512: the 128x128 one) for
 // several weight types, against the float64 reference, the CPU backend and
 // the bf16 flavour on the same weights and inputs. Outputs start as NaN.
 func TestF16ComputeMatMul(t *testing.T) {
@@ -123,6 +123,56 @@ func TestF16ComputeMatMul(t *testing.T) {
 				t.Errorf("%s: fp16-compute error %.3g vs the float64 reference; want <= %.0e and <= the bf16 flavour's %.3g", name, ef, tolF16, eb)
 			}
 		}
+	}
+}
+
+// TestF16ComputeLargeActivations: activation rows far beyond fp16's 65504
+// (2e5, as an FFN's silu(gate)*up can reach), tiny ones (1e-3) and plain
+// ones side by side, through each tensor-core GEMM of the sm75 flavour
+// (split-K at 9 rows, the skinny GEMM, the unsplit tile GEMM, the 128-row
+// tile GEMM). The row scales of mma.cuh keep every row within tolF16 of
+// the CPU, row by row (a matrix-wide error would hide the small rows).
+func TestF16ComputeLargeActivations(t *testing.T) {
+	p := newF16Pair(t)
+	g := p.g
+	r := rand.New(rand.NewPCG(75, 65504))
+	const rows, cols = 197, 1024
+	raw := randWeight(r, gguf.Q4_K, rows, cols)
+	gw, cw := p.weight(gguf.TensorInfo{Name: "w.large", Dims: []uint64{cols, rows}, Type: gguf.Q4_K}, raw)
+	for _, tc := range []struct {
+		name          string
+		n             int
+		skinny, split bool
+	}{{"split-K", 9, false, true}, {"skinny", 16, true, true}, {"tile", 64, false, false}, {"large tile", 200, false, true}} {
+		x := randVec(r, tc.n*cols, 1)
+		for tok := range tc.n {
+			mag := []float32{2e5, 1e-3, 1}[tok%3]
+			for i := range cols {
+				x[tok*cols+i] *= mag
+			}
+		}
+		gx, cx := p.tensor(tc.n, cols, x)
+		gy, cy := p.tensor(tc.n, rows, nil)
+		setSkinny(t, g, tc.skinny)
+		setSplitK(t, g, tc.split)
+		g.MatMul(gy, gx, gw)
+		setSkinny(t, g, false)
+		setSplitK(t, g, true)
+		p.c.MatMul(cy, cx, cw)
+		got, want := p.download(gy), make([]float32, tc.n*rows)
+		p.c.ToHost(cy, want)
+		worst := 0.0
+		for tok := range tc.n {
+			e, err := relErr(got[tok*rows:(tok+1)*rows], want[tok*rows:(tok+1)*rows])
+			if err != nil {
+				t.Fatalf("%s row %d: %v", tc.name, tok, err)
+			}
+			worst = max(worst, e)
+			if e > tolF16 {
+				t.Errorf("%s n=%d: row %d (|x| ~ %g): relative error %.3g > %.0e", tc.name, tc.n, tok, []float32{2e5, 1e-3, 1}[tok%3], e, tolF16)
+			}
+		}
+		t.Logf("%s n=%d: worst row error %.2e", tc.name, tc.n, worst)
 	}
 }
 
