@@ -13,8 +13,9 @@
 #     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS).
 #   scripts/gpu_session7.sh serve
 #     the serve load test on the Llama-3.1-8B shape with the split-K
-#     default (issue 14's >= 8x at 16), and TestNVFP4ModelGPUvsCPU with the
-#     sm75 flavour forced (its plain-CPU reference under fp16 compute).
+#     default (issue 14's >= 8x at 16), the fp16-compute tests, and
+#     TestNVFP4ModelGPUvsCPU with the sm75 flavour forced (its plain-CPU
+#     reference under fp16 compute).
 # Logs: one tgz per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,9 @@ serve)
   timeout 200 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
     --kv-dtypes bf16,fp8_e4m3 --profile --json "$L/loadtest.json" >"$L/loadtest.txt" 2>&1
   grep -vE 'profile' "$L/loadtest.txt" | tail -n 24
+  stamp "fp16-compute tests (TestF16ComputeLargeActivations is new)"
+  (cd gpu && FTCHAT_REQUIRE_GPU=1 timeout 150 $B/gpu.test -test.v -test.run 'TestF16Compute' -test.timeout 200s) >"$L/f16.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/f16.log" | head
   stamp "NVFP4 model test, sm75 flavour forced"
   (cd gpu && FTCHAT_PTX_FLAVOUR=sm75 FTCHAT_REQUIRE_GPU=1 timeout 150 $B/gpu.test -test.v -test.run 'TestNVFP4ModelGPUvsCPU' \
     -test.timeout 200s) >"$L/nvfp4_sm75.log" 2>&1
