@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device calls prepared for the session after the sixth (written 2026-12-03,
-# not yet run). Here: scripts/gpu_session.sh bundle. There (carry .gpu):
+# not yet run). Here: scripts/gpu_session.sh bundle and
+# scripts/gpu_session7.sh variants. There (carry .gpu):
 #
 #   scripts/gpu_session7.sh profile
 #     Nsight Compute (hardware counters: the Firecracker runtime has them,
@@ -10,7 +11,9 @@
 #     (docs/benchmarks.md 2026-12-03: 16 rows cost 3.6-4.3x one row, where
 #     a weight-bound step would cost ~1x). Falls back to a note when ncu
 #     cannot read the counters (gVisor). Then the same matmuls at 9/16/32
-#     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS).
+#     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS),
+#     and the pipelined split-K variant (GEMM_PIPE=1 PTX via FTCHAT_PTX_DIR):
+#     its tests against the CPU, then its rows.
 #   scripts/gpu_session7.sh serve
 #     the serve load test on the Llama-3.1-8B shape with the split-K
 #     default (issue 14's >= 8x at 16), the fp16-compute tests, and
@@ -26,6 +29,12 @@ mkdir -p "$OUT" $B
 stamp() { echo "[$(date -u +%T)] $*"; }
 unpack() { [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }; }
 case ${1:-} in
+variants) # here, with nvcc: mm_q4_k's sm89 PTX with the split-K GEMM pipelined (GEMM_PIPE=1)
+  mkdir -p .gpu/ptxvar/pipe
+  (cd gpu/kernels && nvcc -ptx -arch=compute_89 -O3 -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 -DGEMM_PIPE=1 \
+    -o ../../.gpu/ptxvar/pipe/mm_q4_k_sm89.ptx mm_q4_k.cu) && gzip -9f .gpu/ptxvar/pipe/mm_q4_k_sm89.ptx
+  ls -la .gpu/ptxvar/pipe
+  ;;
 profile)
   L=/tmp/out/profile; mkdir -p $L; unpack
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -40,6 +49,17 @@ profile)
       $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
     echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
   done
+  if [ -d .gpu/ptxvar/pipe ]; then
+    stamp "split-K GEMM pipelined (GEMM_PIPE=1 PTX for Q4_K): tests, then rows"
+    (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/pipe FTCHAT_REQUIRE_GPU=1 timeout 120 $B/gpu.test -test.v \
+      -test.run 'TestMatMulSplitK|TestMatMulAllTypes' -test.timeout 200s) >"$L/pipe_tests.log" 2>&1
+    echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/pipe_tests.log" | head
+    for c in 4 6; do
+      (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/pipe FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' \
+        -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' -test.benchtime 20x) >"$L/rows_pipe_ctas$c.txt" 2>&1
+      grep -E '^Benchmark' "$L/rows_pipe_ctas$c.txt" | sed "s/^/pipe ctas=$c /"
+    done
+  fi
   stamp "split-K grid sweep: CTAs per SM (default 4)"
   for c in 2 4 6 8 12; do
     (cd gpu && FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' \

@@ -216,7 +216,35 @@ GEMVF_KERNEL(MM_T, MM_NAME)
 #define GN 64
 #define GK 64
 #define GPAD 8
+// Tuning knob for kernel runs (FTCHAT_PTX_DIR; the committed PTX uses 0):
+// GEMM_PIPE 1 loads the next k step into registers during this one's mmas.
+#ifndef GEMM_PIPE
+#define GEMM_PIPE 0
+#endif
 
+
+// gemm_load dequantizes unit u of W row wr into w and loads the 32 floats
+// of X row xt at the same k into xv (zeros out of range).
+template <int T>
+__device__ __forceinline__ void gemm_load(const uint8_t* __restrict__ W, long long rowBytes, int rows, int units,
+                                          const float* __restrict__ X, int cols, int ntok, int wr, int xt, int u,
+                                          float* w, float4* xv) {
+    if (wr < rows && u < units) {
+        int c;
+        deq32<T>(unit_ptr<T>(W + (size_t)wr * rowBytes, u, c), c, w);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) w[i] = 0.f;
+    }
+    if (xt < ntok && u < units) {
+        const float4* xp = reinterpret_cast<const float4*>(X + (size_t)xt * cols + 32 * u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) xv[i] = __ldg(xp + i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) xv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
 
 // gemm_body covers k in [kBegin, kEnd) (multiples of GK, or kEnd = cols):
 // the whole row for gemm_*, one slice per blockIdx.z for the split-K gemms_*.
@@ -245,7 +273,36 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
     float* xinv = nullptr;
 #endif
     float xs = pair_row_scale(X, cols, ntok, m0 + lr, lh, kBegin, kEnd, lr, xinv);
+#if GEMM_PIPE
+    // Variant: the next k step's W unit and X floats are loaded into
+    // registers before this step's mma loop (as gemm_large_body does).
+    float w[32];
+    float4 xv[8];
+    gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, (kBegin >> 5) + lh, w, xv);
+#endif
     for (int k0 = kBegin; k0 < kEnd; k0 += GK) {
+#if GEMM_PIPE
+        {
+            uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
+            uint4* dx = reinterpret_cast<uint4*>(&As[lr][32 * lh]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 a = xv[2 * i], b = xv[2 * i + 1];
+#if FT_COMPUTE_F16
+                a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
+                b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
+#endif
+                dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+            }
+        }
+        __syncthreads();
+        if (k0 + GK < kEnd)
+            gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, ((k0 + GK) >> 5) + lh, w, xv);
+#else
         int u = (k0 >> 5) + lh;
         // W unit -> Bs[lr][32*lh ..]
         {
@@ -286,6 +343,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
             }
         }
         __syncthreads();
+#endif
 #pragma unroll
         for (int kk = 0; kk < GK; kk += 16) {
             uint32_t a[2][4], b[4][2];
@@ -375,27 +433,6 @@ GEMM_REDUCE_KERNEL(MM_NAME)
 // latency overlaps the tensor-core work. Requires cols % 32 == 0.
 #define LM 128
 #define LN 128
-
-template <int T>
-__device__ __forceinline__ void gemm_load(const uint8_t* __restrict__ W, long long rowBytes, int rows, int units,
-                                          const float* __restrict__ X, int cols, int ntok, int wr, int xt, int u,
-                                          float* w, float4* xv) {
-    if (wr < rows && u < units) {
-        int c;
-        deq32<T>(unit_ptr<T>(W + (size_t)wr * rowBytes, u, c), c, w);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 32; i++) w[i] = 0.f;
-    }
-    if (xt < ntok && u < units) {
-        const float4* xp = reinterpret_cast<const float4*>(X + (size_t)xt * cols + 32 * u);
-#pragma unroll
-        for (int i = 0; i < 8; i++) xv[i] = __ldg(xp + i);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) xv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-}
 
 template <int T>
 __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
