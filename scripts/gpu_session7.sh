@@ -12,8 +12,9 @@
 #     a weight-bound step would cost ~1x). Falls back to a note when ncu
 #     cannot read the counters (gVisor). Then the same matmuls at 9/16/32
 #     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS),
-#     and the pipelined split-K variant (GEMM_PIPE=1 PTX via FTCHAT_PTX_DIR):
-#     its tests against the CPU, then its rows.
+#     and two split-K variants (GEMM_PIPE=1: the next k step loaded during
+#     this one's mmas; MM_FASTDQ=1: Q4_K straight to bf16 pairs; PTX via
+#     FTCHAT_PTX_DIR): their tests against the CPU, then their rows.
 #   scripts/gpu_session7.sh serve
 #     the serve load test on the Llama-3.1-8B shape with the split-K
 #     default (issue 14's >= 8x at 16), the fp16-compute tests, and
@@ -29,11 +30,13 @@ mkdir -p "$OUT" $B
 stamp() { echo "[$(date -u +%T)] $*"; }
 unpack() { [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }; }
 case ${1:-} in
-variants) # here, with nvcc: mm_q4_k's sm89 PTX with the split-K GEMM pipelined (GEMM_PIPE=1)
-  mkdir -p .gpu/ptxvar/pipe
-  (cd gpu/kernels && nvcc -ptx -arch=compute_89 -O3 -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 -DGEMM_PIPE=1 \
-    -o ../../.gpu/ptxvar/pipe/mm_q4_k_sm89.ptx mm_q4_k.cu) && gzip -9f .gpu/ptxvar/pipe/mm_q4_k_sm89.ptx
-  ls -la .gpu/ptxvar/pipe
+variants) # here, with nvcc: mm_q4_k's sm89 PTX with one tuning knob each (mm.cuh)
+  for v in pipe:GEMM_PIPE fastdq:MM_FASTDQ; do
+    name=${v%%:*}; mkdir -p .gpu/ptxvar/$name
+    (cd gpu/kernels && nvcc -ptx -arch=compute_89 -O3 -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 -D${v#*:}=1 \
+      -o ../../.gpu/ptxvar/$name/mm_q4_k_sm89.ptx mm_q4_k.cu) && gzip -9f .gpu/ptxvar/$name/mm_q4_k_sm89.ptx
+  done
+  ls -la .gpu/ptxvar/*
   ;;
 profile)
   L=/tmp/out/profile; mkdir -p $L; unpack
@@ -49,17 +52,19 @@ profile)
       $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
     echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
   done
-  if [ -d .gpu/ptxvar/pipe ]; then
-    stamp "split-K GEMM pipelined (GEMM_PIPE=1 PTX for Q4_K): tests, then rows"
-    (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/pipe FTCHAT_REQUIRE_GPU=1 timeout 120 $B/gpu.test -test.v \
-      -test.run 'TestMatMulSplitK|TestMatMulAllTypes' -test.timeout 200s) >"$L/pipe_tests.log" 2>&1
-    echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/pipe_tests.log" | head
+  for var in pipe fastdq; do
+    [ -d .gpu/ptxvar/$var ] || continue
+    stamp "split-K GEMM variant $var (Q4_K PTX via FTCHAT_PTX_DIR): tests, then rows"
+    (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/$var FTCHAT_REQUIRE_GPU=1 timeout 120 $B/gpu.test -test.v \
+      -test.run 'TestMatMulSplitK|TestMatMulAllTypes' -test.timeout 200s) >"$L/${var}_tests.log" 2>&1
+    echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/${var}_tests.log" | head
+    grep -E 'Q4_K .*(split-K vs cpu|vs cpu)' "$L/${var}_tests.log" | head -8
     for c in 4 6; do
-      (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/pipe FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' \
-        -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' -test.benchtime 20x) >"$L/rows_pipe_ctas$c.txt" 2>&1
-      grep -E '^Benchmark' "$L/rows_pipe_ctas$c.txt" | sed "s/^/pipe ctas=$c /"
+      (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/$var FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' \
+        -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' -test.benchtime 20x) >"$L/rows_${var}_ctas$c.txt" 2>&1
+      grep -E '^Benchmark' "$L/rows_${var}_ctas$c.txt" | sed "s/^/$var ctas=$c /"
     done
-  fi
+  done
   stamp "split-K grid sweep: CTAs per SM (default 4)"
   for c in 2 4 6 8 12; do
     (cd gpu && FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' \

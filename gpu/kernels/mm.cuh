@@ -216,10 +216,50 @@ GEMVF_KERNEL(MM_T, MM_NAME)
 #define GN 64
 #define GK 64
 #define GPAD 8
-// Tuning knob for kernel runs (FTCHAT_PTX_DIR; the committed PTX uses 0):
-// GEMM_PIPE 1 loads the next k step into registers during this one's mmas.
+// Tuning knobs for kernel runs (FTCHAT_PTX_DIR; the committed PTX uses 0):
+// GEMM_PIPE 1 loads the next k step into registers during this one's mmas;
+// MM_FASTDQ 1 dequantizes Q4_K units straight to bf16 pairs (q4k_unit_bf16)
+// in the unpipelined tile GEMM of the bf16 flavours.
 #ifndef GEMM_PIPE
 #define GEMM_PIPE 0
+#endif
+#ifndef MM_FASTDQ
+#define MM_FASTDQ 0
+#endif
+
+#if MM_FASTDQ && !FT_COMPUTE_F16
+// q4k_unit_bf16 writes unit c of Q4_K block b as 16 bf16x2 operand words,
+// about 2 instructions a weight instead of deq32's float path and pack2:
+// a byte permute and one lop3 make each nibble pair the bf16 values 128+q
+// (0x4300 | q), one bf16x2 FMA takes 128 off (exact for q < 16), and one
+// more gives q*d1 - m1 with d1 and m1 rounded to bf16 once per unit (the
+// float path rounds only the result: the error grows by the scales'
+// rounding, 2^-9 of each term).
+__device__ __forceinline__ void q4k_unit_bf16(const uint8_t* b, int c, uint32_t* out) {
+    float d = ldh(b), dmin = ldh(b + 2);
+    int sc, m;
+    scale_min_k4(c, b + 4, sc, m);
+    const __nv_bfloat162 D = __float2bfloat162_rn(d * (float)sc), M = __float2bfloat162_rn(-dmin * (float)m);
+    const __nv_bfloat162 one = __float2bfloat162_rn(1.f), off = __float2bfloat162_rn(-128.f);
+    const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
+    int shift = 4 * (c & 1);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint4 v = q[i];
+        uint32_t x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t xs = x[k] >> shift;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // elements 4k+2h, 4k+2h+1: bytes 2h, 2h+1 of x[k]
+                uint32_t p = (__byte_perm(xs, 0u, h ? 0x4342u : 0x4140u) & 0x000F000Fu) | 0x43004300u;
+                __nv_bfloat162 qv = __hfma2(*reinterpret_cast<__nv_bfloat162*>(&p), one, off);
+                __nv_bfloat162 w = __hfma2(qv, D, M);
+                out[8 * i + 2 * k + h] = *reinterpret_cast<uint32_t*>(&w);
+            }
+        }
+    }
+}
 #endif
 
 
@@ -305,6 +345,22 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #else
         int u = (k0 >> 5) + lh;
         // W unit -> Bs[lr][32*lh ..]
+#if MM_FASTDQ && !FT_COMPUTE_F16
+        if constexpr (T == T_Q4_K) {
+            uint32_t pw[16];
+            int r = n0 + lr;
+            if (r < rows && u < units) {
+                int c;
+                q4k_unit_bf16(unit_ptr<T>(W + (size_t)r * rowBytes, u, c), c, pw);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++) pw[i] = 0u;
+            }
+            uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) dst[i] = make_uint4(pw[4 * i], pw[4 * i + 1], pw[4 * i + 2], pw[4 * i + 3]);
+        } else
+#endif
         {
             float w[32];
             int r = n0 + lr;
