@@ -23,7 +23,8 @@ import (
 // fill the device, like the head, stay unsplit) and, from 9 rows, with the
 // unsplit 64x64 tile GEMM ("tile"), the GEMV forced (GEMMMinTokens above
 // n: 8-token passes, each reading the weights again) and the skinny GEMM
-// (BackendOptions.SkinnyGEMM, gemmt.go). Metrics: step_ms (32 layers +
+// (BackendOptions.SkinnyGEMM, gemmt.go); at 2..8 rows also with the
+// split-K GEMM ("gemm", GEMMMinTokens 1), to place the GEMV/GEMM crossover. Metrics: step_ms (32 layers +
 // head, device
 // time), tok/s (rows / step_ms: the ceiling the matmuls leave for a
 // decode step of that many rows) and the per-shape µs.
@@ -81,12 +82,17 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 		modes := []string{"default"}
 		if n >= defaultMin {
 			modes = append(modes, "tile", "gemv", "skinny")
+		} else if n > 1 {
+			modes = append(modes, "gemm") // the split-K GEMM below its crossover
 		}
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("n=%d/%s", n, mode), func(b *testing.B) {
 				g.opts.GEMMMinTokens = defaultMin
-				if mode == "gemv" {
+				switch mode {
+				case "gemv":
 					g.opts.GEMMMinTokens = 1 << 30
+				case "gemm":
+					g.opts.GEMMMinTokens = 1
 				}
 				defer func() { g.opts.GEMMMinTokens = defaultMin }()
 				setSplitK(b, g, mode != "tile")

@@ -65,6 +65,9 @@ profile)
       grep -E '^Benchmark' "$L/rows_${var}_ctas$c.txt" | sed "s/^/$var ctas=$c /"
     done
   done
+  stamp "GEMV vs split-K GEMM at 2..8 rows (the crossover, FTCHAT_GEMM_MIN_TOKENS)"
+  (cd gpu && timeout 90 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(2|4|8)/' -test.benchtime 20x) >"$L/rows_small.txt" 2>&1
+  grep -E '^Benchmark' "$L/rows_small.txt"
   stamp "split-K grid sweep: CTAs per SM (default 4)"
   for c in 2 4 6 8 12; do
     (cd gpu && FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' \
