@@ -12,9 +12,11 @@
 #     a weight-bound step would cost ~1x). Falls back to a note when ncu
 #     cannot read the counters (gVisor). Then the same matmuls at 9/16/32
 #     rows with the split-K grid at 2..12 CTAs per SM (FTCHAT_GEMM_SPLIT_CTAS),
-#     and two split-K variants (GEMM_PIPE=1: the next k step loaded during
-#     this one's mmas; MM_FASTDQ=1: Q4_K straight to bf16 pairs; PTX via
-#     FTCHAT_PTX_DIR): their tests against the CPU, then their rows.
+#     and three variants of the Q4_K module (GEMM_PIPE=1: the split-K GEMM
+#     loads the next k step during this one's mmas; MM_FASTDQ=1: Q4_K
+#     straight to bf16 pairs; GEMV_PREFETCH=1: the 2..8-row GEMV prefetches
+#     its next chunk; PTX via FTCHAT_PTX_DIR): their tests against the CPU,
+#     then their rows.
 #   scripts/gpu_session7.sh serve
 #     the serve load test on the Llama-3.1-8B shape with the split-K
 #     default (issue 14's >= 8x at 16), the fp16-compute tests, and
@@ -31,7 +33,7 @@ stamp() { echo "[$(date -u +%T)] $*"; }
 unpack() { [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }; }
 case ${1:-} in
 variants) # here, with nvcc: mm_q4_k's sm89 PTX with one tuning knob each (mm.cuh)
-  for v in pipe:GEMM_PIPE fastdq:MM_FASTDQ; do
+  for v in pipe:GEMM_PIPE fastdq:MM_FASTDQ gemvpf:GEMV_PREFETCH; do
     name=${v%%:*}; mkdir -p .gpu/ptxvar/$name
     (cd gpu/kernels && nvcc -ptx -arch=compute_89 -O3 -std=c++17 -allow-unsupported-compiler -DFTCHAT_SM=89 -D${v#*:}=1 \
       -o ../../.gpu/ptxvar/$name/mm_q4_k_sm89.ptx mm_q4_k.cu) && gzip -9f .gpu/ptxvar/$name/mm_q4_k_sm89.ptx
@@ -52,18 +54,16 @@ profile)
       $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
     echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
   done
-  for var in pipe fastdq; do
+  for var in pipe fastdq gemvpf; do
     [ -d .gpu/ptxvar/$var ] || continue
-    stamp "split-K GEMM variant $var (Q4_K PTX via FTCHAT_PTX_DIR): tests, then rows"
+    stamp "variant $var (Q4_K PTX via FTCHAT_PTX_DIR): tests, then rows"
     (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/$var FTCHAT_REQUIRE_GPU=1 timeout 120 $B/gpu.test -test.v \
-      -test.run 'TestMatMulSplitK|TestMatMulAllTypes' -test.timeout 200s) >"$L/${var}_tests.log" 2>&1
+      -test.run 'TestMatMulSplitK|TestMatMulAllTypes|TestMatMulGemvPaths' -test.timeout 200s) >"$L/${var}_tests.log" 2>&1
     echo "rc=$?"; grep -E '^(--- |FAIL|ok|PASS)' "$L/${var}_tests.log" | head
-    grep -E 'Q4_K .*(split-K vs cpu|vs cpu)' "$L/${var}_tests.log" | head -8
-    for c in 4 6; do
-      (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/$var FTCHAT_GEMM_SPLIT_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' \
-        -test.bench 'MatMulDecodeRows/n=(9|16|32)/default$' -test.benchtime 20x) >"$L/rows_${var}_ctas$c.txt" 2>&1
-      grep -E '^Benchmark' "$L/rows_${var}_ctas$c.txt" | sed "s/^/$var ctas=$c /"
-    done
+    grep -E 'Q4_K .*vs cpu' "$L/${var}_tests.log" | head -8
+    (cd gpu && FTCHAT_PTX_DIR=$PWD/../.gpu/ptxvar/$var timeout 60 $B/gpu.test -test.run '^$' \
+      -test.bench 'MatMulDecodeRows/n=(1|2|8|16|32)/default$' -test.benchtime 20x) >"$L/rows_$var.txt" 2>&1
+    grep -E '^Benchmark' "$L/rows_$var.txt" | sed "s/^/$var /"
   done
   stamp "GEMV vs split-K GEMM at 2..8 rows (the crossover, FTCHAT_GEMM_MIN_TOKENS)"
   (cd gpu && timeout 90 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(2|4|8)/' -test.benchtime 20x) >"$L/rows_small.txt" 2>&1

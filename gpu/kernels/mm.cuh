@@ -17,6 +17,12 @@
 // Requires cols % 32 == 0 (units) and 16-byte aligned x rows.
 #define GEMV_MAX_TOK 8
 #define GEMV_WARPS 8
+// Tuning knob for kernel runs (FTCHAT_PTX_DIR; the committed PTX uses 0):
+// GEMV_PREFETCH 1 has each lane of the multi-token GEMV prefetch its next
+// chunk's weight unit into L1 before the current chunk's barrier.
+#ifndef GEMV_PREFETCH
+#define GEMV_PREFETCH 0
+#endif
 
 template <int T>
 __device__ __forceinline__ void gemv_row(const uint8_t* __restrict__ row, int cols, const float* __restrict__ x, int ldx,
@@ -72,6 +78,15 @@ __device__ void gemv_body(const uint8_t* __restrict__ W, long long rowBytes, int
         int nu = min(32, units - u0);
         int u = u0 + lane;
         float w[32];
+#if GEMV_PREFETCH
+        if (active && u + 32 < units) {  // issued beside this chunk's load
+            int c;
+            const uint8_t* nb = unit_ptr<T>(row, u + 32, c);
+            constexpr int span = TypeInfo<T>::be == 1 ? 32 * TypeInfo<T>::bb : TypeInfo<T>::bb;
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(nb));
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(nb + span - 1));
+        }
+#endif
         if (active && lane < nu) {
             int c;
             deq32<T>(unit_ptr<T>(row, u, c), c, w);
