@@ -52,7 +52,7 @@ profile)
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
       --section SchedulerStats --section LaunchStats \
       $B/gpu.test -test.run '^$' -test.bench "MatMulDecodeRows/$mode\$" -test.benchtime 1x) >"$L/ncu_$tag.txt" 2>&1
-    echo "rc=$?"; grep -E "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit" "$L/ncu_$tag.txt" | head -60
+    echo "rc=$?"; grep -iE "^\s+(gemvx|gemms|gemmt|gemm_reduce)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|stall|Issued Warp|No Eligible|One or More Eligible|Registers Per|Block Limit|Warp Cycles" "$L/ncu_$tag.txt" | head -80
   done
   for var in pipe fastdq gemvpf; do
     [ -d .gpu/ptxvar/$var ] || continue
