@@ -58,9 +58,9 @@ func TestE2EKVPairTmux(t *testing.T) {
 		tm.typeText("/kvdtype " + c.arg)
 		tm.keys("Enter")
 		s = tm.waitFor("the switch to "+c.arg, 5*time.Minute, func(s string) bool {
-			return idle(s) && (strings.Contains(s, "KV cache is now "+c.now+":") || strings.Contains(s, "refused"))
+			return idle(s) && (strings.Contains(s, "KV cache is now "+c.now+":") || strings.Contains(s, kvdtypeRefused))
 		})
-		if strings.Contains(s, "refused") || !strings.Contains(s, "kv "+c.now+" ·") {
+		if strings.Contains(s, kvdtypeRefused) || !strings.Contains(s, "kv "+c.now+" ·") {
 			t.Fatalf("/kvdtype %s:\n%s", c.arg, s)
 		}
 		if used, _ := poolTokens(t, s); used != used0 {

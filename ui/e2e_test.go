@@ -75,6 +75,12 @@ func (tm *tmux) keys(k ...string) {
 // typeText sends literal text.
 func (tm *tmux) typeText(s string) { tm.keys("-l", s) }
 
+// kvdtypeRefused marks a /kvdtype refusal on the screen: the UI ends every
+// one with it (commands.go). Not the word "refused": the command popup
+// that "/" opens mentions "a refused message" (/drop's help), and a screen
+// taken while the command is still being typed would match that.
+const kvdtypeRefused = "nothing changed"
+
 // paste pastes s as the terminal does (bracketed, when the program asked).
 func (tm *tmux) paste(s string) {
 	buf := tm.name + "-paste"
@@ -174,18 +180,18 @@ func TestE2ETmux(t *testing.T) {
 		tm.typeText("/kvdtype " + dtype)
 		tm.keys("Enter")
 		return tm.waitFor("the switch to "+dtype, 5*time.Minute, func(s string) bool {
-			return idle(s) && (strings.Contains(s, "KV cache is now "+dtype) || strings.Contains(s, "refused"))
+			return idle(s) && (strings.Contains(s, "KV cache is now "+dtype) || strings.Contains(s, kvdtypeRefused))
 		})
 	}
 	if m := dtypeRe.FindStringSubmatch(s); m == nil || m[1] != "bf16" {
 		s = switchTo("bf16")
-		if strings.Contains(s, "refused") {
+		if strings.Contains(s, kvdtypeRefused) {
 			t.Fatalf("/kvdtype bf16 refused:\n%s", s)
 		}
 		used0, cap0 = poolTokens(t, s)
 	}
 	s = switchTo("fp8_e4m3")
-	if strings.Contains(s, "refused") {
+	if strings.Contains(s, kvdtypeRefused) {
 		t.Fatalf("/kvdtype fp8_e4m3 refused:\n%s", s)
 	}
 	used1, cap1 := poolTokens(t, s)

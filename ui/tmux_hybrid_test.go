@@ -93,7 +93,7 @@ func TestTmuxHybridModel(t *testing.T) {
 	tm.typeText("/kvdtype fp8_e4m3")
 	tm.keys("Enter")
 	s = tm.waitFor("the switch", 60*time.Second, func(s string) bool {
-		return idle(s) && (strings.Contains(s, "KV cache is now fp8_e4m3") || strings.Contains(s, "refused") || strings.Contains(s, "error:"))
+		return idle(s) && (strings.Contains(s, "KV cache is now fp8_e4m3") || strings.Contains(s, kvdtypeRefused) || strings.Contains(s, "error:"))
 	})
 	if !strings.Contains(s, "KV cache is now fp8_e4m3") || !strings.Contains(s, "kv fp8_e4m3") {
 		t.Fatalf("/kvdtype fp8_e4m3 did not switch:\n%s", s)
