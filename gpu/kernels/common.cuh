@@ -166,13 +166,25 @@ template <> __device__ __forceinline__ void deq32<T_Q3_K>(const uint8_t* b, int 
     }
 }
 // Q4_K: chunk c is nibble (c&1) of q[32*(c>>1) ..], scale/min pair c.
-template <> __device__ __forceinline__ void deq32<T_Q4_K>(const uint8_t* b, int c, float* y) {
+// q4k_unit decodes what every Q4_K decoder of a chunk needs: its scale
+// d1 = d*sc and min m1 = dmin*m (w = d1*q - m1), the 32 bytes holding its
+// nibbles and the nibble's shift in each byte.
+struct Q4KUnit {
+    float d1, m1;
+    const uint4* q;
+    int shift;
+};
+__device__ __forceinline__ Q4KUnit q4k_unit(const uint8_t* b, int c) {
     float d = ldh(b), dmin = ldh(b + 2);
     int sc, m;
     scale_min_k4(c, b + 4, sc, m);
-    float d1 = d * (float)sc, m1 = dmin * (float)m;
-    const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
-    int shift = 4 * (c & 1);
+    return {d * (float)sc, dmin * (float)m, reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1)), 4 * (c & 1)};
+}
+template <> __device__ __forceinline__ void deq32<T_Q4_K>(const uint8_t* b, int c, float* y) {
+    const Q4KUnit un = q4k_unit(b, c);
+    const float d1 = un.d1, m1 = un.m1;
+    const uint4* q = un.q;
+    const int shift = un.shift;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         uint4 v = q[i];

@@ -74,12 +74,9 @@ __device__ void gemmt_body(const uint8_t* __restrict__ W, long long rowBytes, in
         for (int t = 0; t < ntok; t++) {
             float m = 0.f;
             for (int k = k0 + 4 * lane; k < k1; k += 128) {
-                float4 a = __ldg(reinterpret_cast<const float4*>(X + (size_t)t * cols + k));
-                m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+                m = fmaxf(m, amax4(__ldg(reinterpret_cast<const float4*>(X + (size_t)t * cols + k))));
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            float xs = f16_row_scale(m), iv = 1.f / xs;
+            float xs = f16_group_scale<32>(m), iv = 1.f / xs;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 if (8 * j + g == t) xsb[j] = xs;

@@ -251,13 +251,11 @@ GEMVF_KERNEL(MM_T, MM_NAME)
 // float path rounds only the result: the error grows by the scales'
 // rounding, 2^-9 of each term).
 __device__ __forceinline__ void q4k_unit_bf16(const uint8_t* b, int c, uint32_t* out) {
-    float d = ldh(b), dmin = ldh(b + 2);
-    int sc, m;
-    scale_min_k4(c, b + 4, sc, m);
-    const __nv_bfloat162 D = __float2bfloat162_rn(d * (float)sc), M = __float2bfloat162_rn(-dmin * (float)m);
+    const Q4KUnit un = q4k_unit(b, c);
+    const __nv_bfloat162 D = __float2bfloat162_rn(un.d1), M = __float2bfloat162_rn(-un.m1);
     const __nv_bfloat162 one = __float2bfloat162_rn(1.f), off = __float2bfloat162_rn(-128.f);
-    const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
-    int shift = 4 * (c & 1);
+    const uint4* q = un.q;
+    const int shift = un.shift;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         uint4 v = q[i];
@@ -301,6 +299,22 @@ __device__ __forceinline__ void gemm_load(const uint8_t* __restrict__ W, long lo
     }
 }
 
+// gemm_store writes gemm_load's unit of W and 32 floats of X (times the
+// row scale xs in the fp16 flavour) to their shared tiles as 16-bit operands.
+__device__ __forceinline__ void gemm_store(mma_elem* bs, mma_elem* as, const float* w, const float4* xv, float xs) {
+    uint4* dst = reinterpret_cast<uint4*>(bs);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
+                            pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
+    uint4* dx = reinterpret_cast<uint4*>(as);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float4 a = f16_scale4(xv[2 * i], xs), b = f16_scale4(xv[2 * i + 1], xs);
+        dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+    }
+}
+
 // gemm_body covers k in [kBegin, kEnd) (multiples of GK, or kEnd = cols):
 // the whole row for gemm_*, one slice per blockIdx.z for the split-K gemms_*.
 template <int T>
@@ -322,11 +336,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 
     int lr = tid >> 1, lh = tid & 1;  // this thread's tile row and half (32 k values)
     int units = cols >> 5;
-#if FT_COMPUTE_F16
-    __shared__ float xinv[GM];  // inverse row scales (mma.cuh)
-#else
-    float* xinv = nullptr;
-#endif
+    F16_ROW_INV(xinv, GM);
     float xs = pair_row_scale(X, cols, ntok, m0 + lr, lh, kBegin, kEnd, lr, xinv);
 #if GEMM_PIPE
     // Variant: the next k step's W unit and X floats are loaded into
@@ -337,23 +347,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
 #endif
     for (int k0 = kBegin; k0 < kEnd; k0 += GK) {
 #if GEMM_PIPE
-        {
-            uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
-                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
-            uint4* dx = reinterpret_cast<uint4*>(&As[lr][32 * lh]);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float4 a = xv[2 * i], b = xv[2 * i + 1];
-#if FT_COMPUTE_F16
-                a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
-                b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
-#endif
-                dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
-            }
-        }
+        gemm_store(&Bs[lr][32 * lh], &As[lr][32 * lh], w, xv, xs);
         __syncthreads();
         if (k0 + GK < kEnd)
             gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, ((k0 + GK) >> 5) + lh, w, xv);
@@ -401,11 +395,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
                 const float4* xp = reinterpret_cast<const float4*>(X + (size_t)t * cols + 32 * u);
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    float4 a = __ldg(xp + 2 * i), b = __ldg(xp + 2 * i + 1);
-#if FT_COMPUTE_F16
-                    a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
-                    b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
-#endif
+                    float4 a = f16_scale4(__ldg(xp + 2 * i), xs), b = f16_scale4(__ldg(xp + 2 * i + 1), xs);
                     dst[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
                 }
             } else {
@@ -448,11 +438,7 @@ __device__ void gemm_body(const uint8_t* __restrict__ W, long long rowBytes, int
             for (int h = 0; h < 2; h++) {
                 int tt = t + 8 * h;
                 if (tt < ntok) {
-#if FT_COMPUTE_F16
-                    float iv = xinv[tt - m0];
-#else
-                    constexpr float iv = 1.f;
-#endif
+                    float iv = row_inv(xinv, tt - m0);
                     if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h] * iv;
                     if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1] * iv;
                 }
@@ -523,33 +509,13 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
             for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
     int lr = tid >> 1, lh = tid & 1;
     int units = cols >> 5;
-#if FT_COMPUTE_F16
-    __shared__ float xinv[LM];  // inverse row scales (mma.cuh)
-#else
-    float* xinv = nullptr;
-#endif
+    F16_ROW_INV(xinv, LM);
     float xs = pair_row_scale(X, cols, ntok, m0 + lr, lh, 0, cols, lr, xinv);
     float w[32];
     float4 xv[8];
     gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, lh, w, xv);
     for (int k0 = 0; k0 < cols; k0 += GK) {
-        {
-            uint4* dst = reinterpret_cast<uint4*>(&Bs[lr][32 * lh]);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                dst[i] = make_uint4(pack2(w[8 * i], w[8 * i + 1]), pack2(w[8 * i + 2], w[8 * i + 3]),
-                                    pack2(w[8 * i + 4], w[8 * i + 5]), pack2(w[8 * i + 6], w[8 * i + 7]));
-            uint4* dx = reinterpret_cast<uint4*>(&As[lr][32 * lh]);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float4 a = xv[2 * i], b = xv[2 * i + 1];
-#if FT_COMPUTE_F16
-                a = make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
-                b = make_float4(b.x * xs, b.y * xs, b.z * xs, b.w * xs);
-#endif
-                dx[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
-            }
-        }
+        gemm_store(&Bs[lr][32 * lh], &As[lr][32 * lh], w, xv, xs);
         __syncthreads();
         if (k0 + GK < cols) gemm_load<T>(W, rowBytes, rows, units, X, cols, ntok, n0 + lr, m0 + lr, ((k0 + GK) >> 5) + lh, w, xv);
 #pragma unroll
@@ -585,11 +551,7 @@ __device__ void gemm_large_body(const uint8_t* __restrict__ W, long long rowByte
             for (int h = 0; h < 2; h++) {
                 int tt = t + 8 * h;
                 if (tt < ntok) {
-#if FT_COMPUTE_F16
-                    float iv = xinv[tt - m0];
-#else
-                    constexpr float iv = 1.f;
-#endif
+                    float iv = row_inv(xinv, tt - m0);
                     if (r < rows) Y[(size_t)tt * rows + r] = acc[i][j][2 * h] * iv;
                     if (r + 1 < rows) Y[(size_t)tt * rows + r + 1] = acc[i][j][2 * h + 1] * iv;
                 }

@@ -43,15 +43,54 @@ __device__ __forceinline__ float f16_row_scale(float amax) {
     return __uint_as_float((uint32_t)(127 - e) << 23);
 }
 
+// f16_group_scale: the f16_row_scale of the largest of m over LANES
+// adjacent lanes (LANES a power of two up to 32), in every one of them.
+template <int LANES>
+__device__ __forceinline__ float f16_group_scale(float m) {
+#pragma unroll
+    for (int o = 1; o < LANES; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return f16_row_scale(m);
+}
+
+// F16_ROW_INV declares a GEMM tile's inverse row scales, n floats of shared
+// memory in the fp16 flavour; the bf16 flavour has none (row_inv is 1).
+#if FT_COMPUTE_F16
+#define F16_ROW_INV(name, n) __shared__ float name[n]
+#else
+#define F16_ROW_INV(name, n) float* name = nullptr
+#endif
+
+// row_inv is tile row i's inverse scale for the epilogue: 1 in the bf16
+// flavour, where the multiply folds away.
+__device__ __forceinline__ float row_inv(const float* xinv, int i) {
+#if FT_COMPUTE_F16
+    return xinv[i];
+#else
+    return 1.f;
+#endif
+}
+
+// f16_scale4 is a times its row scale xs in the fp16 flavour, a as it is
+// in the bf16 one.
+__device__ __forceinline__ float4 f16_scale4(float4 a, float xs) {
+#if FT_COMPUTE_F16
+    return make_float4(a.x * xs, a.y * xs, a.z * xs, a.w * xs);
+#else
+    return a;
+#endif
+}
+
+__device__ __forceinline__ float amax4(float4 a) {
+    return fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
+}
+
 // Largest |x| over the 8-float groups of row at k = start, start + step, ...
 // below n (16-byte aligned groups).
 __device__ __forceinline__ float row_amax8(const float* row, int start, int step, int n) {
     float m = 0.f;
     for (int k = start; k < n; k += step) {
         const float4* q = reinterpret_cast<const float4*>(row + k);
-        float4 a = __ldg(q), b = __ldg(q + 1);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+        m = fmaxf(m, fmaxf(amax4(__ldg(q)), amax4(__ldg(q + 1))));
     }
     return m;
 }
@@ -61,10 +100,7 @@ __device__ __forceinline__ float amax32(const float* p) {
     const float4* q = reinterpret_cast<const float4*>(p);
     float m = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float4 a = __ldg(q + i);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-    }
+    for (int i = 0; i < 8; i++) m = fmaxf(m, amax4(__ldg(q + i)));
     return m;
 }
 
@@ -78,8 +114,7 @@ __device__ __forceinline__ float pair_row_scale(const float* X, int cols, int nt
     float m = 0.f;
     if (t < ntok)
         for (int k = kBegin + 32 * lh; k < kEnd; k += 64) m = fmaxf(m, amax32(X + (size_t)t * cols + k));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    float xs = f16_row_scale(m);
+    float xs = f16_group_scale<2>(m);
     if (lh == 0) xinv[lr] = 1.f / xs;
     return xs;
 #else

@@ -55,12 +55,10 @@ __device__ __forceinline__ void moe_ldw(const uint8_t* row, bool rowok, int unit
     int c;
     const uint8_t* b = unit_ptr<T>(row, min(u, units - 1), c);
     if constexpr (T == T_Q4_K && MOE_FASTDQ) {
-        float d = ldh(b), dmin = ldh(b + 2);
-        int sc, m;
-        scale_min_k4(c, b + 4, sc, m);
-        float d1 = d * (float)sc, m1 = -dmin * (float)m;
-        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (c >> 1));
-        int shift = 4 * (c & 1);
+        const Q4KUnit un = q4k_unit(b, c);
+        const float d1 = un.d1, m1 = -un.m1;
+        const uint4* q = un.q;
+        const int shift = un.shift;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             uint4 v = q[i];
@@ -99,14 +97,8 @@ __device__ __forceinline__ void moe_stw(mma_elem* dst, const float* w) {
 
 // xs: the row's f16_row_scale (1 in the bf16 flavour, which ignores it).
 __device__ __forceinline__ void moe_stx(mma_elem* dst, const float4* xv, float xs) {
-#if FT_COMPUTE_F16
-    *reinterpret_cast<uint4*>(dst) =
-        make_uint4(pack2(xv[0].x * xs, xv[0].y * xs), pack2(xv[0].z * xs, xv[0].w * xs),
-                   pack2(xv[1].x * xs, xv[1].y * xs), pack2(xv[1].z * xs, xv[1].w * xs));
-#else
-    *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(xv[0].x, xv[0].y), pack2(xv[0].z, xv[0].w),
-                                                pack2(xv[1].x, xv[1].y), pack2(xv[1].z, xv[1].w));
-#endif
+    float4 a = f16_scale4(xv[0], xs), b = f16_scale4(xv[1], xs);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
 }
 
 // moe_row_scale: the f16_row_scale of activation row ar of a tile (its 8
@@ -114,11 +106,7 @@ __device__ __forceinline__ void moe_stx(mma_elem* dst, const float4* xv, float x
 // xinv[ar] for the epilogue. 1 in the bf16 flavour.
 __device__ __forceinline__ float moe_row_scale(const float* row, bool ok, int n, int ar, int aq, float* xinv) {
 #if FT_COMPUTE_F16
-    float m = ok ? row_amax8(row, 8 * aq, 64, n) : 0.f;
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-    float xs = f16_row_scale(m);
+    float xs = f16_group_scale<8>(ok ? row_amax8(row, 8 * aq, 64, n) : 0.f);
     if (aq == 0) xinv[ar] = 1.f / xs;
     return xs;
 #else
@@ -233,11 +221,7 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* xrow = X + (size_t)(aok ? sorted[r0 + ar] / topk : 0) * cols;
-#if FT_COMPUTE_F16
-    __shared__ float xinv[MOE_BM];  // inverse row scales
-#else
-    float* xinv = nullptr;
-#endif
+    F16_ROW_INV(xinv, MOE_BM);
     float xs = moe_row_scale(xrow, aok, cols, ar, aq, xinv);
     int units = cols >> 5;
     float accg[2][4], accu[2][4];
@@ -275,11 +259,7 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         for (int h = 0; h < 2; h++) {
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
-#if FT_COMPUTE_F16
-                float iv = xinv[wm + g + 8 * h], g1 = sg * iv, u1 = su * iv;
-#else
-                float g1 = sg, u1 = su;
-#endif
+                float iv = row_inv(xinv, wm + g + 8 * h), g1 = sg * iv, u1 = su * iv;
                 float* out = H + (size_t)pos * ff;
                 if (col < ff) out[col] = moe_silu_mul(accg[j][2 * h] * g1, accu[j][2 * h] * u1);
                 if (col + 1 < ff) out[col + 1] = moe_silu_mul(accg[j][2 * h + 1] * g1, accu[j][2 * h + 1] * u1);
@@ -315,11 +295,7 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
     int ar = tid >> 3, aq = tid & 7;
     bool aok = r0 + ar < r1;
     const float* hrow = H + (size_t)(aok ? r0 + ar : 0) * ff;
-#if FT_COMPUTE_F16
-    __shared__ float xinv[MOE_BM];  // inverse row scales
-#else
-    float* xinv = nullptr;
-#endif
+    F16_ROW_INV(xinv, MOE_BM);
     float xs = moe_row_scale(hrow, aok, ff, ar, aq, xinv);
     int units = ff >> 5;
     float acc[4][4];
@@ -354,11 +330,7 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         for (int h = 0; h < 2; h++) {
             int pos = r0 + wm + g + 8 * h;
             if (pos < r1) {
-#if FT_COMPUTE_F16
-                float s1 = sd * xinv[wm + g + 8 * h];
-#else
-                float s1 = sd;
-#endif
+                float s1 = sd * row_inv(xinv, wm + g + 8 * h);
                 float* out = Y + (size_t)pos * dim;
                 if (col < dim) out[col] = acc[j][2 * h] * s1;
                 if (col + 1 < dim) out[col + 1] = acc[j][2 * h + 1] * s1;
