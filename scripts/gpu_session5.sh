@@ -31,21 +31,9 @@ LB=$WORK/llama.cpp/build/bin/llama-bench
 CTX=${CTX:-131072}
 LONGD=$((CTX - 512 - 64)) # the 128K prompt: depth + measured chunk + decode fill the context
 mkdir -p "$OUT"
-stamp() { echo "[$(date -u +%T)] $*"; }
+. scripts/gpu_lib.sh # stamp, unpack, gtests
 wait_llama() { TRIES=${1:-100} scripts/peer_llamacpp.sh wait; }
-unpack() {
-  mkdir -p $B
-  if [ -f .gpu/bundle.tar.xz ]; then xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; return; fi
-  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
-}
 speed() { timeout "${T:-120}" $B/ftchat bench speed "$@" 2>&1 | grep -v '…'; }
-# gtests DIR BIN REGEX LOG: run Go tests by name with FTCHAT_REQUIRE_GPU=1, print the verdicts.
-gtests() {
-  (cd "$1" && FTCHAT_TEST_MODEL=/tmp/s.gguf FTCHAT_REQUIRE_GPU=1 timeout "${T_TEST:-200}" $B/"$2" -test.v -test.run "$3" \
-    -test.timeout 300s) >"$4" 2>&1
-  echo "$2 rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$4" | head -20
-  grep -E '^--- (PASS|FAIL|SKIP)' "$4" | awk '{print $2, $3}' | tr '\n' ' '; echo
-}
 
 case ${1:-} in
 skinny)

@@ -20,13 +20,7 @@ OUT=${OUT:-.gpu/out}
 B=/tmp/bin
 L=/tmp/out/verify
 mkdir -p "$OUT" $L $B
-stamp() { echo "[$(date -u +%T)] $*"; }
-gtests() { # DIR BIN REGEX LOG [ENV=VAL]
-  (cd "$1" && env FTCHAT_TEST_MODEL=/tmp/s.gguf FTCHAT_REQUIRE_GPU=1 ${5:-} timeout "${T_TEST:-200}" $B/"$2" -test.v \
-    -test.run "$3" -test.timeout 300s) >"$4" 2>&1
-  echo "$2 rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$4" | head -20
-  grep -E '^--- (PASS|FAIL|SKIP)' "$4" | awk '{print $2, $3}' | tr '\n' ' '; echo
-}
+. scripts/gpu_lib.sh # stamp, unpack, gtests
 case ${1:-} in
 variants)
   for v in 0 1 2 3; do
@@ -39,7 +33,7 @@ variants)
   ls -la .gpu/ptxvar/*
   ;;
 verify)
-  [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }
+  [ -x $B/ftchat ] || unpack
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee $L/machine.txt
   [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_1 -o /tmp/s.gguf >/dev/null 2>&1
   stamp "fp16 compute, skinny GEMM, MoE"

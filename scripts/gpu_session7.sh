@@ -29,8 +29,7 @@ OUT=${OUT:-.gpu/out}
 B=/tmp/bin
 L8=/tmp/l8b.gguf
 mkdir -p "$OUT" $B
-stamp() { echo "[$(date -u +%T)] $*"; }
-unpack() { [ -x $B/ftchat ] || { xz -dc .gpu/bundle.tar.xz | tar -C $B -xf - && chmod +x $B/*; }; }
+. scripts/gpu_lib.sh # stamp, unpack, gtests
 case ${1:-} in
 variants) # here, with nvcc: mm_q4_k's sm89 PTX with one tuning knob each (mm.cuh)
   for v in pipe:GEMM_PIPE fastdq:MM_FASTDQ gemvpf:GEMV_PREFETCH; do
@@ -41,7 +40,7 @@ variants) # here, with nvcc: mm_q4_k's sm89 PTX with one tuning knob each (mm.cu
   ls -la .gpu/ptxvar/*
   ;;
 profile)
-  L=/tmp/out/profile; mkdir -p $L; unpack
+  L=/tmp/out/profile; mkdir -p $L; [ -x $B/ftchat ] || unpack
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
   for mode in "n=1/default" "n=16/default" "n=16/skinny"; do
@@ -77,7 +76,7 @@ profile)
   tar -czf "$OUT/profile-logs.tgz" -C /tmp/out profile
   ;;
 serve)
-  L=/tmp/out/serve; mkdir -p $L; unpack
+  L=/tmp/out/serve; mkdir -p $L; [ -x $B/ftchat ] || unpack
   [ -s $L8 ] || $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o $L8 >/dev/null 2>&1
   stamp "serve load test, split-K default"
   timeout 200 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \

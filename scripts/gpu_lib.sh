@@ -1,0 +1,22 @@
+# Helpers the GPU session scripts (scripts/gpu_session5.sh, 6, 7) source on
+# the device machine. $B is where the bundle's binaries go.
+
+stamp() { echo "[$(date -u +%T)] $*"; }
+
+# unpack puts .gpu/bundle.tar.xz's binaries (or an older bundle's per-binary
+# .gpu/*.xz) into $B.
+unpack() {
+  mkdir -p "$B"
+  if [ -f .gpu/bundle.tar.xz ]; then xz -dc .gpu/bundle.tar.xz | tar -C "$B" -xf - && chmod +x "$B"/*; return; fi
+  for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
+}
+
+# gtests DIR BIN REGEX LOG [ENV=VAL]: Go tests by name from $B/BIN in DIR
+# with FTCHAT_REQUIRE_GPU=1 (timeout T_TEST, default 200 s); prints the
+# exit code, the failures and one line of verdicts.
+gtests() {
+  (cd "$1" && env FTCHAT_TEST_MODEL=/tmp/s.gguf FTCHAT_REQUIRE_GPU=1 ${5:-} timeout "${T_TEST:-200}" "$B/$2" -test.v \
+    -test.run "$3" -test.timeout 300s) >"$4" 2>&1
+  echo "$2 rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$4" | head -20
+  grep -E '^--- (PASS|FAIL|SKIP)' "$4" | awk '{print $2, $3}' | tr '\n' ' '; echo
+}
