@@ -140,8 +140,9 @@ func (e *Engine) init(hw Hardware, progress func(LoadProgress)) error {
 	}
 	timing.Mark("backend opened")
 	e.be, e.budget = be, budget
-	if _, onGPU := be.(*gpu.Backend); computeDTypeIgnored(e.opts, onGPU) != "" {
-		e.info.Notes = append(e.info.Notes, computeDTypeIgnored(e.opts, onGPU))
+	_, onGPU := be.(*gpu.Backend)
+	if w := computeDTypeIgnored(e.opts, onGPU); w != "" {
+		e.info.Notes = append(e.info.Notes, w)
 	}
 	if err := e.placeExperts(cfg); err != nil {
 		return err
