@@ -139,6 +139,7 @@ func TestF16ComputeLargeActivations(t *testing.T) {
 	const rows, cols = 197, 1024
 	raw := randWeight(r, gguf.Q4_K, rows, cols)
 	gw, cw := p.weight(gguf.TensorInfo{Name: "w.large", Dims: []uint64{cols, rows}, Type: gguf.Q4_K}, raw)
+	mags := []float32{2e5, 1e-3, 1} // row tok is scaled by mags[tok%3]
 	for _, tc := range []struct {
 		name          string
 		n             int
@@ -146,9 +147,8 @@ func TestF16ComputeLargeActivations(t *testing.T) {
 	}{{"split-K", 9, false, true}, {"skinny", 16, true, true}, {"tile", 64, false, false}, {"large tile", 200, false, true}} {
 		x := randVec(r, tc.n*cols, 1)
 		for tok := range tc.n {
-			mag := []float32{2e5, 1e-3, 1}[tok%3]
 			for i := range cols {
-				x[tok*cols+i] *= mag
+				x[tok*cols+i] *= mags[tok%3]
 			}
 		}
 		gx, cx := p.tensor(tc.n, cols, x)
@@ -169,7 +169,7 @@ func TestF16ComputeLargeActivations(t *testing.T) {
 			}
 			worst = max(worst, e)
 			if e > tolF16 {
-				t.Errorf("%s n=%d: row %d (|x| ~ %g): relative error %.3g > %.0e", tc.name, tc.n, tok, []float32{2e5, 1e-3, 1}[tok%3], e, tolF16)
+				t.Errorf("%s n=%d: row %d (|x| ~ %g): relative error %.3g > %.0e", tc.name, tc.n, tok, mags[tok%3], e, tolF16)
 			}
 		}
 		t.Logf("%s n=%d: worst row error %.2e", tc.name, tc.n, worst)
