@@ -58,11 +58,17 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// gives 9..32 rows to the skinny GEMM instead (it shares that workspace).
 	// FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K grid in CTAs per SM (a
 	// tuning knob; default 4).
+	// FTCHAT_GEMMQ=0 turns off the Q4_K GEMM from registers for 2..32 rows,
+	// FTCHAT_GEMMQ_MIN=N gives it only N rows and more, FTCHAT_GEMMQ_CTAS=N
+	// sets its grid in CTAs per SM (gpu.BackendOptions).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	splitCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS"))
+	gemmqMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_MIN"))
+	gemmqCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_CTAS"))
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
 		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1",
-		SplitKCTAsPerSM: max(splitCTAs, 0)})
+		SplitKCTAsPerSM: max(splitCTAs, 0), NoGEMMQ: os.Getenv("FTCHAT_GEMMQ") == "0", GEMMQMinTokens: max(gemmqMin, 0),
+		GEMMQCTAsPerSM: max(gemmqCTAs, 0)})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,17 @@ type BackendOptions struct {
 	// SM (0: gemmSplitCTAsPerSM); a tuning knob (FTCHAT_GEMM_SPLIT_CTAS in
 	// the engine) for device runs that sweep it.
 	SplitKCTAsPerSM int
+	// NoGEMMQ turns off the Q4_K GEMM from registers (gemmq.go) that
+	// MatMul takes for GEMMQMinTokens..32 rows of Q4_K weights
+	// (FTCHAT_GEMMQ=0 in the engine); those rows then take the GEMV and
+	// the split-K tile GEMM as before.
+	NoGEMMQ bool
+	// GEMMQMinTokens is the fewest rows gemmq takes (0: 2); fewer go to
+	// the GEMV (FTCHAT_GEMMQ_MIN in the engine).
+	GEMMQMinTokens int
+	// GEMMQCTAsPerSM overrides gemmq's grid target in CTAs per SM (0: its
+	// occupancy), a tuning knob (FTCHAT_GEMMQ_CTAS in the engine).
+	GEMMQCTAsPerSM int
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -79,6 +91,8 @@ type Backend struct {
 
 	splitWS    Buffer // split-K GEMM partials (gemmSplitMax bytes), allocated at first use
 	splitWSErr error  // why the workspace could not be allocated: split-K stays off
+	gemmqWS    Buffer // gemmq's packed activations (gemmq.go), allocated at first use
+	gemmqWSErr error  // why it could not be allocated: gemmq stays off
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
 	blasErr error         // why cuBLAS is not used, when it was asked for
@@ -216,6 +230,10 @@ func (b *Backend) Close() error {
 			return err
 		}
 		b.splitWS = Buffer{}
+		if err := c.Free(b.gemmqWS); err != nil {
+			return err
+		}
+		b.gemmqWS = Buffer{}
 		return c.Free(b.bad)
 	})
 }
@@ -238,6 +256,9 @@ func (b *Backend) trim(c *Ctx) {
 // named <prefix><type suffix> and living in module mm_<type suffix>.
 var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
+// gemmqKernels are built for Q4_K only (mm_q4_k, gemmq.cuh).
+var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_"}
+
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, sample for the sampling kernels, ops for the rest.
 func kernelModule(name string) string {
@@ -250,7 +271,7 @@ func kernelModule(name string) string {
 	if strings.HasPrefix(name, "sample_") {
 		return sampleModule
 	}
-	for _, p := range typedKernels {
+	for _, p := range slices.Concat(typedKernels, gemmqKernels) {
 		if rest, ok := strings.CutPrefix(name, p); ok {
 			for _, suf := range kernelSuffix {
 				if rest == suf {
@@ -658,7 +679,7 @@ func (b *Backend) HeadRMSNorm(x model.Tensor, w model.Weight, headDim int, eps f
 
 // MatMul: dst[r] = W · x[r]. Up to GEMMMinTokens-1 rows use the float32
 // GEMV (one pass over W for up to 8 rows at a time); larger batches use the
-// tensor-core GEMM.
+// tensor-core GEMM. Q4_K weights take gemmq (gemmq.go) for 2..32 rows.
 func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 	d, ok1 := b.ten(dst, "MatMul")
 	s, ok2 := b.ten(x, "MatMul")
@@ -703,6 +724,11 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	if n >= gemmLargeTokens {
 		return b.launch(c, "gemml_"+suf, Dim3{X: cdiv(w.rows, 128), Y: cdiv(n, 128)}, Dim3{X: 256},
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
+	}
+	if b.useGemmq(n, w.info.Type, w.cols) { // gemmq.go
+		if done, err := b.gemmq(c, y, x, n, w, suf); done || err != nil {
+			return err
+		}
 	}
 	if n >= b.opts.GEMMMinTokens {
 		if b.useGemmt(n) { // gemmt.go

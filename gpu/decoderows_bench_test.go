@@ -18,22 +18,22 @@ import (
 // the 128,256-row output head) at the row counts a batched step carries,
 // to tell whether a step of 16 rows is bound by its GEMMs (issue 14: the
 // serve load test's 16-row steps took ~7x one row's time). Each row count
-// runs with the backend's kernel choice (1 row: the whole-x GEMV, 2..8:
-// the multi-token GEMV, 9..32: the split-K tile GEMM; shapes whose tiles
-// fill the device, like the head, stay unsplit) and, from 9 rows, with the
-// unsplit 64x64 tile GEMM ("tile"), the GEMV forced (GEMMMinTokens above
-// n: 8-token passes, each reading the weights again) and the skinny GEMM
-// (BackendOptions.SkinnyGEMM, gemmt.go); at 2..8 rows also with the
-// split-K GEMM ("gemm", GEMMMinTokens 1), to place the GEMV/GEMM crossover. Metrics: step_ms (32 layers +
-// head, device
-// time), tok/s (rows / step_ms: the ceiling the matmuls leave for a
-// decode step of that many rows) and the per-shape µs.
+// runs with the backend's kernel choice ("default": 1 row the whole-x
+// GEMV, 2..32 the Q4_K GEMM from registers, gemmq.go) and with gemmq off
+// ("noq": 2..8 rows the multi-token GEMV, 9..32 the split-K tile GEMM;
+// shapes whose tiles fill the device, like the head, stay unsplit); from 9
+// rows also the unsplit 64x64 tile GEMM ("tile") and the skinny GEMM
+// ("skinny", gemmt.go), at 2..8 rows the split-K GEMM ("gemm",
+// GEMMMinTokens 1). Metrics: step_ms (32 layers + head, device time),
+// tok/s (rows / step_ms: the ceiling the matmuls leave for a decode step of
+// that many rows) and the per-shape µs.
 //
 //	go test ./gpu/ -run '^$' -bench MatMulDecodeRows -benchtime 20x
 //
 // FTCHAT_ROWS_SHAPES=down (comma-separated names) times only those shapes;
 // step_ms then covers them alone. FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K
-// grid (CTAs per SM).
+// grid (CTAs per SM), FTCHAT_GEMMQ_CTAS=N gemmq's; FTCHAT_ROWS_MODES=default,noq
+// runs only those modes.
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
@@ -42,6 +42,13 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 		}
 		defer g.dev.Do(func(*Ctx) error { g.opts.SplitKCTAsPerSM = 0; return nil })
 	}
+	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_CTAS")); v > 0 {
+		if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMQCTAsPerSM = v; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		defer g.dev.Do(func(*Ctx) error { g.opts.GEMMQCTAsPerSM = 0; return nil })
+	}
+	onlyModes := os.Getenv("FTCHAT_ROWS_MODES")
 	r := rand.New(rand.NewPCG(14, 16))
 	shapes := []struct {
 		name     string
@@ -81,11 +88,14 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
 		modes := []string{"default"}
 		if n >= defaultMin {
-			modes = append(modes, "tile", "gemv", "skinny")
+			modes = append(modes, "noq", "tile", "gemv", "skinny")
 		} else if n > 1 {
-			modes = append(modes, "gemm") // the split-K GEMM below its crossover
+			modes = append(modes, "noq", "gemm") // the GEMV, the split-K GEMM below its crossover
 		}
 		for _, mode := range modes {
+			if onlyModes != "" && !slices.Contains(strings.Split(onlyModes, ","), mode) {
+				continue
+			}
 			b.Run(fmt.Sprintf("n=%d/%s", n, mode), func(b *testing.B) {
 				g.opts.GEMMMinTokens = defaultMin
 				switch mode {
@@ -99,6 +109,8 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 				defer setSplitK(b, g, true)
 				setSkinny(b, g, mode == "skinny")
 				defer setSkinny(b, g, false)
+				setGemmq(b, g, mode == "default")
+				defer setGemmq(b, g, true)
 				stepMS := 0.0
 				for _, l := range ws {
 					x := g.NewTensor(n, l.in)

@@ -129,8 +129,8 @@ func TestF16ComputeMatMul(t *testing.T) {
 // TestF16ComputeLargeActivations: activation rows far beyond fp16's 65504
 // (2e5, as an FFN's silu(gate)*up can reach), tiny ones (1e-3) and plain
 // ones side by side, through each tensor-core GEMM of the sm75 flavour
-// (split-K at 9 rows, the skinny GEMM, the unsplit tile GEMM, the 128-row
-// tile GEMM). The row scales of mma.cuh keep every row within tolF16 of
+// (gemmq at 9 and 32 rows, split-K at 9 rows, the skinny GEMM, the unsplit
+// tile GEMM, the 128-row tile GEMM). The row scales of mma.cuh keep every row within tolF16 of
 // the CPU, row by row (a matrix-wide error would hide the small rows).
 func TestF16ComputeLargeActivations(t *testing.T) {
 	p := newF16Pair(t)
@@ -141,10 +141,11 @@ func TestF16ComputeLargeActivations(t *testing.T) {
 	gw, cw := p.weight(gguf.TensorInfo{Name: "w.large", Dims: []uint64{cols, rows}, Type: gguf.Q4_K}, raw)
 	mags := []float32{2e5, 1e-3, 1} // row tok is scaled by mags[tok%3]
 	for _, tc := range []struct {
-		name          string
-		n             int
-		skinny, split bool
-	}{{"split-K", 9, false, true}, {"skinny", 16, true, true}, {"tile", 64, false, false}, {"large tile", 200, false, true}} {
+		name                 string
+		n                    int
+		skinny, split, gemmq bool
+	}{{"gemmq", 9, false, true, true}, {"gemmq", 32, false, true, true}, {"split-K", 9, false, true, false},
+		{"skinny", 16, true, true, false}, {"tile", 64, false, false, false}, {"large tile", 200, false, true, false}} {
 		x := randVec(r, tc.n*cols, 1)
 		for tok := range tc.n {
 			for i := range cols {
@@ -155,9 +156,11 @@ func TestF16ComputeLargeActivations(t *testing.T) {
 		gy, cy := p.tensor(tc.n, rows, nil)
 		setSkinny(t, g, tc.skinny)
 		setSplitK(t, g, tc.split)
+		setGemmq(t, g, tc.gemmq)
 		g.MatMul(gy, gx, gw)
 		setSkinny(t, g, false)
 		setSplitK(t, g, true)
+		setGemmq(t, g, true)
 		p.c.MatMul(cy, cx, cw)
 		got, want := p.download(gy), make([]float32, tc.n*rows)
 		p.c.ToHost(cy, want)

@@ -63,6 +63,8 @@ func TestMatMulSkinny(t *testing.T) {
 	g := p.g
 	setSkinny(t, g, true)
 	defer setSkinny(t, g, false)
+	setGemmq(t, g, false) // Q4_K would take gemmq (gemmq_test.go)
+	defer setGemmq(t, g, true)
 	sms := g.dev.Info().SMs
 	r := rand.New(rand.NewPCG(14, 32))
 	split, direct := 0, 0

@@ -240,8 +240,8 @@ func TestMatMulAllTypes(t *testing.T) {
 			p.g.MatMul(gy, gx, gw)
 			p.c.MatMul(cy, cx, cw)
 			tol := tolF32
-			if n >= p.g.opts.GEMMMinTokens {
-				tol = tolBF16
+			if n >= p.g.opts.GEMMMinTokens || p.g.useGemmq(n, typ, cols) {
+				tol = tolBF16 // 16-bit activations on the tensor cores
 			}
 			name := fmt.Sprintf("%s n=%d", typ, n)
 			p.compare(name+" vs cpu", gy, cy, tol)
@@ -258,6 +258,8 @@ func TestMatMulAllTypes(t *testing.T) {
 // chunks) and wide rows whose x needs more than 48 KiB of shared memory.
 func TestMatMulGemvPaths(t *testing.T) {
 	p := newPair(t)
+	setGemmq(t, p.g, false) // 2..8 rows of Q4_K would take gemmq
+	defer setGemmq(t, p.g, true)
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, sh := range []struct{ rows, cols int }{{70, 14336}, {300, 1024}} {
 		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q4_0, gguf.F16} {

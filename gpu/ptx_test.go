@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/gpu/internal/ptxgz"
 	"github.com/ftchat/ftchat/gpu/internal/ptxhash"
 )
@@ -200,6 +201,9 @@ func TestKernelModules(t *testing.T) {
 			}
 			names = append(names, p+suf)
 		}
+	}
+	for _, p := range gemmqKernels {
+		names = append(names, p+kernelSuffix[gguf.Q4_K])
 	}
 	for _, arch := range []int{75, 80, 90} {
 		for _, n := range names {

@@ -57,6 +57,8 @@ func TestMatMulSplitK(t *testing.T) {
 	g := p.g
 	defer setSplitK(t, g, true)
 	setSkinny(t, g, false) // (the default) 9..32 rows take split-K, not the skinny GEMM
+	setGemmq(t, g, false)  // nor, for Q4_K, gemmq (gemmq_test.go)
+	defer setGemmq(t, g, true)
 	sms := g.dev.Info().SMs
 	before, err := g.GraphStats()
 	if err != nil {

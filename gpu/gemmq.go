@@ -1,0 +1,118 @@
+package gpu
+
+// The Q4_K batched-decode GEMM from registers (kernels/gemmq.cuh) for 2..32
+// rows: the weights go straight from global memory into the mma fragments
+// as 4-bit integers, the activations are packed once per call into the B
+// fragments, and the Q4_K scales are applied per 32-element sub-block in
+// float32. Issue 14: the tile GEMMs took 3.6-4.3x one row's time at 16 rows.
+
+import "github.com/ftchat/ftchat/engine/gguf"
+
+const (
+	// gemmqMaxTokens is the most rows gemmq32_* takes.
+	gemmqMaxTokens = 32
+	// gemmqRowsPerCTA is GQ_ROWS in gemmq.cuh.
+	gemmqRowsPerCTA = 128
+	// gemmqMinSliceSB keeps a k slice at two super-blocks (512 elements) or
+	// more, so the float32 partials stay small beside the weights they
+	// cover.
+	gemmqMinSliceSB = 2
+	// gemmqPackMax bounds the packed activations (cols x 8*nt 16-bit
+	// values): 4 MiB holds 32 tokens of 65,536 columns. Wider matrices take
+	// the other GEMMs.
+	gemmqPackMax = 4 << 20
+	// gemmqInvOff is where the fp16 flavour's inverse row scales (32
+	// floats) follow the packed activations in the workspace.
+	gemmqInvOff = gemmqPackMax
+)
+
+// gemmqTiles returns the kernel for n rows, its token tiles of 8 and the
+// CTAs an SM holds (its __launch_bounds__ in gemmq.cuh).
+func gemmqTiles(n int) (name string, nt, ctasPerSM int) {
+	switch {
+	case n <= 8:
+		return "gemmq8_", 1, 4
+	case n <= 16:
+		return "gemmq16_", 2, 3
+	default:
+		return "gemmq32_", 4, 2
+	}
+}
+
+// gemmqSplits plans the k slices of a gemmq call: enough CTAs to fill
+// ctasPerSM on each of sms SMs, slices of at least gemmqMinSliceSB
+// super-blocks where the width allows, partials within gemmSplitMax.
+// splits == 1 writes y directly. Every slice is non-empty.
+func gemmqSplits(n, rows, cols, sms, ctasPerSM int) (splits, kSB int) {
+	nsb := cols / 256
+	ctas := cdiv(rows, gemmqRowsPerCTA)
+	s := min(cdiv(max(ctasPerSM, 1)*max(sms, 1), ctas), max(1, nsb/gemmqMinSliceSB), gemmSplitMaxK)
+	if per := int64(n) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
+		s = int(gemmSplitMax / per)
+	}
+	if s < 2 {
+		return 1, nsb
+	}
+	kSB = cdiv(nsb, s)
+	return cdiv(nsb, kSB), kSB
+}
+
+// useGemmq reports whether MatMul takes gemmq for n rows of a weight of
+// type typ and cols columns.
+func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
+	if b.opts.NoGEMMQ || typ != gguf.Q4_K || n > gemmqMaxTokens || cols%256 != 0 {
+		return false
+	}
+	if n < max(b.opts.GEMMQMinTokens, 2) {
+		return false
+	}
+	_, nt, _ := gemmqTiles(n)
+	return int64(cols)*int64(8*nt)*2 <= gemmqPackMax
+}
+
+// gemmq queues the pack of x, y = x·Wᵀ with gemmq{8,16,32}_*, and the
+// reduce of the partials when k is split. done is false when a workspace
+// could not be had: the caller then takes the other GEMMs.
+func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
+	name, nt, perSM := gemmqTiles(n)
+	if b.opts.GEMMQCTAsPerSM > 0 {
+		perSM = b.opts.GEMMQCTAsPerSM
+	}
+	if !b.gemmqWorkspace(c) {
+		return false, nil
+	}
+	splits, kSB := gemmqSplits(n, w.rows, w.cols, c.Device().Info().SMs, perSM)
+	if splits > 1 && !b.splitWorkspace(c) {
+		return false, nil
+	}
+	xp, xinv := b.gemmqWS.Ptr, b.gemmqWS.Ptr.Add(gemmqInvOff)
+	if err := b.launch(c, "gemmq_pack_"+suf, Dim3{X: cdiv(w.cols, 1024), Y: 8 * nt}, Dim3{X: 256}, x, w.cols, n, nt, xp, xinv); err != nil {
+		return true, err
+	}
+	grid := Dim3{X: cdiv(w.rows, gemmqRowsPerCTA), Y: splits}
+	if splits == 1 {
+		return true, b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, y, n, kSB)
+	}
+	if err := b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, b.splitWS, n, kSB); err != nil {
+		return true, err
+	}
+	count := int64(n) * int64(w.rows)
+	return true, b.launch(c, "gemm_reduce_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256}, b.splitWS, y, count, splits)
+}
+
+// gemmqWorkspace allocates the packed-activation workspace at first use
+// (a plain allocation, fine while a step is being recorded).
+func (b *Backend) gemmqWorkspace(c *Ctx) bool {
+	if b.gemmqWS.Ptr != 0 {
+		return true
+	}
+	if b.gemmqWSErr != nil {
+		return false
+	}
+	var err error
+	if b.gemmqWS, err = c.Alloc(gemmqPackMax+256, "gemmq activation workspace"); err != nil {
+		b.gemmqWS, b.gemmqWSErr = Buffer{}, err
+		return false
+	}
+	return true
+}

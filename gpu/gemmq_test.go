@@ -1,0 +1,195 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
+
+// TestGemmqSplits checks gemmq's k-slice plan without a GPU: slices are
+// non-empty and cover every super-block, partials fit gemmSplitMax, a grid
+// that fills the device is not split, and slices keep gemmqMinSliceSB
+// super-blocks where the width allows.
+func TestGemmqSplits(t *testing.T) {
+	for _, tc := range []struct {
+		n, rows, cols, sms, perSM int
+		want                      int // splits
+	}{
+		{n: 16, rows: 4096, cols: 4096, sms: 132, perSM: 3, want: 8},    // 32 CTAs, 16 super-blocks: 2 a slice
+		{n: 16, rows: 4096, cols: 14336, sms: 132, perSM: 3, want: 12},  // 13 asked of 56 super-blocks: 12 slices of 5
+		{n: 16, rows: 14336, cols: 4096, sms: 132, perSM: 3, want: 4},   // 112 CTAs: 4 asked
+		{n: 32, rows: 128256, cols: 4096, sms: 132, perSM: 2, want: 1},  // the head fills the device
+		{n: 9, rows: 197, cols: 256, sms: 132, perSM: 3, want: 1},       // one super-block
+		{n: 2, rows: 1024, cols: 4096, sms: 132, perSM: 4, want: 8},     // 8 CTAs: capped by the slice length
+		{n: 16, rows: 4096, cols: 4096, sms: 0, perSM: 3, want: 1},      // unknown SM count: 32 CTAs, no split
+		{n: 32, rows: 65536, cols: 4096, sms: 132, perSM: 2, want: 1},   // 512 CTAs
+		{n: 32, rows: 60000, cols: 65536, sms: 132, perSM: 16, want: 2}, // 5 asked, but 2 slices fill 16 MiB
+	} {
+		splits, kSB := gemmqSplits(tc.n, tc.rows, tc.cols, tc.sms, tc.perSM)
+		nsb := tc.cols / 256
+		if tc.want > 0 && splits != tc.want {
+			t.Errorf("%+v: %d splits, want %d", tc, splits, tc.want)
+		}
+		if splits < 1 || (splits-1)*kSB >= nsb || splits*kSB < nsb {
+			t.Errorf("%+v: %d slices of %d super-blocks do not tile %d", tc, splits, kSB, nsb)
+		}
+		if splits > 1 && int64(splits)*int64(tc.n)*int64(tc.rows)*4 > gemmSplitMax {
+			t.Errorf("%+v: %d splits overflow the workspace", tc, splits)
+		}
+		if splits > 1 && kSB < gemmqMinSliceSB && nsb >= 2*gemmqMinSliceSB {
+			t.Errorf("%+v: slices of %d super-blocks, want at least %d", tc, kSB, gemmqMinSliceSB)
+		}
+	}
+}
+
+// round16 rounds each x to the 16-bit operand type of g's compute
+// flavour (bf16, or fp16 in the sm75 flavour), round to nearest even as
+// mma.cuh's pack2 does, for activations inside fp16's range.
+func round16(t *testing.T, g *Backend, x []float32) []float32 {
+	t.Helper()
+	typ := gguf.BF16
+	if g.dev.Compute() == ComputeF16 {
+		typ = gguf.F16
+	}
+	raw, err := gguf.Quantize(typ, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(x))
+	if err := gguf.Dequantize(typ, raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMatMulGemmq checks the Q4_K GEMM from registers (gemmq, MatMul's
+// choice for 2..32 rows of Q4_K) on both compute flavours:
+//   - against a float64 reference on the exact weights and the activations
+//     rounded to the flavour's 16-bit type, to 1e-4: only the float32 sums
+//     differ, so any slip in the fragment order, the nibble decode or the
+//     scales (each of which moves the result by O(1)) fails;
+//   - against the CPU backend within tolBF16 (tolF16 on fp16 compute);
+//   - bit-identical run to run and in a recorded step (CUDA graph).
+//
+// Outputs, the split workspace and the packed-activation workspace are
+// NaN-poisoned first, so a row, token or slice left unwritten fails.
+// Shapes: rows off the 16-row tile and the 128-row CTA, one super-block
+// (no split), a wide k on a single CTA, splits of uneven length; n at
+// every kernel's limits.
+func TestMatMulGemmq(t *testing.T) {
+	for _, flavour := range []string{"default", "fp16"} {
+		t.Run(flavour, func(t *testing.T) {
+			p := newPair(t)
+			tol16 := tolBF16
+			if flavour == "fp16" {
+				p, tol16 = newF16Pair(t), tolF16
+			}
+			testGemmq(t, p, tol16)
+		})
+	}
+}
+
+func testGemmq(t *testing.T, p *pair, tol16 float64) {
+	g := p.g
+	sms := g.dev.Info().SMs
+	r := rand.New(rand.NewPCG(14, 256))
+	split, direct := 0, 0
+	for _, sh := range []struct{ rows, cols int }{
+		{rows: 300, cols: 4096},
+		{rows: 197, cols: 256},
+		{rows: 70, cols: 14336},
+		{rows: 1040, cols: 1536},
+		{rows: 4100, cols: 2560},
+		{rows: 33, cols: 512},
+	} {
+		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
+		gw, cw := p.weight(gguf.TensorInfo{Name: "gemmq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.Q4_K}, raw)
+		for _, n := range []int{2, 3, 8, 9, 15, 16, 17, 31, 32} {
+			name := fmt.Sprintf("%dx%d n=%d", sh.rows, sh.cols, n)
+			if !g.useGemmq(n, gguf.Q4_K, sh.cols) {
+				t.Fatalf("%s: MatMul would not take gemmq", name)
+			}
+			_, _, perSM := gemmqTiles(n)
+			if s, _ := gemmqSplits(n, sh.rows, sh.cols, sms, perSM); s > 1 {
+				split++
+			} else {
+				direct++
+			}
+			x := randVec(r, n*sh.cols, 1)
+			gx, cx := p.tensor(n, sh.cols, x)
+			gy, cy := p.tensor(n, sh.rows, nil)
+			gy2, _ := p.tensor(n, sh.rows, nil)
+			gy3, _ := p.tensor(n, sh.rows, nil)
+			poisonGemmqWS(t, g)
+			g.MatMul(gy, gx, gw)
+			poisonGemmqWS(t, g)
+			g.MatMul(gy2, gx, gw)
+			for range 2 { // the second step replays the first's graph
+				poisonGemmqWS(t, g)
+				g.BeginStep()
+				for range 3 {
+					g.MatMul(gy3, gx, gw)
+				}
+				g.EndStep()
+			}
+			p.c.MatMul(cy, cx, cw)
+			p.compare(name+" gemmq vs cpu", gy, cy, tol16)
+			got, again, graphed := download(t, g, gy), download(t, g, gy2), download(t, g, gy3)
+			if e, err := relErr(got, refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, round16(t, g, x), n)); err != nil || e > 1e-4 {
+				t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
+			}
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
+					t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
+					break
+				}
+			}
+		}
+	}
+	if split == 0 || direct == 0 {
+		t.Errorf("%d split and %d unsplit cases on %d SMs: the shapes must exercise both", split, direct, sms)
+	}
+	var used []string
+	if err := g.dev.Do(func(*Ctx) error {
+		for name := range g.fns {
+			if strings.HasPrefix(name, "gemmq") {
+				used = append(used, name)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(used) < 4 {
+		t.Errorf("gemmq kernels loaded: %v, want the pack and all three", used)
+	}
+}
+
+// poisonGemmqWS fills gemmq's packed-activation workspace and the split
+// partials with NaN.
+func poisonGemmqWS(t *testing.T, g *Backend) {
+	t.Helper()
+	poisonSplitWS(t, g)
+	err := g.dev.Do(func(c *Ctx) error {
+		if g.gemmqWS.Ptr == 0 {
+			return nil
+		}
+		return c.Memset32(g.gemmqWS.Ptr, 0x7fc00000, g.gemmqWS.Size/4)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setGemmq switches gemmq on or off on the device thread, after the ops
+// queued so far.
+func setGemmq(tb testing.TB, g *Backend, on bool) {
+	tb.Helper()
+	if err := g.dev.Do(func(*Ctx) error { g.opts.NoGEMMQ = !on; return nil }); err != nil {
+		tb.Fatal(err)
+	}
+}

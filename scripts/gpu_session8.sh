@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Device calls of the seventh session (2026-12-03): the Q4_K GEMM from
+# registers (gemmq, gpu/gemmq.go) for 2..32-row matmuls. Here:
+# scripts/gpu_session.sh bundle. There (carry .gpu):
+#
+#   scripts/gpu_session8.sh gemmq
+#     gemmq's tests on both compute flavours and the MatMul tests whose
+#     paths it now takes over or leaves to the others; the decode-step
+#     matmuls by rows with gemmq ("default") and without ("noq"); gemmq's
+#     grid (CTAs per SM) at 8/16/32 rows; Nsight Compute on the 16-row down
+#     matmul when ncu reads the counters.
+#   scripts/gpu_session8.sh serve
+#     the serve load test on the Llama-3.1-8B shape (issue 14's >= 8x at
+#     16), the engine's GPU tests with gemmq in the batched steps, and
+#     TestNVFP4ModelGPUvsCPU with the sm75 flavour forced.
+# Logs: one tgz per call in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-.gpu/out}
+B=/tmp/bin
+L8=/tmp/l8b.gguf
+mkdir -p "$OUT" $B
+. scripts/gpu_lib.sh # stamp, unpack, gtests
+case ${1:-} in
+gemmq)
+  L=/tmp/out/gemmq; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  stamp "tests"
+  T_TEST=240 gtests gpu gpu.test 'TestMatMulGemmq|TestMatMulAllTypes|TestMatMulGemvPaths|TestMatMulSplitK|TestMatMulSkinny|TestF16Compute|TestGemmqSplits' $L/tests.log
+  grep -E 'gemmq vs (cpu|float64)|worst row|error vs float64' $L/tests.log | sort | uniq -c | sort -rn | head -5
+  grep -E 'gemmq.*relative error' $L/tests.log | awk '{print $NF, $0}' | sort -g | tail -3
+  stamp "rows: gemmq (default) vs without (noq)"
+  (cd gpu && FTCHAT_ROWS_MODES=default,noq timeout 150 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows' -test.benchtime 20x) >$L/rows.txt 2>&1
+  grep -E '^Benchmark' $L/rows.txt
+  stamp "gemmq grid sweep (CTAs per SM)"
+  for c in 2 4 6 8; do
+    (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(4|8|16|32)/default$' \
+      -test.benchtime 20x) >$L/rows_ctas$c.txt 2>&1
+    grep -E '^Benchmark' $L/rows_ctas$c.txt | sed "s/^/ctas=$c /"
+  done
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    stamp "ncu: n=16 down"
+    (cd gpu && FTCHAT_ROWS_SHAPES=down timeout 150 "$NCU" --clock-control none --target-processes all \
+      --kernel-name 'regex:^gemmq' --launch-skip 4 --launch-count 3 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats \
+      $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=16/default$' -test.benchtime 1x) >$L/ncu_16.txt 2>&1
+    echo "rc=$?"; grep -iE "^\s+gemmq|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|Stall" $L/ncu_16.txt | head -40
+  fi
+  tar -czf "$OUT/gemmq-logs.tgz" -C /tmp/out gemmq
+  ;;
+serve)
+  L=/tmp/out/serve; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  [ -s $L8 ] || $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o $L8 >/dev/null 2>&1
+  stamp "serve load test, gemmq default"
+  timeout 220 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
+    --kv-dtypes bf16,fp8_e4m3 --profile --json "$L/loadtest.json" >"$L/loadtest.txt" 2>&1
+  grep -vE 'profile' "$L/loadtest.txt" | tail -n 24
+  stamp "engine GPU tests"
+  T_TEST=200 gtests engine engine.test 'GPU|Batcher' $L/engine.log
+  stamp "NVFP4 model test, sm75 flavour forced"
+  T_TEST=150 gtests gpu gpu.test 'TestNVFP4ModelGPUvsCPU' $L/nvfp4_sm75.log FTCHAT_PTX_FLAVOUR=sm75
+  tar -czf "$OUT/serve-logs.tgz" -C /tmp/out serve
+  ;;
+*)
+  echo "usage: $0 gemmq|serve" >&2
+  exit 2
+  ;;
+esac
