@@ -59,8 +59,9 @@ type BackendOptions struct {
 	// (FTCHAT_GEMMQ=0 in the engine); those rows then take the GEMV and
 	// the split-K tile GEMM as before.
 	NoGEMMQ bool
-	// GEMMQMinTokens is the fewest rows gemmq takes (0: 2); fewer go to
-	// the GEMV (FTCHAT_GEMMQ_MIN in the engine).
+	// GEMMQMinTokens is the fewest rows gemmq takes (0: 2; 1 gives it the
+	// single-token decode too); fewer go to the GEMV (FTCHAT_GEMMQ_MIN in
+	// the engine).
 	GEMMQMinTokens int
 	// GEMMQCTAsPerSM overrides gemmq's grid target in CTAs per SM (0: its
 	// occupancy), a tuning knob (FTCHAT_GEMMQ_CTAS in the engine).

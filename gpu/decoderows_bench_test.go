@@ -24,7 +24,7 @@ import (
 // shapes whose tiles fill the device, like the head, stay unsplit); from 9
 // rows also the unsplit 64x64 tile GEMM ("tile") and the skinny GEMM
 // ("skinny", gemmt.go), at 2..8 rows the split-K GEMM ("gemm",
-// GEMMMinTokens 1). Metrics: step_ms (32 layers + head, device time),
+// GEMMMinTokens 1), at 1 row gemmq ("q1", GEMMQMinTokens 1). Metrics: step_ms (32 layers + head, device time),
 // tok/s (rows / step_ms: the ceiling the matmuls leave for a decode step of
 // that many rows) and the per-shape µs.
 //
@@ -87,6 +87,9 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	defer func() { g.opts.GEMMMinTokens = defaultMin }()
 	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
 		modes := []string{"default"}
+		if n == 1 {
+			modes = append(modes, "q1") // gemmq for the single row (GEMMQMinTokens 1)
+		}
 		if n >= defaultMin {
 			modes = append(modes, "noq", "tile", "gemv", "skinny")
 		} else if n > 1 {
@@ -109,8 +112,12 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 				defer setSplitK(b, g, true)
 				setSkinny(b, g, mode == "skinny")
 				defer setSkinny(b, g, false)
-				setGemmq(b, g, mode == "default")
+				setGemmq(b, g, mode == "default" || mode == "q1")
 				defer setGemmq(b, g, true)
+				if mode == "q1" {
+					setGemmqMin(b, g, 1)
+					defer setGemmqMin(b, g, 0)
+				}
 				stepMS := 0.0
 				for _, l := range ws {
 					x := g.NewTensor(n, l.in)

@@ -63,7 +63,11 @@ func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
 	if b.opts.NoGEMMQ || typ != gguf.Q4_K || n > gemmqMaxTokens || cols%256 != 0 {
 		return false
 	}
-	if n < max(b.opts.GEMMQMinTokens, 2) {
+	minTok := b.opts.GEMMQMinTokens
+	if minTok <= 0 {
+		minTok = 2
+	}
+	if n < minTok {
 		return false
 	}
 	_, nt, _ := gemmqTiles(n)

@@ -67,7 +67,8 @@ func round16(t *testing.T, g *Backend, x []float32) []float32 {
 }
 
 // TestMatMulGemmq checks the Q4_K GEMM from registers (gemmq, MatMul's
-// choice for 2..32 rows of Q4_K) on both compute flavours:
+// choice for 2..32 rows of Q4_K, and 1 row with GEMMQMinTokens 1) on both
+// compute flavours:
 //   - against a float64 reference on the exact weights and the activations
 //     rounded to the flavour's 16-bit type, to 1e-4: only the float32 sums
 //     differ, so any slip in the fragment order, the nibble decode or the
@@ -95,6 +96,8 @@ func TestMatMulGemmq(t *testing.T) {
 
 func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	g := p.g
+	setGemmqMin(t, g, 1) // the single row as well
+	defer setGemmqMin(t, g, 0)
 	sms := g.dev.Info().SMs
 	r := rand.New(rand.NewPCG(14, 256))
 	split, direct := 0, 0
@@ -108,7 +111,7 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	} {
 		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
 		gw, cw := p.weight(gguf.TensorInfo{Name: "gemmq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.Q4_K}, raw)
-		for _, n := range []int{2, 3, 8, 9, 15, 16, 17, 31, 32} {
+		for _, n := range []int{1, 2, 3, 8, 9, 15, 16, 17, 31, 32} {
 			name := fmt.Sprintf("%dx%d n=%d", sh.rows, sh.cols, n)
 			if !g.useGemmq(n, gguf.Q4_K, sh.cols) {
 				t.Fatalf("%s: MatMul would not take gemmq", name)
@@ -190,6 +193,14 @@ func poisonGemmqWS(t *testing.T, g *Backend) {
 func setGemmq(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
 	if err := g.dev.Do(func(*Ctx) error { g.opts.NoGEMMQ = !on; return nil }); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// setGemmqMin sets GEMMQMinTokens on the device thread.
+func setGemmqMin(tb testing.TB, g *Backend, n int) {
+	tb.Helper()
+	if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMQMinTokens = n; return nil }); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -30,11 +30,11 @@ gemmq)
   grep -E 'gemmq vs (cpu|float64)|worst row|error vs float64' $L/tests.log | sort | uniq -c | sort -rn | head -5
   grep -E 'gemmq.*relative error' $L/tests.log | awk '{print $NF, $0}' | sort -g | tail -3
   stamp "rows: gemmq (default) vs without (noq)"
-  (cd gpu && FTCHAT_ROWS_MODES=default,noq timeout 150 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows' -test.benchtime 20x) >$L/rows.txt 2>&1
+  (cd gpu && FTCHAT_ROWS_MODES=default,noq,q1 timeout 150 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows' -test.benchtime 20x) >$L/rows.txt 2>&1
   grep -E '^Benchmark' $L/rows.txt
   stamp "gemmq grid sweep (CTAs per SM)"
   for c in 2 4 6 8; do
-    (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(4|8|16|32)/default$' \
+    (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(1/q1|(4|8|16|32)/default)$' \
       -test.benchtime 20x) >$L/rows_ctas$c.txt 2>&1
     grep -E '^Benchmark' $L/rows_ctas$c.txt | sed "s/^/ctas=$c /"
   done
