@@ -54,8 +54,8 @@ type BackendOptions struct {
 	// SM (0: gemmSplitCTAsPerSM); a tuning knob (FTCHAT_GEMM_SPLIT_CTAS in
 	// the engine) for device runs that sweep it.
 	SplitKCTAsPerSM int
-	// NoGEMMQ turns off the Q4_K GEMM from registers (gemmq.go) that
-	// MatMul takes for GEMMQMinTokens..32 rows of Q4_K weights
+	// NoGEMMQ turns off the Q4_K/Q6_K GEMM from registers (gemmq.go) that
+	// MatMul takes for GEMMQMinTokens..32 rows of those weights
 	// (FTCHAT_GEMMQ=0 in the engine); those rows then take the GEMV and
 	// the split-K tile GEMM as before.
 	NoGEMMQ bool
@@ -257,7 +257,7 @@ func (b *Backend) trim(c *Ctx) {
 // named <prefix><type suffix> and living in module mm_<type suffix>.
 var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
-// gemmqKernels are built for Q4_K only (mm_q4_k, gemmq.cuh).
+// gemmqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemmq.cuh).
 var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
@@ -680,7 +680,7 @@ func (b *Backend) HeadRMSNorm(x model.Tensor, w model.Weight, headDim int, eps f
 
 // MatMul: dst[r] = W · x[r]. Up to GEMMMinTokens-1 rows use the float32
 // GEMV (one pass over W for up to 8 rows at a time); larger batches use the
-// tensor-core GEMM. Q4_K weights take gemmq (gemmq.go) for 2..32 rows.
+// tensor-core GEMM. Q4_K and Q6_K weights take gemmq (gemmq.go) for 2..32 rows.
 func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 	d, ok1 := b.ten(dst, "MatMul")
 	s, ok2 := b.ten(x, "MatMul")

@@ -33,7 +33,7 @@ import (
 // FTCHAT_ROWS_SHAPES=down (comma-separated names) times only those shapes;
 // step_ms then covers them alone. FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K
 // grid (CTAs per SM), FTCHAT_GEMMQ_CTAS=N gemmq's; FTCHAT_ROWS_MODES=default,noq
-// runs only those modes.
+// runs only those modes; FTCHAT_ROWS_TYPE=Q6_K times another weight type.
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
@@ -71,12 +71,20 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	}
 	var ws []loaded
 	only := os.Getenv("FTCHAT_ROWS_SHAPES") // e.g. "down": the shapes to time (profiler runs)
+	wtype := gguf.Q4_K
+	if v := os.Getenv("FTCHAT_ROWS_TYPE"); v != "" { // e.g. Q6_K
+		t, err := gguf.ParseType(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wtype = t
+	}
 	for _, sh := range shapes {
 		if only != "" && !slices.Contains(strings.Split(only, ","), sh.name) {
 			continue
 		}
-		raw := randWeight(r, gguf.Q4_K, sh.out, sh.in)
-		w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench " + sh.name, Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: gguf.Q4_K}, raw)
+		raw := randWeight(r, wtype, sh.out, sh.in)
+		w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench " + sh.name, Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: wtype}, raw)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,10 +1,10 @@
 package gpu
 
-// The Q4_K batched-decode GEMM from registers (kernels/gemmq.cuh) for 2..32
-// rows: the weights go straight from global memory into the mma fragments
-// as 4-bit integers, the activations are packed once per call into the B
-// fragments, and the Q4_K scales are applied per 32-element sub-block in
-// float32. Issue 14: the tile GEMMs took 3.6-4.3x one row's time at 16 rows.
+// The Q4_K and Q6_K batched-decode GEMM from registers (kernels/gemmq.cuh)
+// for 2..32 rows: the weights go straight from global memory into the mma
+// fragments as small integers, the activations are packed once per call
+// into the B fragments, and the block scales are applied per sub-block
+// (32 elements for Q4_K, 16 for Q6_K) in float32. Issue 14: the tile GEMMs took 3.6-4.3x one row's time at 16 rows.
 
 import "github.com/ftchat/ftchat/engine/gguf"
 
@@ -58,9 +58,9 @@ func gemmqSplits(n, rows, cols, sms, ctasPerSM int) (splits, kSB int) {
 }
 
 // useGemmq reports whether MatMul takes gemmq for n rows of a weight of
-// type typ and cols columns.
+// type typ (Q4_K, Q6_K) and cols columns.
 func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
-	if b.opts.NoGEMMQ || typ != gguf.Q4_K || n > gemmqMaxTokens || cols%256 != 0 {
+	if b.opts.NoGEMMQ || (typ != gguf.Q4_K && typ != gguf.Q6_K) || n > gemmqMaxTokens || cols%256 != 0 {
 		return false
 	}
 	minTok := b.opts.GEMMQMinTokens

@@ -66,8 +66,8 @@ func round16(t *testing.T, g *Backend, x []float32) []float32 {
 	return out
 }
 
-// TestMatMulGemmq checks the Q4_K GEMM from registers (gemmq, MatMul's
-// choice for 2..32 rows of Q4_K, and 1 row with GEMMQMinTokens 1) on both
+// TestMatMulGemmq checks the Q4_K and Q6_K GEMM from registers (gemmq,
+// MatMul's choice for 2..32 rows of those types, and 1 row with GEMMQMinTokens 1) on both
 // compute flavours:
 //   - against a float64 reference on the exact weights and the activations
 //     rounded to the flavour's 16-bit type, to 1e-4: only the float32 sums
@@ -109,46 +109,48 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 		{rows: 4100, cols: 2560},
 		{rows: 33, cols: 512},
 	} {
-		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
-		gw, cw := p.weight(gguf.TensorInfo{Name: "gemmq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.Q4_K}, raw)
-		for _, n := range []int{1, 2, 3, 8, 9, 15, 16, 17, 31, 32} {
-			name := fmt.Sprintf("%dx%d n=%d", sh.rows, sh.cols, n)
-			if !g.useGemmq(n, gguf.Q4_K, sh.cols) {
-				t.Fatalf("%s: MatMul would not take gemmq", name)
-			}
-			_, _, perSM := gemmqTiles(n)
-			if s, _ := gemmqSplits(n, sh.rows, sh.cols, sms, perSM); s > 1 {
-				split++
-			} else {
-				direct++
-			}
-			x := randVec(r, n*sh.cols, 1)
-			gx, cx := p.tensor(n, sh.cols, x)
-			gy, cy := p.tensor(n, sh.rows, nil)
-			gy2, _ := p.tensor(n, sh.rows, nil)
-			gy3, _ := p.tensor(n, sh.rows, nil)
-			poisonGemmqWS(t, g)
-			g.MatMul(gy, gx, gw)
-			poisonGemmqWS(t, g)
-			g.MatMul(gy2, gx, gw)
-			for range 2 { // the second step replays the first's graph
-				poisonGemmqWS(t, g)
-				g.BeginStep()
-				for range 3 {
-					g.MatMul(gy3, gx, gw)
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
+			raw := randWeight(r, typ, sh.rows, sh.cols)
+			gw, cw := p.weight(gguf.TensorInfo{Name: "gemmq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: typ}, raw)
+			for _, n := range []int{1, 2, 3, 8, 9, 15, 16, 17, 31, 32} {
+				name := fmt.Sprintf("%s %dx%d n=%d", typ, sh.rows, sh.cols, n)
+				if !g.useGemmq(n, typ, sh.cols) {
+					t.Fatalf("%s: MatMul would not take gemmq", name)
 				}
-				g.EndStep()
-			}
-			p.c.MatMul(cy, cx, cw)
-			p.compare(name+" gemmq vs cpu", gy, cy, tol16)
-			got, again, graphed := download(t, g, gy), download(t, g, gy2), download(t, g, gy3)
-			if e, err := relErr(got, refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, round16(t, g, x), n)); err != nil || e > 1e-4 {
-				t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
-			}
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
-					t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
-					break
+				_, _, perSM := gemmqTiles(n)
+				if s, _ := gemmqSplits(n, sh.rows, sh.cols, sms, perSM); s > 1 {
+					split++
+				} else {
+					direct++
+				}
+				x := randVec(r, n*sh.cols, 1)
+				gx, cx := p.tensor(n, sh.cols, x)
+				gy, cy := p.tensor(n, sh.rows, nil)
+				gy2, _ := p.tensor(n, sh.rows, nil)
+				gy3, _ := p.tensor(n, sh.rows, nil)
+				poisonGemmqWS(t, g)
+				g.MatMul(gy, gx, gw)
+				poisonGemmqWS(t, g)
+				g.MatMul(gy2, gx, gw)
+				for range 2 { // the second step replays the first's graph
+					poisonGemmqWS(t, g)
+					g.BeginStep()
+					for range 3 {
+						g.MatMul(gy3, gx, gw)
+					}
+					g.EndStep()
+				}
+				p.c.MatMul(cy, cx, cw)
+				p.compare(name+" gemmq vs cpu", gy, cy, tol16)
+				got, again, graphed := download(t, g, gy), download(t, g, gy2), download(t, g, gy3)
+				if e, err := relErr(got, refMatMul(typ, raw, sh.rows, sh.cols, round16(t, g, x), n)); err != nil || e > 1e-4 {
+					t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
+						t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
+						break
+					}
 				}
 			}
 		}
@@ -167,8 +169,8 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(used) < 4 {
-		t.Errorf("gemmq kernels loaded: %v, want the pack and all three", used)
+	if len(used) < 8 {
+		t.Errorf("gemmq kernels loaded: %v, want the pack and all three of both types", used)
 	}
 }
 

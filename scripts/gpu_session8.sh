@@ -32,6 +32,9 @@ gemmq)
   stamp "rows: gemmq (default) vs without (noq)"
   (cd gpu && FTCHAT_ROWS_MODES=default,noq,q1 timeout 150 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows' -test.benchtime 20x) >$L/rows.txt 2>&1
   grep -E '^Benchmark' $L/rows.txt
+  stamp "rows, Q6_K weights"
+  (cd gpu && FTCHAT_ROWS_TYPE=Q6_K FTCHAT_ROWS_MODES=default,noq,q1 timeout 100 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(1|2|8|16|32)/' -test.benchtime 20x) >$L/rows_q6k.txt 2>&1
+  grep -E '^Benchmark' $L/rows_q6k.txt
   stamp "gemmq grid sweep (CTAs per SM)"
   for c in 2 4 6 8; do
     (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(1/q1|(4|8|16|32)/default)$' \

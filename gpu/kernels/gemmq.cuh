@@ -92,10 +92,36 @@ __device__ __forceinline__ void gq_scales(uint4 h, uint32_t (&sc)[4], float& d, 
     sc[3] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
 }
 
+// gq_store writes a warp's accumulators (rows r0.., tokens 8j+2t, +1) to
+// Y's slice blockIdx.y, times the fp16 flavour's inverse row scales.
 template <int NT>
-__device__ void gemmq_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
-                           const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
-                           int ntok, int kSB) {
+__device__ __forceinline__ void gq_store(const float (&acc)[GQ_MT][NT][4], int r0, int g, int t, int rows,
+                                         const float* __restrict__ xinv, float* __restrict__ Y, int ntok) {
+    float* out = Y + (size_t)blockIdx.y * ntok * rows;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const int tk = 8 * j + 2 * t;
+#if FT_COMPUTE_F16
+        const float iv0 = tk < ntok ? xinv[tk] : 0.f, iv1 = tk + 1 < ntok ? xinv[tk + 1] : 0.f;
+#else
+        const float iv0 = 1.f, iv1 = 1.f;
+#endif
+#pragma unroll
+        for (int i = 0; i < GQ_MT; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int r = r0 + 16 * i + 8 * e + g;
+                if (r >= rows) continue;
+                if (tk < ntok) out[(size_t)tk * rows + r] = acc[i][j][2 * e] * iv0;
+                if (tk + 1 < ntok) out[(size_t)(tk + 1) * rows + r] = acc[i][j][2 * e + 1] * iv1;
+            }
+    }
+}
+
+template <int NT>
+__device__ void gemmq4_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                            const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
+                            int ntok, int kSB) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
@@ -192,25 +218,127 @@ __device__ void gemmq_body(const uint8_t* __restrict__ W, long long rowBytes, in
             }
         }
     }
-    float* out = Y + (size_t)blockIdx.y * ntok * rows;
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-        const int tk = 8 * j + 2 * t;
+    gq_store<NT>(acc, r0, g, t, rows, xinv, Y, ntok);
+}
+
+// Q6_K (gemmq*_q6_k): each 16 elements share one int8 scale, so a k step
+// is 16 consecutive elements and lane t's fragment slots 2t, 2t+1, 2t+8,
+// 2t+9 are elements 4t+{0, 2, 1, 3} of it (gemmq_pack's order for Q6_K).
+// The element's 6 bits are a nibble of ql and 2 bits of qh, 4 bytes of
+// each per lane and k step; w = d·sc·(q − 32), so C = Σ (q − 32)·x needs
+// no sums. A 210-byte block is only 2-byte aligned, so the 4-byte words are
+// read as two halves.
+__device__ __forceinline__ uint32_t gq_ld32u(const uint8_t* p) {
+    uint16_t lo, hi;
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(lo) : "l"(p));
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(hi) : "l"(p + 2));
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+// gq_q6 turns the nibbles of bytes 0 and 2 of ql and the 2-bit fields of
+// bytes 0 and 2 of qh (both already shifted into place) into q − 32 as a
+// 16-bit operand pair.
+__device__ __forceinline__ uint32_t gq_q6(uint32_t ql, uint32_t qh) {
+    uint32_t v = (ql & 0x000F000Fu) | ((qh & 0x00030003u) << 4) | GQ_MAGIC;
 #if FT_COMPUTE_F16
-        const float iv0 = tk < ntok ? xinv[tk] : 0.f, iv1 = tk + 1 < ntok ? xinv[tk + 1] : 0.f;
+    __half2 h = __hsub2(*reinterpret_cast<__half2*>(&v), __halves2half2(__ushort_as_half(0x6420), __ushort_as_half(0x6420)));
 #else
-        const float iv0 = 1.f, iv1 = 1.f;
+    __nv_bfloat162 h = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
+                               __halves2bfloat162(__ushort_as_bfloat16(0x4320), __ushort_as_bfloat16(0x4320)));
 #endif
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <int NT>
+__device__ void gemmq6_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                            const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
+                            int ntok, int kSB) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
+    if (r0 >= rows) return;
+    const int nsb = cols >> 8;
+    const int s0 = blockIdx.y * kSB, s1 = min(nsb, s0 + kSB);
+    int wrow[GQ_MT][2];
+#pragma unroll
+    for (int i = 0; i < GQ_MT; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) wrow[i][e] = min(r0 + 16 * i + 8 * e + g, rows - 1);
+
+    float acc[GQ_MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < GQ_MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+
+    // One half (128 elements) of a super-block an iteration: per row 4 ql
+    // words, 2 qh words, 8 scales.
+#pragma unroll 1
+    for (int hq = 2 * s0; hq < 2 * s1; hq++) {
+        const int n = hq & 1;
+        uint32_t ql[GQ_MT][2][2][2], qh[GQ_MT][2][2], sc[GQ_MT][2][2];
+        float d[GQ_MT][2];
 #pragma unroll
         for (int i = 0; i < GQ_MT; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int r = r0 + 16 * i + 8 * e + g;
-                if (r >= rows) continue;
-                if (tk < ntok) out[(size_t)tk * rows + r] = acc[i][j][2 * e] * iv0;
-                if (tk + 1 < ntok) out[(size_t)(tk + 1) * rows + r] = acc[i][j][2 * e + 1] * iv1;
+                const uint8_t* blk = W + (size_t)wrow[i][e] * rowBytes + (size_t)(hq >> 1) * 210;
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) ql[i][e][kk][h] = gq_ld32u(blk + 64 * n + 32 * kk + 16 * h + 4 * t);
+#pragma unroll
+                for (int h = 0; h < 2; h++) qh[i][e][h] = gq_ld32u(blk + 128 + 32 * n + 16 * h + 4 * t);
+                sc[i][e][0] = gq_ld32u(blk + 192 + 8 * n);
+                sc[i][e][1] = gq_ld32u(blk + 196 + 8 * n);
+                d[i][e] = ldh(blk + 208);
+            }
+        const uint2* xs = XP + (size_t)hq * 8 * NT * 32 + lane;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                // k step 2k+h of this half: chunk k, elements 16h..16h+15
+                uint32_t bf[NT][2];
+#pragma unroll
+                for (int j = 0; j < NT; j++) gq_ldx(xs + ((2 * k + h) * NT + j) * 32, bf[j]);
+                const int si = h + 2 * k; // scale index within the half
+#pragma unroll
+                for (int i = 0; i < GQ_MT; i++) {
+                    uint32_t l0 = ql[i][0][k & 1][h] >> (4 * (k >> 1)), l1 = ql[i][1][k & 1][h] >> (4 * (k >> 1));
+                    uint32_t h0 = qh[i][0][h] >> (2 * k), h1 = qh[i][1][h] >> (2 * k);
+                    uint32_t a[4] = {gq_q6(l0, h0), gq_q6(l1, h1), gq_q6(l0 >> 8, h0 >> 8), gq_q6(l1 >> 8, h1 >> 8)};
+                    float C[NT][4];
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) C[j][e] = 0.f;
+                        mma_16816(C[j], a, bf[j]);
+                    }
+                    float s0f = d[i][0] * (float)(int8_t)((sc[i][0][si >> 2] >> (8 * (si & 3))) & 0xFFu);
+                    float s1f = d[i][1] * (float)(int8_t)((sc[i][1][si >> 2] >> (8 * (si & 3))) & 0xFFu);
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+                        acc[i][j][0] += s0f * C[j][0];
+                        acc[i][j][1] += s0f * C[j][1];
+                        acc[i][j][2] += s1f * C[j][2];
+                        acc[i][j][3] += s1f * C[j][3];
+                    }
+                }
             }
     }
+    gq_store<NT>(acc, r0, g, t, rows, xinv, Y, ntok);
+}
+
+template <int T, int NT>
+__device__ __forceinline__ void gemmq_body(const uint8_t* W, long long rowBytes, int rows, int cols, const uint2* XP,
+                                           const float* xinv, float* Y, int ntok, int kSB) {
+    if constexpr (T == T_Q6_K)
+        gemmq6_body<NT>(W, rowBytes, rows, cols, XP, xinv, Y, ntok, kSB);
+    else
+        gemmq4_body<NT>(W, rowBytes, rows, cols, XP, xinv, Y, ntok, kSB);
 }
 
 // MINB_ CTAs an SM: the register budget (65536 / (128 * MINB_)) each token
@@ -220,7 +348,7 @@ __device__ void gemmq_body(const uint8_t* __restrict__ W, long long rowBytes, in
     extern "C" __global__ void __launch_bounds__(GQ_WARPS * 32, MINB_) gemmq##N_##_##NAME(                   \
         const uint8_t* W, long long rowBytes, int rows, int cols, const uint2* xp, const float* xinv,   \
         float* y, int ntok, int kSB) {                                                                  \
-        gemmq_body<NT_>(W, rowBytes, rows, cols, xp, xinv, y, ntok, kSB);                               \
+        gemmq_body<MM_T, NT_>(W, rowBytes, rows, cols, xp, xinv, y, ntok, kSB);                               \
     }
 GEMMQ_KERNEL(MM_NAME, 1, 8, 4)
 GEMMQ_KERNEL(MM_NAME, 2, 16, 3)
@@ -236,9 +364,10 @@ GEMMQ_KERNEL(MM_NAME, 4, 32, 2)
 #define GEMMQ_PACK_(NAME)                                                                                 \
     extern "C" __global__ void __launch_bounds__(256) gemmq_pack_##NAME(const float* X, int cols, int ntok, \
                                                                         int nt, uint2* xp, float* xinv) { \
-        gemmq_pack(X, cols, ntok, nt, xp, xinv);                                                         \
+        gemmq_pack<MM_T>(X, cols, ntok, nt, xp, xinv);                                                         \
     }
 
+template <int T>
 __device__ __forceinline__ void gemmq_pack(const float* __restrict__ X, int cols, int ntok, int nt,
                                            uint2* __restrict__ xp, float* __restrict__ xinv) {
     const int tok = blockIdx.y;
@@ -266,9 +395,17 @@ __device__ __forceinline__ void gemmq_pack(const float* __restrict__ X, int cols
     if (k0 >= cols) return;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (tok < ntok) v = f16_scale4(__ldg(reinterpret_cast<const float4*>(row + k0)), xs);
-    const int sb = k0 >> 8, r = k0 & 255;
-    const int b = r >> 5, t = (r >> 3) & 3, h = (r >> 2) & 1;
-    const int s = 16 * sb + 2 * b + h, lane = 4 * (tok & 7) + t;
+    int s, t;
+    if constexpr (T == T_Q6_K) { // k step: 16 consecutive elements, lane t's 4 at 4t
+        s = k0 >> 4;
+        t = (k0 >> 2) & 3;
+    } else { // Q4_K: step 2b+h of sub-block b, lane t's 4 at 8t+4h
+        const int sb = k0 >> 8, r = k0 & 255;
+        const int b = r >> 5, h = (r >> 2) & 1;
+        t = (r >> 3) & 3;
+        s = 16 * sb + 2 * b + h;
+    }
+    const int lane = 4 * (tok & 7) + t;
     xp[((size_t)s * nt + (tok >> 3)) * 32 + lane] = make_uint2(pack2(v.x, v.z), pack2(v.y, v.w));
 }
 GEMMQ_PACK(MM_NAME)

@@ -3,3 +3,4 @@
 #define MM_NAME q6_k
 #include "mm.cuh"
 #include "gemvr.cuh"
+#include "gemmq.cuh"
