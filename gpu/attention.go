@@ -212,13 +212,19 @@ func (kv *KVCache) LayerHalfBytes() (kCodes, vCodes, kScales, vScales int64) {
 
 // batchMeta is the host form of a batch's kernel metadata: one int32 slice
 // holding seqs (4 per sequence: first row, cached, new tokens, page-table
-// offset), the concatenated page tables, rowSeq (sequence of each row, -1
-// for none) and blocks (2 per row block: sequence, first new token). With
-// FA tiles (faTok > 0 and a sequence of at least faMinTokens new tokens)
-// it adds the FA tiles (2 per tile: sequence, first new token) and two
-// rowSeq-like lists that name only the rows of the old kernel's blocks
-// (oldRowOff) or of the FA tiles (faRowOff), for their split merges;
-// without, both are rowOff.
+// offset), rowSeq (sequence of each row, -1 for none) and blocks (2 per row
+// block: sequence, first new token). With FA tiles (faTok > 0 and a
+// sequence of at least faMinTokens new tokens) it adds the FA tiles (2 per
+// tile: sequence, first new token) and two rowSeq-like lists that name only
+// the rows of the old kernel's blocks (oldRowOff) or of the FA tiles
+// (faRowOff), for their split merges; without, both are rowOff. The
+// concatenated page tables come last: every other offset then depends only
+// on the batch's sequences, rows and blocks, not on how many pages they
+// hold, so the kernels' pointer arguments stay the same from one decode
+// step to the next (a sequence gaining a page no longer changes them) and
+// the step's CUDA graphs replay instead of being captured again (issue 14:
+// 16 sequences, one of which crosses a page boundary nearly every step,
+// captured 3.4 graph chunks a step).
 type batchMeta struct {
 	words                          []int32
 	seqOff, ptOff, rowOff, blkOff  int
@@ -263,15 +269,11 @@ func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw, faTok int) 
 		} else {
 			m.maxK = max(m.maxK, total)
 		}
-	}
-	m.ptOff = len(words)
-	for i, s := range b.Seqs {
 		for _, p := range s.Pages {
 			if p < 0 || int(p) >= l.Pages {
 				return m, fmt.Errorf("gpu: sequence %d: page id %d outside the pool of %d pages", i, p, l.Pages)
 			}
 		}
-		words = append(words, s.Pages...)
 	}
 	m.rowOff = len(words)
 	for range rows {
@@ -329,6 +331,10 @@ func (kv *KVCache) buildMeta(dst []int32, b *model.Batch, rows, hpw, faTok int) 
 			}
 			words = append(words, si)
 		}
+	}
+	m.ptOff = len(words)
+	for _, s := range b.Seqs {
+		words = append(words, s.Pages...)
 	}
 	m.words = words
 	return m, nil

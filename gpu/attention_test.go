@@ -792,7 +792,57 @@ func TestBatchMetaFATiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m0.nfa != 0 || m0.oldRowOff != m0.rowOff || m0.faRowOff != m0.rowOff || len(m0.words) != m0.blkOff+2*m0.nblocks {
-		t.Errorf("FA off: %d tiles, row lists at %d/%d (rowSeq %d), %d words", m0.nfa, m0.oldRowOff, m0.faRowOff, m0.rowOff, len(m0.words))
+	if m0.nfa != 0 || m0.oldRowOff != m0.rowOff || m0.faRowOff != m0.rowOff || m0.ptOff != m0.blkOff+2*m0.nblocks {
+		t.Errorf("FA off: %d tiles, row lists at %d/%d (rowSeq %d), page tables at %d of %d words", m0.nfa, m0.oldRowOff, m0.faRowOff, m0.rowOff, m0.ptOff, len(m0.words))
+	}
+}
+
+// TestBatchMetaOffsetsIgnorePages: a decode batch whose sequences gain
+// pages keeps every section offset but the page tables' contents, so the
+// kernels' pointer arguments (and the step's CUDA graphs) stay the same;
+// the page tables, last, still hold every sequence's pages in order.
+func TestBatchMetaOffsetsIgnorePages(t *testing.T) {
+	l := kvcache.Layout{Layers: 1, KVHeads: 2, HeadDim: 64, PageSize: 16, Pages: 256, DType: kvcache.BF16}
+	kv := &KVCache{Layout: l}
+	batch := func(cached []int) *model.Batch {
+		b := &model.Batch{}
+		next := int32(0)
+		for i, c := range cached {
+			pages := make([]int32, (c+1+l.PageSize-1)/l.PageSize)
+			for j := range pages {
+				pages[j] = next
+				next++
+			}
+			b.Seqs = append(b.Seqs, model.SeqSpan{Offset: i, Cached: c, NewTokens: 1, Pages: pages})
+		}
+		return b
+	}
+	for _, faTok := range []int{0, 64} {
+		before, err := kv.buildMeta(nil, batch([]int{15, 40, 100}), 3, 2, faTok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := kv.buildMeta(nil, batch([]int{16, 47, 112}), 3, 2, faTok) // the first and last gain a page
+		if err != nil {
+			t.Fatal(err)
+		}
+		type offs struct{ seq, pt, row, blk, fa, oldRow, faRow, nblocks, nfa int }
+		o := func(m batchMeta) offs {
+			return offs{m.seqOff, m.ptOff, m.rowOff, m.blkOff, m.faOff, m.oldRowOff, m.faRowOff, m.nblocks, m.nfa}
+		}
+		if o(before) != o(after) {
+			t.Errorf("faTok %d: offsets moved when pages were added: %+v, then %+v", faTok, o(before), o(after))
+		}
+		if got, want := len(after.words)-after.ptOff, 2+3+8; got != want {
+			t.Errorf("faTok %d: %d page-table words, want %d", faTok, got, want)
+		}
+		for i := range 13 {
+			if after.words[after.ptOff+i] != int32(i) {
+				t.Fatalf("faTok %d: page table word %d = %d, want %d", faTok, i, after.words[after.ptOff+i], i)
+			}
+		}
+		if after.words[4*2+3] != 2+3 { // the third sequence's page-table offset
+			t.Errorf("faTok %d: third sequence's pages at %d, want 5", faTok, after.words[4*2+3])
+		}
 	}
 }

@@ -90,10 +90,12 @@ type Backend struct {
 	kv *KVCache     // paged KV pool (attention.go), nil before AllocKV
 	hs *hybridState // recurrent state (hybrid.go), nil before AllocState
 
-	splitWS    Buffer // split-K GEMM partials (gemmSplitMax bytes), allocated at first use
-	splitWSErr error  // why the workspace could not be allocated: split-K stays off
-	gemmqWS    Buffer // gemmq's packed activations (gemmq.go), allocated at first use
-	gemmqWSErr error  // why it could not be allocated: gemmq stays off
+	splitWS    Buffer      // split-K GEMM partials (gemmSplitMax bytes), allocated at first use
+	splitWSErr error       // why the workspace could not be allocated: split-K stays off
+	gemmqWS    Buffer      // gemmq's packed activations (gemmq.go), allocated at first use
+	gemmqWSErr error       // why it could not be allocated: gemmq stays off
+	packed     gemmqPacked // what gemmqWS holds (gemmq.go)
+	packReuses int         // gemmq calls that found their x packed (tests)
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
 	blasErr error         // why cuBLAS is not used, when it was asked for
@@ -234,7 +236,7 @@ func (b *Backend) Close() error {
 		if err := c.Free(b.gemmqWS); err != nil {
 			return err
 		}
-		b.gemmqWS = Buffer{}
+		b.gemmqWS, b.packed = Buffer{}, gemmqPacked{}
 		return c.Free(b.bad)
 	})
 }

@@ -90,6 +90,11 @@ type Ctx struct {
 	rec     recorder  // decode steps as CUDA graphs (graph.go)
 	prof    *profiler // FTCHAT_PROFILE=1: per-launch event timing (profile.go)
 	d2h     pinnedD2H // staging of device-to-host copies (copy_pinned.go)
+	// writes counts the operations queued that may write device memory
+	// (launches, host-to-device and device copies, memsets), recorded or
+	// issued, so a caller can tell that nothing ran between two of its own
+	// (gemmq.go reuses packed activations on that).
+	writes uint64
 }
 
 // DevicePtr is a device address.
@@ -366,6 +371,7 @@ func (c *Ctx) Free(b Buffer) error {
 // CopyToDevice copies n bytes from host memory at src and waits until the
 // source may be reused.
 func (c *Ctx) CopyToDevice(dst DevicePtr, src unsafe.Pointer, n int64) error {
+	c.writes++
 	if n == 0 {
 		return nil
 	}
@@ -382,6 +388,7 @@ func (c *Ctx) CopyToDevice(dst DevicePtr, src unsafe.Pointer, n int64) error {
 // which must stay valid and unchanged until the stream reaches the copy
 // (pinned memory from HostAlloc, for a truly asynchronous transfer).
 func (c *Ctx) CopyToDeviceAsync(dst DevicePtr, src unsafe.Pointer, n int64) error {
+	c.writes++
 	if n == 0 {
 		return nil
 	}
@@ -410,6 +417,7 @@ func (c *Ctx) CopyToHost(dst unsafe.Pointer, src DevicePtr, n int64) error {
 
 // CopyDevice queues a device-to-device copy of n bytes.
 func (c *Ctx) CopyDevice(dst, src DevicePtr, n int64) error {
+	c.writes++
 	if n == 0 {
 		return nil
 	}
@@ -441,6 +449,7 @@ func Download[T any](c *Ctx, dst []T, src DevicePtr) error {
 
 // Memset32 queues filling n 32-bit words at p with v.
 func (c *Ctx) Memset32(p DevicePtr, v uint32, n int64) error {
+	c.writes++
 	if c.recording() {
 		return c.record(recOp{kind: recMemset32, dst: uintptr(p), val: v, size: n})
 	}
@@ -449,6 +458,7 @@ func (c *Ctx) Memset32(p DevicePtr, v uint32, n int64) error {
 
 // Memset8 queues filling n bytes at p with v.
 func (c *Ctx) Memset8(p DevicePtr, v byte, n int64) error {
+	c.writes++
 	if c.recording() {
 		return c.record(recOp{kind: recMemset8, dst: uintptr(p), val: uint32(v), size: n})
 	}
@@ -560,6 +570,7 @@ const (
 // Ptr), uint64, int64, int (passed as a 32-bit int), int32, uint32,
 // float32 or bool (as a 32-bit int); each occupies an 8-byte slot.
 func (c *Ctx) Launch(f *Function, grid, block Dim3, shmem int, s Stream, args ...any) error {
+	c.writes++
 	if len(args) > maxParams {
 		return fmt.Errorf("gpu: %s: %d kernel arguments, at most %d", f.Name, len(args), maxParams)
 	}

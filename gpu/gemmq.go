@@ -24,6 +24,13 @@ const (
 	// gemmqInvOff is where the fp16 flavour's inverse row scales (32
 	// floats) follow the packed activations in the workspace.
 	gemmqInvOff = gemmqPackMax
+	// gemmqCountersOff is where the split fix-up's arrival counters (one
+	// int32 per row tile, zero between launches) follow them.
+	gemmqCountersOff = gemmqPackMax + 256
+	// gemmqMaxTiles bounds the row tiles of a split gemmq (counters):
+	// 4096 tiles of 128 rows. Taller matrices fill the device unsplit.
+	gemmqMaxTiles = 4096
+	gemmqWSBytes  = gemmqCountersOff + 4*gemmqMaxTiles
 )
 
 // gemmqTiles returns the kernel for n rows, its token tiles of 8 and the
@@ -74,9 +81,11 @@ func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
 	return int64(cols)*int64(8*nt)*2 <= gemmqPackMax
 }
 
-// gemmq queues the pack of x, y = x·Wᵀ with gemmq{8,16,32}_*, and the
-// reduce of the partials when k is split. done is false when a workspace
-// could not be had: the caller then takes the other GEMMs.
+// gemmq queues the pack of x (unless x is already packed) and y = x·Wᵀ
+// with gemmq{8,16,32}_*, whose last slice per row tile sums the partials
+// when k is split. done is false when the activation workspace could not
+// be had: the caller then takes the other GEMMs (without the split
+// workspace gemmq runs unsplit).
 func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
 	name, nt, perSM := gemmqTiles(n)
 	if b.opts.GEMMQCTAsPerSM > 0 {
@@ -86,22 +95,52 @@ func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (d
 		return false, nil
 	}
 	splits, kSB := gemmqSplits(n, w.rows, w.cols, c.Device().Info().SMs, perSM)
-	if splits > 1 && !b.splitWorkspace(c) {
-		return false, nil
+	tiles := cdiv(w.rows, gemmqRowsPerCTA)
+	if splits > 1 && (tiles > gemmqMaxTiles || !b.splitWorkspace(c)) {
+		splits, kSB = 1, w.cols/256
 	}
 	xp, xinv := b.gemmqWS.Ptr, b.gemmqWS.Ptr.Add(gemmqInvOff)
-	if err := b.launch(c, "gemmq_pack_"+suf, Dim3{X: cdiv(w.cols, 1024), Y: 8 * nt}, Dim3{X: 256}, x, w.cols, n, nt, xp, xinv); err != nil {
+	key := gemmqPacked{x: x, n: n, cols: w.cols, nt: nt, t: w.info.Type}
+	if b.packed.reusable(key, c.writes) {
+		b.packReuses++
+	} else {
+		if err := b.launch(c, "gemmq_pack_"+suf, Dim3{X: cdiv(w.cols, 1024), Y: 8 * nt}, Dim3{X: 256}, x, w.cols, n, nt, xp, xinv); err != nil {
+			b.packed = gemmqPacked{}
+			return true, err
+		}
+	}
+	b.packed = gemmqPacked{} // valid again only once every launch below is queued
+	grid := Dim3{X: tiles, Y: splits}
+	out := y // splits > 1: the partials go to the workspace, the last slice of a tile writes y
+	if splits > 1 {
+		out = b.splitWS.Ptr
+	}
+	if err := b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, out, n, kSB,
+		y, b.gemmqWS.Ptr.Add(gemmqCountersOff), splits); err != nil {
 		return true, err
 	}
-	grid := Dim3{X: cdiv(w.rows, gemmqRowsPerCTA), Y: splits}
-	if splits == 1 {
-		return true, b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, y, n, kSB)
+	// The pack stays good for the next gemmq on the same x (q, k and v, or
+	// gate and up, read one x) if nothing else is queued in between and
+	// this call's output does not overlap x.
+	if yEnd, xEnd := y.Add(int64(n)*int64(w.rows)*4), x.Add(int64(n)*int64(w.cols)*4); yEnd <= x || xEnd <= y {
+		key.writes = c.writes
+		b.packed = key
 	}
-	if err := b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, b.splitWS, n, kSB); err != nil {
-		return true, err
-	}
-	count := int64(n) * int64(w.rows)
-	return true, b.launch(c, "gemm_reduce_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256}, b.splitWS, y, count, splits)
+	return true, nil
+}
+
+// gemmqPacked names the activations gemmq's workspace holds: x's address,
+// rows, width, token tiles and the pack order's weight type, valid while
+// the context's write count is still writes (nothing queued since).
+type gemmqPacked struct {
+	x           DevicePtr
+	n, cols, nt int
+	t           gguf.Type
+	writes      uint64
+}
+
+func (p gemmqPacked) reusable(k gemmqPacked, writes uint64) bool {
+	return p.x != 0 && p.writes == writes && p.x == k.x && p.n == k.n && p.cols == k.cols && p.nt == k.nt && p.t == k.t
 }
 
 // gemmqWorkspace allocates the packed-activation workspace at first use
@@ -114,7 +153,13 @@ func (b *Backend) gemmqWorkspace(c *Ctx) bool {
 		return false
 	}
 	var err error
-	if b.gemmqWS, err = c.Alloc(gemmqPackMax+256, "gemmq activation workspace"); err != nil {
+	if b.gemmqWS, err = c.Alloc(gemmqWSBytes, "gemmq activation workspace"); err != nil {
+		b.gemmqWS, b.gemmqWSErr = Buffer{}, err
+		return false
+	}
+	// The counters start at zero; each launch leaves them so.
+	if err = c.Memset32(b.gemmqWS.Ptr.Add(gemmqCountersOff), 0, gemmqMaxTiles); err != nil {
+		c.Free(b.gemmqWS)
 		b.gemmqWS, b.gemmqWSErr = Buffer{}, err
 		return false
 	}

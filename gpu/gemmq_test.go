@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
 )
 
 // TestGemmqSplits checks gemmq's k-slice plan without a GPU: slices are
@@ -158,6 +159,7 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	if split == 0 || direct == 0 {
 		t.Errorf("%d split and %d unsplit cases on %d SMs: the shapes must exercise both", split, direct, sms)
 	}
+	testGemmqPackReuse(t, p, tol16)
 	var used []string
 	if err := g.dev.Do(func(*Ctx) error {
 		for name := range g.fns {
@@ -183,7 +185,7 @@ func poisonGemmqWS(t *testing.T, g *Backend) {
 		if g.gemmqWS.Ptr == 0 {
 			return nil
 		}
-		return c.Memset32(g.gemmqWS.Ptr, 0x7fc00000, g.gemmqWS.Size/4)
+		return c.Memset32(g.gemmqWS.Ptr, 0x7fc00000, gemmqCountersOff/4) // not the counters: they must stay zero
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,5 +206,58 @@ func setGemmqMin(tb testing.TB, g *Backend, n int) {
 	tb.Helper()
 	if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMQMinTokens = n; return nil }); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// testGemmqPackReuse: matmuls on one x back to back (q, k, v) reuse its
+// packed activations, also across the Q4_K/Q6_K pack orders only when they
+// agree; new data in x, another op in between or an output over x forces
+// a new pack. Every result is checked against the CPU.
+func testGemmqPackReuse(t *testing.T, p *pair, tol16 float64) {
+	g := p.g
+	r := rand.New(rand.NewPCG(7, 77))
+	const n, cols = 16, 1024
+	types := []gguf.Type{gguf.Q4_K, gguf.Q4_K, gguf.Q6_K, gguf.Q6_K, gguf.Q4_K}
+	ws := make([][2]model.Weight, len(types))
+	for i, typ := range types {
+		raw := randWeight(r, typ, 300+i, cols)
+		gw, cw := p.weight(gguf.TensorInfo{Name: fmt.Sprintf("reuse%d", i), Dims: []uint64{cols, uint64(300 + i)}, Type: typ}, raw)
+		ws[i] = [2]model.Weight{gw, cw}
+	}
+	reuses := func() int {
+		var k int
+		if err := g.dev.Do(func(*Ctx) error { k = g.packReuses; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+	// run queues the matmuls of weights idx back to back (their outputs,
+	// NaN-poisoned, made first: the poison is a write) and checks them.
+	run := func(name string, idx ...int) {
+		gys, cys := make([]model.Tensor, len(idx)), make([]model.Tensor, len(idx))
+		for j, i := range idx {
+			gys[j], cys[j] = p.tensor(n, 300+i, nil)
+		}
+		for j, i := range idx {
+			g.MatMul(gys[j], gx, ws[i][0])
+			p.c.MatMul(cys[j], cx, ws[i][1])
+		}
+		for j, i := range idx {
+			p.compare(fmt.Sprintf("%s: weight %d (%s)", name, i, types[i]), gys[j], cys[j], tol16)
+		}
+	}
+	start := reuses()
+	run("reuse", 0, 1, 2, 3, 4) // packs at 0, 2 (Q6_K order), 4 (Q4_K again): 2 reuses
+	if got := reuses() - start; got != 2 {
+		t.Errorf("5 matmuls on one x (Q4_K, Q4_K, Q6_K, Q6_K, Q4_K): %d pack reuses, want 2", got)
+	}
+	x2 := randVec(r, n*cols, 1)
+	g.FromHost(gx, x2)
+	p.c.FromHost(cx, x2)
+	start = reuses()
+	run("x rewritten", 4, 4) // same x address, new data: packs again, then reuses
+	if got := reuses() - start; got != 1 {
+		t.Errorf("after FromHost into x, two matmuls: %d pack reuses, want 1", got)
 	}
 }
