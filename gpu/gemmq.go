@@ -23,38 +23,37 @@ const (
 	gemmqPackMax = 4 << 20
 	// gemmqInvOff is where the fp16 flavour's inverse row scales (32
 	// floats) follow the packed activations in the workspace.
-	gemmqInvOff = gemmqPackMax
-	// gemmqCountersOff is where the split fix-up's arrival counters (one
-	// int32 per row tile, zero between launches) follow them.
-	gemmqCountersOff = gemmqPackMax + 256
-	// gemmqMaxTiles bounds the row tiles of a split gemmq (counters):
-	// 4096 tiles of 128 rows. Taller matrices fill the device unsplit.
-	gemmqMaxTiles = 4096
-	gemmqWSBytes  = gemmqCountersOff + 4*gemmqMaxTiles
+	gemmqInvOff  = gemmqPackMax
+	gemmqWSBytes = gemmqInvOff + 256
+	// gemmqSplitCTAsPerSM is the grid the k split aims for, in CTAs per SM,
+	// for every token count alike: a row's result then does not depend on
+	// how many rows share its step (gemmq8/16/32 differ only in the token
+	// columns the same mmas carry).
+	gemmqSplitCTAsPerSM = 3
 )
 
-// gemmqTiles returns the kernel for n rows, its token tiles of 8 and the
-// CTAs an SM holds (its __launch_bounds__ in gemmq.cuh).
-func gemmqTiles(n int) (name string, nt, ctasPerSM int) {
+// gemmqTiles returns the kernel for n rows and its token tiles of 8.
+func gemmqTiles(n int) (name string, nt int) {
 	switch {
 	case n <= 8:
-		return "gemmq8_", 1, 4
+		return "gemmq8_", 1
 	case n <= 16:
-		return "gemmq16_", 2, 3
+		return "gemmq16_", 2
 	default:
-		return "gemmq32_", 4, 2
+		return "gemmq32_", 4
 	}
 }
 
 // gemmqSplits plans the k slices of a gemmq call: enough CTAs to fill
 // ctasPerSM on each of sms SMs, slices of at least gemmqMinSliceSB
-// super-blocks where the width allows, partials within gemmSplitMax.
+// super-blocks where the width allows, partials of gemmqMaxTokens rows
+// within gemmSplitMax (so the plan is the same at every row count).
 // splits == 1 writes y directly. Every slice is non-empty.
-func gemmqSplits(n, rows, cols, sms, ctasPerSM int) (splits, kSB int) {
+func gemmqSplits(rows, cols, sms, ctasPerSM int) (splits, kSB int) {
 	nsb := cols / 256
 	ctas := cdiv(rows, gemmqRowsPerCTA)
 	s := min(cdiv(max(ctasPerSM, 1)*max(sms, 1), ctas), max(1, nsb/gemmqMinSliceSB), gemmSplitMaxK)
-	if per := int64(n) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
+	if per := int64(gemmqMaxTokens) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
 		s = int(gemmSplitMax / per)
 	}
 	if s < 2 {
@@ -77,27 +76,26 @@ func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
 	if n < minTok {
 		return false
 	}
-	_, nt, _ := gemmqTiles(n)
+	_, nt := gemmqTiles(n)
 	return int64(cols)*int64(8*nt)*2 <= gemmqPackMax
 }
 
-// gemmq queues the pack of x (unless x is already packed) and y = x·Wᵀ
-// with gemmq{8,16,32}_*, whose last slice per row tile sums the partials
-// when k is split. done is false when the activation workspace could not
-// be had: the caller then takes the other GEMMs (without the split
-// workspace gemmq runs unsplit).
+// gemmq queues the pack of x (unless x is already packed), y = x·Wᵀ with
+// gemmq{8,16,32}_* and the reduce of the partials when k is split. done is
+// false when a workspace could not be had: the caller then takes the other
+// GEMMs.
 func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
-	name, nt, perSM := gemmqTiles(n)
+	name, nt := gemmqTiles(n)
+	perSM := gemmqSplitCTAsPerSM
 	if b.opts.GEMMQCTAsPerSM > 0 {
 		perSM = b.opts.GEMMQCTAsPerSM
 	}
 	if !b.gemmqWorkspace(c) {
 		return false, nil
 	}
-	splits, kSB := gemmqSplits(n, w.rows, w.cols, c.Device().Info().SMs, perSM)
-	tiles := cdiv(w.rows, gemmqRowsPerCTA)
-	if splits > 1 && (tiles > gemmqMaxTiles || !b.splitWorkspace(c)) {
-		splits, kSB = 1, w.cols/256
+	splits, kSB := gemmqSplits(w.rows, w.cols, c.Device().Info().SMs, perSM)
+	if splits > 1 && !b.splitWorkspace(c) {
+		return false, nil
 	}
 	xp, xinv := b.gemmqWS.Ptr, b.gemmqWS.Ptr.Add(gemmqInvOff)
 	key := gemmqPacked{x: x, n: n, cols: w.cols, nt: nt, t: w.info.Type}
@@ -110,13 +108,14 @@ func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (d
 		}
 	}
 	b.packed = gemmqPacked{} // valid again only once every launch below is queued
-	grid := Dim3{X: tiles, Y: splits}
-	out := y // splits > 1: the partials go to the workspace, the last slice of a tile writes y
-	if splits > 1 {
-		out = b.splitWS.Ptr
+	grid := Dim3{X: cdiv(w.rows, gemmqRowsPerCTA), Y: splits}
+	if splits == 1 {
+		err = b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, y, n, kSB)
+	} else if err = b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, b.splitWS, n, kSB); err == nil {
+		count := int64(n) * int64(w.rows)
+		err = b.launch(c, "gemm_reduce_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256}, b.splitWS, y, count, splits)
 	}
-	if err := b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, out, n, kSB,
-		y, b.gemmqWS.Ptr.Add(gemmqCountersOff), splits); err != nil {
+	if err != nil {
 		return true, err
 	}
 	// The pack stays good for the next gemmq on the same x (q, k and v, or
@@ -154,12 +153,6 @@ func (b *Backend) gemmqWorkspace(c *Ctx) bool {
 	}
 	var err error
 	if b.gemmqWS, err = c.Alloc(gemmqWSBytes, "gemmq activation workspace"); err != nil {
-		b.gemmqWS, b.gemmqWSErr = Buffer{}, err
-		return false
-	}
-	// The counters start at zero; each launch leaves them so.
-	if err = c.Memset32(b.gemmqWS.Ptr.Add(gemmqCountersOff), 0, gemmqMaxTiles); err != nil {
-		c.Free(b.gemmqWS)
 		b.gemmqWS, b.gemmqWSErr = Buffer{}, err
 		return false
 	}

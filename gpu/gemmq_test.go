@@ -17,28 +17,28 @@ import (
 // super-blocks where the width allows.
 func TestGemmqSplits(t *testing.T) {
 	for _, tc := range []struct {
-		n, rows, cols, sms, perSM int
-		want                      int // splits
+		rows, cols, sms, perSM int
+		want                   int // splits
 	}{
-		{n: 16, rows: 4096, cols: 4096, sms: 132, perSM: 3, want: 8},    // 32 CTAs, 16 super-blocks: 2 a slice
-		{n: 16, rows: 4096, cols: 14336, sms: 132, perSM: 3, want: 12},  // 13 asked of 56 super-blocks: 12 slices of 5
-		{n: 16, rows: 14336, cols: 4096, sms: 132, perSM: 3, want: 4},   // 112 CTAs: 4 asked
-		{n: 32, rows: 128256, cols: 4096, sms: 132, perSM: 2, want: 1},  // the head fills the device
-		{n: 9, rows: 197, cols: 256, sms: 132, perSM: 3, want: 1},       // one super-block
-		{n: 2, rows: 1024, cols: 4096, sms: 132, perSM: 4, want: 8},     // 8 CTAs: capped by the slice length
-		{n: 16, rows: 4096, cols: 4096, sms: 0, perSM: 3, want: 1},      // unknown SM count: 32 CTAs, no split
-		{n: 32, rows: 65536, cols: 4096, sms: 132, perSM: 2, want: 1},   // 512 CTAs
-		{n: 32, rows: 60000, cols: 65536, sms: 132, perSM: 16, want: 2}, // 5 asked, but 2 slices fill 16 MiB
+		{rows: 4096, cols: 4096, sms: 132, perSM: 3, want: 8},    // 32 CTAs, 16 super-blocks: 2 a slice
+		{rows: 4096, cols: 14336, sms: 132, perSM: 3, want: 12},  // 13 asked of 56 super-blocks: 12 slices of 5
+		{rows: 14336, cols: 4096, sms: 132, perSM: 3, want: 4},   // 112 CTAs: 4 asked
+		{rows: 128256, cols: 4096, sms: 132, perSM: 3, want: 1},  // the head fills the device
+		{rows: 197, cols: 256, sms: 132, perSM: 3, want: 1},      // one super-block
+		{rows: 1024, cols: 4096, sms: 132, perSM: 4, want: 8},    // 8 CTAs: capped by the slice length
+		{rows: 4096, cols: 4096, sms: 0, perSM: 3, want: 1},      // unknown SM count: 32 CTAs, no split
+		{rows: 40000, cols: 4096, sms: 132, perSM: 8, want: 3},   // 4 asked; 32 rows' partials fit 3
+		{rows: 60000, cols: 65536, sms: 132, perSM: 16, want: 2}, // 5 asked, but 2 slices fill 16 MiB
 	} {
-		splits, kSB := gemmqSplits(tc.n, tc.rows, tc.cols, tc.sms, tc.perSM)
+		splits, kSB := gemmqSplits(tc.rows, tc.cols, tc.sms, tc.perSM)
 		nsb := tc.cols / 256
-		if tc.want > 0 && splits != tc.want {
+		if splits != tc.want {
 			t.Errorf("%+v: %d splits, want %d", tc, splits, tc.want)
 		}
 		if splits < 1 || (splits-1)*kSB >= nsb || splits*kSB < nsb {
 			t.Errorf("%+v: %d slices of %d super-blocks do not tile %d", tc, splits, kSB, nsb)
 		}
-		if splits > 1 && int64(splits)*int64(tc.n)*int64(tc.rows)*4 > gemmSplitMax {
+		if splits > 1 && int64(splits)*gemmqMaxTokens*int64(tc.rows)*4 > gemmSplitMax {
 			t.Errorf("%+v: %d splits overflow the workspace", tc, splits)
 		}
 		if splits > 1 && kSB < gemmqMinSliceSB && nsb >= 2*gemmqMinSliceSB {
@@ -75,7 +75,10 @@ func round16(t *testing.T, g *Backend, x []float32) []float32 {
 //     differ, so any slip in the fragment order, the nibble decode or the
 //     scales (each of which moves the result by O(1)) fails;
 //   - against the CPU backend within tolBF16 (tolF16 on fp16 compute);
-//   - bit-identical run to run and in a recorded step (CUDA graph).
+//   - bit-identical run to run, in a recorded step (CUDA graph) and, for
+//     each row, whether 1 or 32 rows share the call (batch invariance: the
+//     k split does not depend on the row count, so a served request's
+//     tokens do not depend on which others share its steps).
 //
 // Outputs, the split workspace and the packed-activation workspace are
 // NaN-poisoned first, so a row, token or slice left unwritten fails.
@@ -113,18 +116,19 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
 			raw := randWeight(r, typ, sh.rows, sh.cols)
 			gw, cw := p.weight(gguf.TensorInfo{Name: "gemmq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: typ}, raw)
-			for _, n := range []int{1, 2, 3, 8, 9, 15, 16, 17, 31, 32} {
+			x32 := randVec(r, 32*sh.cols, 1)
+			var y32 []float32 // the 32-row result, the last n below
+			for _, n := range []int{32, 1, 2, 3, 8, 9, 15, 16, 17, 31} {
 				name := fmt.Sprintf("%s %dx%d n=%d", typ, sh.rows, sh.cols, n)
 				if !g.useGemmq(n, typ, sh.cols) {
 					t.Fatalf("%s: MatMul would not take gemmq", name)
 				}
-				_, _, perSM := gemmqTiles(n)
-				if s, _ := gemmqSplits(n, sh.rows, sh.cols, sms, perSM); s > 1 {
+				if s, _ := gemmqSplits(sh.rows, sh.cols, sms, gemmqSplitCTAsPerSM); s > 1 {
 					split++
 				} else {
 					direct++
 				}
-				x := randVec(r, n*sh.cols, 1)
+				x := x32[:n*sh.cols] // the first n rows of the 32-row run
 				gx, cx := p.tensor(n, sh.cols, x)
 				gy, cy := p.tensor(n, sh.rows, nil)
 				gy2, _ := p.tensor(n, sh.rows, nil)
@@ -147,9 +151,18 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 				if e, err := relErr(got, refMatMul(typ, raw, sh.rows, sh.cols, round16(t, g, x), n)); err != nil || e > 1e-4 {
 					t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
 				}
+				if n == 32 {
+					y32 = got
+				}
 				for i := range got {
 					if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
 						t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
+						break
+					}
+					// Batch invariance: a row's result does not depend on
+					// how many rows share the call.
+					if math.Float32bits(got[i]) != math.Float32bits(y32[i]) {
+						t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", name, i, got[i], y32[i])
 						break
 					}
 				}
@@ -185,7 +198,7 @@ func poisonGemmqWS(t *testing.T, g *Backend) {
 		if g.gemmqWS.Ptr == 0 {
 			return nil
 		}
-		return c.Memset32(g.gemmqWS.Ptr, 0x7fc00000, gemmqCountersOff/4) // not the counters: they must stay zero
+		return c.Memset32(g.gemmqWS.Ptr, 0x7fc00000, g.gemmqWS.Size/4)
 	})
 	if err != nil {
 		t.Fatal(err)

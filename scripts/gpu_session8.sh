@@ -11,8 +11,9 @@
 #     matmul when ncu reads the counters.
 #   scripts/gpu_session8.sh serve
 #     the serve load test on the Llama-3.1-8B shape (issue 14's >= 8x at
-#     16), the engine's GPU tests with gemmq in the batched steps, gemmq's
-#     and the attention/graph tests, and the rows bench at 1..32.
+#     16), gemmq's and the attention/graph tests, and the rows bench at
+#     1..32. scripts/gpu_session8.sh engine: the engine's GPU and batcher
+#     tests (a SmolLM2-shape Q4_K from gen-model as FTCHAT_TEST_MODEL).
 # Logs: one tgz per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,9 +60,6 @@ serve)
   timeout 220 python3 scripts/loadtest.py --ftchat $B/ftchat --model $L8 --device cuda --max-tokens 64 \
     --kv-dtypes bf16,fp8_e4m3 --profile --json "$L/loadtest.json" >"$L/loadtest.txt" 2>&1
   grep -vE 'profile' "$L/loadtest.txt" | tail -n 24
-  stamp "engine GPU tests (FTCHAT_TEST_MODEL: a SmolLM2-shape Q4_K from gen-model)"
-  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
-  T_TEST=240 gtests engine engine.test 'GPU|Batcher' $L/engine.log
   stamp "gpu tests: gemmq, attention metadata, graphs"
   T_TEST=200 gtests gpu gpu.test 'TestMatMulGemmq|TestGemmq|BatchMeta|TestAttention|Graph|TestMatMulAllTypes|TestF16ComputeMatMul|TestF16ComputeLarge' $L/gpu.log
   stamp "rows (default, noq) at 1..32"
@@ -69,8 +67,14 @@ serve)
   grep -E '^Benchmark' $L/rows.txt | sed -E 's/ +[0-9]+ ns\/op//'
   tar -czf "$OUT/serve-logs.tgz" -C /tmp/out serve
   ;;
+engine)
+  L=/tmp/out/engine; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  T_TEST=240 gtests engine engine.test 'GPU|Batcher' $L/engine.log
+  tar -czf "$OUT/engine-logs.tgz" -C /tmp/out engine
+  ;;
 *)
-  echo "usage: $0 gemmq|serve" >&2
+  echo "usage: $0 gemmq|serve|engine" >&2
   exit 2
   ;;
 esac

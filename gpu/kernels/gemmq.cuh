@@ -29,9 +29,8 @@
 //
 // A CTA of GQ_WARPS warps owns GQ_ROWS rows, each warp GQ_MT m16 tiles, and
 // blockIdx.y a slice of kSB super-blocks (split-K: the slices write float32
-// partials to Y + blockIdx.y*ntok*rows, which the last slice of each row
-// tile to finish sums in order, gq_fixup). The main loop has no barrier.
-// Requires cols % 256 == 0 and ntok <= 8*NT.
+// partials to Y + blockIdx.y*ntok*rows, which gemm_reduce_* sums in order).
+// There is no barrier. Requires cols % 256 == 0 and ntok <= 8*NT.
 #pragma once
 
 #define GQ_WARPS 4
@@ -126,7 +125,7 @@ __device__ void gemmq4_body(const uint8_t* __restrict__ W, long long rowBytes, i
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
-    if (r0 >= rows) return; // (no barrier in the body: the split fix-up follows it in the kernel)
+    if (r0 >= rows) return;
     const int nsb = cols >> 8;
     const int s0 = blockIdx.y * kSB, s1 = min(nsb, s0 + kSB);
     // Rows past the end read the last row (their outputs are not stored).
@@ -257,7 +256,7 @@ __device__ void gemmq6_body(const uint8_t* __restrict__ W, long long rowBytes, i
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
-    if (r0 >= rows) return; // (no barrier in the body: the split fix-up follows it in the kernel)
+    if (r0 >= rows) return;
     const int nsb = cols >> 8;
     const int s0 = blockIdx.y * kSB, s1 = min(nsb, s0 + kSB);
     int wrow[GQ_MT][2];
@@ -342,43 +341,14 @@ __device__ __forceinline__ void gemmq_body(const uint8_t* W, long long rowBytes,
         gemmq4_body<NT>(W, rowBytes, rows, cols, XP, xinv, Y, ntok, kSB);
 }
 
-// gq_fixup: with k split, each slice's CTA writes its float32 partials to
-// part[blockIdx.y] and counts itself in counters[blockIdx.x]; the last of a
-// row tile's slices to arrive sums the tile's partials in slice order
-// (deterministic, as gemm_reduce_*) into Y and resets the counter for the
-// next launch. This saves the separate reduce launch per matmul (issue 14:
-// at 16 rows the reduces were 1 ms of a 8.3 ms step).
-__device__ __forceinline__ void gq_fixup(const float* part, float* __restrict__ Y, int* counters, int splits,
-                                         int rows, int ntok) {
-    __shared__ int last;
-    __threadfence(); // this CTA's partials, before its count
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); // the other slices' partials, after their counts
-    const int r0 = blockIdx.x * GQ_ROWS, nr = min(GQ_ROWS, rows - r0);
-    for (int i = threadIdx.x; i < nr * ntok; i += blockDim.x) {
-        const int tk = i / nr, r = r0 + i % nr;
-        const size_t off = (size_t)tk * rows + r;
-        float v = __ldcg(part + off);
-        for (int sl = 1; sl < splits; sl++) v += __ldcg(part + (size_t)sl * ntok * rows + off);
-        Y[off] = v;
-    }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
-}
-
 // MINB_ CTAs an SM: the register budget (65536 / (128 * MINB_)) each token
-// count compiles into without spilling. With splits > 1, y is the
-// partials' workspace and yOut the result (gq_fixup); with 1, y is the
-// result.
+// count compiles into without spilling.
 #define GEMMQ_KERNEL(NAME, NT_, N_, MINB_) GEMMQ_KERNEL_(NAME, NT_, N_, MINB_)
 #define GEMMQ_KERNEL_(NAME, NT_, N_, MINB_)                                                               \
     extern "C" __global__ void __launch_bounds__(GQ_WARPS * 32, MINB_) gemmq##N_##_##NAME(                \
         const uint8_t* W, long long rowBytes, int rows, int cols, const uint2* xp, const float* xinv,    \
-        float* y, int ntok, int kSB, float* yOut, int* counters, int splits) {                           \
+        float* y, int ntok, int kSB) {                                                                   \
         gemmq_body<MM_T, NT_>(W, rowBytes, rows, cols, xp, xinv, y, ntok, kSB);                          \
-        if (splits > 1) gq_fixup(y, yOut, counters, splits, rows, ntok);                                 \
     }
 GEMMQ_KERNEL(MM_NAME, 1, 8, 4)
 GEMMQ_KERNEL(MM_NAME, 2, 16, 3)
