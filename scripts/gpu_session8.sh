@@ -38,7 +38,8 @@ gemmq)
   grep -E '^Benchmark' $L/rows_q6k.txt
   stamp "gemmq grid sweep (CTAs per SM)"
   for c in 2 4 6 8; do
-    (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(1/q1|(4|8|16|32)/default)$' \
+    # (go test splits -test.bench at '/': one pattern per level)
+    (cd gpu && FTCHAT_GEMMQ_CTAS=$c timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulDecodeRows/n=(4|8|16|32)$/default$' \
       -test.benchtime 20x) >$L/rows_ctas$c.txt 2>&1
     grep -E '^Benchmark' $L/rows_ctas$c.txt | sed "s/^/ctas=$c /"
   done

@@ -1,10 +1,10 @@
-// Batched-decode GEMM for Q4_K weights, from registers (gemmq{8,16,32}_q4_k
-// and gemmq_pack_q4_k), included by mm_q4_k.cu after mm.cuh (mma.cuh's
+// Batched-decode GEMM for Q4_K and Q6_K weights, from registers (gemmq8/16/32_*,
+// gemmq_pack_*), included by mm_q4_k.cu and mm_q6_k.cu after mm.cuh (mma.cuh's
 // pack2 and mma_16816). Issue 14: at 16 rows the tile GEMMs took 3.6-4.3x
 // the time of one row, dequantizing every weight to a 16-bit shared tile;
 // here the weights go from global memory straight into the mma's A
-// fragments as their 4-bit integers and the scales are applied to the
-// float32 products of each 32-element sub-block.
+// fragments as their small integers and the scales are applied to the
+// float32 products of each sub-block (Q4_K below; Q6_K at gemmq6_body).
 //
 // Y[ntok][rows] = X[ntok][cols] · Wᵀ with W's rows the mma's M side and the
 // tokens its N side. A dot product does not care in which order its k
