@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,7 +26,8 @@ import (
 // stream_read measures in the same run. A markdown table is printed at the
 // end (and written to $FTCHAT_BENCH_MD when set).
 //
-// FTCHAT_BENCH_ONLY=fa runs only the FA prefill comparison: 512 new tokens
+// FTCHAT_BENCH_ONLY=fa runs only the FA prefill comparison (FTCHAT_FA_DEPTHS
+// sets its depths, default 0,4096,32768): 512 new tokens
 // at 0 / 4K / 32K cached, Llama-3.1-8B and Qwen3.6 shapes, bf16 and
 // fp8_e4m3, the block kernel (prefill=old) and attn_fa (prefill=fa) in the
 // same run, tabulated side by side in TFLOP/s at the end; then attn_fa
@@ -337,8 +339,19 @@ func BenchmarkAttention(b *testing.B) {
 	if only == "" || only == "fa" {
 		// FA prefill against the block kernel: 512 new tokens on top of
 		// 0 / 4K / 32K cached, causal FLOPs (benchTable's last table).
+		depths := []int{0, 4096, 32768}
+		if v := os.Getenv("FTCHAT_FA_DEPTHS"); v != "" { // e.g. 0,4096,32768,130560
+			depths = depths[:0]
+			for _, f := range strings.Split(v, ",") {
+				d, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || d < 0 {
+					b.Fatalf("FTCHAT_FA_DEPTHS: %q is not a depth", f)
+				}
+				depths = append(depths, d)
+			}
+		}
 		for _, sh := range faBenchShapes {
-			for _, depth := range []int{0, 4096, 32768} {
+			for _, depth := range depths {
 				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
 					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
 						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: k})
