@@ -63,8 +63,9 @@ type BackendOptions struct {
 	// single-token decode too); fewer go to the GEMV (FTCHAT_GEMMQ_MIN in
 	// the engine).
 	GEMMQMinTokens int
-	// GEMMQCTAsPerSM overrides gemmq's grid target in CTAs per SM (0: its
-	// occupancy), a tuning knob (FTCHAT_GEMMQ_CTAS in the engine).
+	// GEMMQCTAsPerSM overrides the grid gemmq's k split aims for, in CTAs
+	// per SM (0: gemmqSplitCTAsPerSM), a tuning knob (FTCHAT_GEMMQ_CTAS in
+	// the engine).
 	GEMMQCTAsPerSM int
 }
 

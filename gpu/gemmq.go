@@ -4,7 +4,9 @@ package gpu
 // for 2..32 rows: the weights go straight from global memory into the mma
 // fragments as small integers, the activations are packed once per call
 // into the B fragments, and the block scales are applied per sub-block
-// (32 elements for Q4_K, 16 for Q6_K) in float32. Issue 14: the tile GEMMs took 3.6-4.3x one row's time at 16 rows.
+// (32 elements for Q4_K, 16 for Q6_K) in float32. Issue 14: the tile GEMMs
+// took 3.6-4.3x one row's time at 16 rows; gemmq takes 1.26x (H200,
+// docs/benchmarks.md).
 
 import "github.com/ftchat/ftchat/engine/gguf"
 
