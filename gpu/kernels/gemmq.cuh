@@ -38,24 +38,30 @@
 #define GQ_ROWS (GQ_WARPS * GQ_MT * 16)
 
 #if FT_COMPUTE_F16
-#define GQ_MAGIC 0x64006400u // fp16 1024.0 in both halves: 1024 + q is exact
-#define GQ_ONES 0x3C003C00u  // fp16 1.0, 1.0
+#define GQ_MAGIC 0x64006400u   // fp16 1024.0 in both halves: 1024 + q is exact
+#define GQ_MAGIC32 0x00200020u // added to GQ_MAGIC: fp16 1056.0 = 1024 + 32
+#define GQ_ONES 0x3C003C00u    // fp16 1.0, 1.0
 #else
-#define GQ_MAGIC 0x43004300u // bf16 128.0 in both halves: 128 + q is exact
-#define GQ_ONES 0x3F803F80u  // bf16 1.0, 1.0
+#define GQ_MAGIC 0x43004300u   // bf16 128.0 in both halves: 128 + q is exact
+#define GQ_MAGIC32 0x00200020u // added to GQ_MAGIC: bf16 160.0 = 128 + 32
+#define GQ_ONES 0x3F803F80u    // bf16 1.0, 1.0
 #endif
+
+// gq_sub is the 16-bit operand pair v minus the pair c, exact for the small
+// integers the decoders below make.
+__device__ __forceinline__ uint32_t gq_sub(uint32_t v, uint32_t c) {
+#if FT_COMPUTE_F16
+    __half2 h = __hsub2(*reinterpret_cast<__half2*>(&v), *reinterpret_cast<__half2*>(&c));
+#else
+    __nv_bfloat162 h = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), *reinterpret_cast<__nv_bfloat162*>(&c));
+#endif
+    return *reinterpret_cast<uint32_t*>(&h);
+}
 
 // gq_nib turns the low nibbles of bytes 0 and 2 of w into a 16-bit operand
 // pair (byte 0's in the low half).
 __device__ __forceinline__ uint32_t gq_nib(uint32_t w) {
-    uint32_t v = (w & 0x000F000Fu) | GQ_MAGIC;
-#if FT_COMPUTE_F16
-    __half2 h = __hsub2(*reinterpret_cast<__half2*>(&v), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-#else
-    __nv_bfloat162 h = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
-                               __halves2bfloat162(__ushort_as_bfloat16(0x4300), __ushort_as_bfloat16(0x4300)));
-#endif
-    return *reinterpret_cast<uint32_t*>(&h);
+    return gq_sub((w & 0x000F000Fu) | GQ_MAGIC, GQ_MAGIC);
 }
 
 // gq_ldx loads one B fragment pair. Volatile, like mma_16816, so it stays
@@ -92,6 +98,40 @@ __device__ __forceinline__ void gq_scales(uint4 h, uint32_t (&sc)[4], float& d, 
     sc[3] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
 }
 
+// GqWarp is where a warp's share of a gemmq launch lies: its lane (g, t),
+// first weight row r0, the super-blocks [s0, s1) of its k slice, and the
+// rows each m tile's lane reads (rows past the end read the last row;
+// their outputs are not stored). gq_warp fills it, false for a warp past
+// the last row.
+struct GqWarp {
+    int lane, g, t, r0, s0, s1;
+    int wrow[GQ_MT][2];
+};
+__device__ __forceinline__ bool gq_warp(int rows, int cols, int kSB, GqWarp& w) {
+    w.lane = threadIdx.x & 31;
+    w.g = w.lane >> 2;
+    w.t = w.lane & 3;
+    w.r0 = blockIdx.x * GQ_ROWS + (threadIdx.x >> 5) * GQ_MT * 16;
+    if (w.r0 >= rows) return false;
+    w.s0 = blockIdx.y * kSB;
+    w.s1 = min(cols >> 8, w.s0 + kSB);
+#pragma unroll
+    for (int i = 0; i < GQ_MT; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) w.wrow[i][e] = min(w.r0 + 16 * i + 8 * e + w.g, rows - 1);
+    return true;
+}
+
+template <int NT>
+__device__ __forceinline__ void gq_zero(float (&acc)[GQ_MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < GQ_MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+}
+
 // gq_store writes a warp's accumulators (rows r0.., tokens 8j+2t, +1) to
 // Y's slice blockIdx.y, times the fp16 flavour's inverse row scales.
 template <int NT>
@@ -122,27 +162,13 @@ template <int NT>
 __device__ void gemmq4_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                             const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
                             int ntok, int kSB) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
-    if (r0 >= rows) return;
-    const int nsb = cols >> 8;
-    const int s0 = blockIdx.y * kSB, s1 = min(nsb, s0 + kSB);
-    // Rows past the end read the last row (their outputs are not stored).
-    int wrow[GQ_MT][2];
-#pragma unroll
-    for (int i = 0; i < GQ_MT; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) wrow[i][e] = min(r0 + 16 * i + 8 * e + g, rows - 1);
+    GqWarp wp;
+    if (!gq_warp(rows, cols, kSB, wp)) return;
+    const int lane = wp.lane, g = wp.g, t = wp.t, r0 = wp.r0, s0 = wp.s0, s1 = wp.s1;
+    const int(&wrow)[GQ_MT][2] = wp.wrow;
     const uint32_t ones[4] = {GQ_ONES, GQ_ONES, GQ_ONES, GQ_ONES};
-
     float acc[GQ_MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < GQ_MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+    gq_zero(acc);
 
     // One 64-element chunk (two sub-blocks) an iteration, over the slice's
     // chunks q; each iteration loads the next chunk's nibbles (and at a
@@ -239,39 +265,19 @@ __device__ __forceinline__ uint32_t gq_ld32u(const uint8_t* p) {
 // bytes 0 and 2 of qh (both already shifted into place) into q − 32 as a
 // 16-bit operand pair.
 __device__ __forceinline__ uint32_t gq_q6(uint32_t ql, uint32_t qh) {
-    uint32_t v = (ql & 0x000F000Fu) | ((qh & 0x00030003u) << 4) | GQ_MAGIC;
-#if FT_COMPUTE_F16
-    __half2 h = __hsub2(*reinterpret_cast<__half2*>(&v), __halves2half2(__ushort_as_half(0x6420), __ushort_as_half(0x6420)));
-#else
-    __nv_bfloat162 h = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
-                               __halves2bfloat162(__ushort_as_bfloat16(0x4320), __ushort_as_bfloat16(0x4320)));
-#endif
-    return *reinterpret_cast<uint32_t*>(&h);
+    return gq_sub((ql & 0x000F000Fu) | ((qh & 0x00030003u) << 4) | GQ_MAGIC, GQ_MAGIC + GQ_MAGIC32);
 }
 
 template <int NT>
 __device__ void gemmq6_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                             const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
                             int ntok, int kSB) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int r0 = blockIdx.x * GQ_ROWS + warp * GQ_MT * 16;
-    if (r0 >= rows) return;
-    const int nsb = cols >> 8;
-    const int s0 = blockIdx.y * kSB, s1 = min(nsb, s0 + kSB);
-    int wrow[GQ_MT][2];
-#pragma unroll
-    for (int i = 0; i < GQ_MT; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) wrow[i][e] = min(r0 + 16 * i + 8 * e + g, rows - 1);
-
+    GqWarp wp;
+    if (!gq_warp(rows, cols, kSB, wp)) return;
+    const int lane = wp.lane, g = wp.g, t = wp.t, r0 = wp.r0, s0 = wp.s0, s1 = wp.s1;
+    const int(&wrow)[GQ_MT][2] = wp.wrow;
     float acc[GQ_MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < GQ_MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+    gq_zero(acc);
 
     // One half (128 elements) of a super-block an iteration: per row 4 ql
     // words, 2 qh words, 8 scales.
