@@ -1,4 +1,4 @@
-# Helpers the GPU session scripts (scripts/gpu_session5.sh, 6, 7) source on
+# Helpers the GPU session scripts (scripts/gpu_session5.sh .. 9) source on
 # the device machine. $B is where the bundle's binaries go.
 
 stamp() { echo "[$(date -u +%T)] $*"; }
@@ -19,4 +19,10 @@ gtests() {
     -test.run "$3" -test.timeout 300s) >"$4" 2>&1
   echo "$2 rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$4" | head -20
   grep -E '^--- (PASS|FAIL|SKIP)' "$4" | awk '{print $2, $3}' | tr '\n' ' '; echo
+}
+
+# find_ncu prints the Nsight Compute binary of the machine (PATH, the
+# Nsight install or the CUDA toolkit), nothing when there is none.
+find_ncu() {
+  command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1
 }

@@ -41,7 +41,7 @@ variants) # here, with nvcc: mm_q4_k's sm89 PTX with one tuning knob each (mm.cu
   ;;
 profile)
   L=/tmp/out/profile; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  NCU=$(find_ncu)
   [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
   for mode in "n=1/default" "n=16/default" "n=16/skinny"; do
     tag=$(echo "$mode" | tr '/=' '__')

@@ -43,7 +43,7 @@ gemmq)
       -test.benchtime 20x) >$L/rows_ctas$c.txt 2>&1
     grep -E '^Benchmark' $L/rows_ctas$c.txt | sed "s/^/ctas=$c /"
   done
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  NCU=$(find_ncu)
   if [ -n "$NCU" ]; then
     stamp "ncu: n=16 down"
     (cd gpu && FTCHAT_ROWS_SHAPES=down timeout 150 "$NCU" --clock-control none --target-processes all \

@@ -29,7 +29,7 @@ prefill)
   (cd gpu && FTCHAT_BENCH_ONLY=fa FTCHAT_FA_DEPTHS=0,4096,32768,130560 FTCHAT_BENCH_MD=$L/fa.md timeout 300 $B/gpu.test \
     -test.run '^$' -test.bench 'Attention' -test.benchtime 5x) >$L/fa.txt 2>&1
   echo "rc=$?"; cat $L/fa.md 2>/dev/null | tail -40
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  NCU=$(find_ncu)
   if [ -n "$NCU" ]; then
     stamp "ncu: attn_fa at 32K, Qwen3.6 shape"
     (cd gpu && FTCHAT_BENCH_ONLY=fa FTCHAT_FA_DEPTHS=32768 timeout 200 "$NCU" --clock-control none --target-processes all \
