@@ -37,16 +37,12 @@ import (
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
-		if err := g.dev.Do(func(*Ctx) error { g.opts.SplitKCTAsPerSM = v; return nil }); err != nil {
-			b.Fatal(err)
-		}
-		defer g.dev.Do(func(*Ctx) error { g.opts.SplitKCTAsPerSM = 0; return nil })
+		setOpts(b, g, func(o *BackendOptions) { o.SplitKCTAsPerSM = v })
+		defer setOpts(b, g, func(o *BackendOptions) { o.SplitKCTAsPerSM = 0 })
 	}
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_CTAS")); v > 0 {
-		if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMQCTAsPerSM = v; return nil }); err != nil {
-			b.Fatal(err)
-		}
-		defer g.dev.Do(func(*Ctx) error { g.opts.GEMMQCTAsPerSM = 0; return nil })
+		setOpts(b, g, func(o *BackendOptions) { o.GEMMQCTAsPerSM = v })
+		defer setOpts(b, g, func(o *BackendOptions) { o.GEMMQCTAsPerSM = 0 })
 	}
 	onlyModes := os.Getenv("FTCHAT_ROWS_MODES")
 	r := rand.New(rand.NewPCG(14, 16))

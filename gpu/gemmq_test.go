@@ -209,17 +209,13 @@ func poisonGemmqWS(t *testing.T, g *Backend) {
 // queued so far.
 func setGemmq(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.NoGEMMQ = !on; return nil }); err != nil {
-		tb.Fatal(err)
-	}
+	setOpts(tb, g, func(o *BackendOptions) { o.NoGEMMQ = !on })
 }
 
 // setGemmqMin sets GEMMQMinTokens on the device thread.
 func setGemmqMin(tb testing.TB, g *Backend, n int) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.GEMMQMinTokens = n; return nil }); err != nil {
-		tb.Fatal(err)
-	}
+	setOpts(tb, g, func(o *BackendOptions) { o.GEMMQMinTokens = n })
 }
 
 // testGemmqPackReuse: matmuls on one x back to back (q, k, v) reuse its

@@ -150,7 +150,5 @@ func TestMatMulSkinny(t *testing.T) {
 // the ops queued so far.
 func setSkinny(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.SkinnyGEMM = on; return nil }); err != nil {
-		tb.Fatal(err)
-	}
+	setOpts(tb, g, func(o *BackendOptions) { o.SkinnyGEMM = on })
 }

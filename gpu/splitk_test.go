@@ -159,7 +159,14 @@ func poisonSplitWS(t *testing.T, g *Backend) {
 // ops queued so far (they read the option when they run).
 func setSplitK(tb testing.TB, g *Backend, on bool) {
 	tb.Helper()
-	if err := g.dev.Do(func(*Ctx) error { g.opts.NoGEMMSplitK = !on; return nil }); err != nil {
+	setOpts(tb, g, func(o *BackendOptions) { o.NoGEMMSplitK = !on })
+}
+
+// setOpts changes g's options on the device thread, after the ops queued
+// so far (they read the options when they run).
+func setOpts(tb testing.TB, g *Backend, f func(*BackendOptions)) {
+	tb.Helper()
+	if err := g.dev.Do(func(*Ctx) error { f(&g.opts); return nil }); err != nil {
 		tb.Fatal(err)
 	}
 }
