@@ -40,7 +40,7 @@ type KVCache struct {
 	// tokens (PrefillDefault: $FTCHAT_PREFILL_ATTN, see attention_fa.go).
 	Prefill PrefillKernel
 	// FAWarps is the warps of an FA CTA, 4 or 8 (16 query rows each; other
-	// values: $FTCHAT_FA_WARPS, default 4).
+	// values: $FTCHAT_FA_WARPS, else 8 where the shared memory holds them).
 	FAWarps int
 
 	layers []kvLayer

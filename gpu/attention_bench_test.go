@@ -235,7 +235,7 @@ func benchAttention(c *Ctx, s attnShape) (benchResult, error) {
 	}
 	res.us = us
 	if kv.lastFA > 0 {
-		res.faSplits, res.faWarps = kv.lastFAsp, kv.faWarps()
+		res.faSplits, res.faWarps = kv.lastFAsp, kv.faWarps(c)
 	}
 	res.gbs = float64(res.bytes) / us / 1e3
 	res.tflops = flops * float64(s.batch) / us / 1e6
@@ -354,10 +354,13 @@ func BenchmarkAttention(b *testing.B) {
 			for _, depth := range depths {
 				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
 					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
+						if k == PrefillBlocks && depth > 32768 {
+							continue // 3x FA's time or more from 4K on; minutes at 128K
+						}
 						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: k})
 					}
-					// CTAs of 8 warps (128 query rows) instead of 4
-					run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, faWarps: 8})
+					// CTAs of 4 warps (64 query rows) instead of the default 8
+					run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, faWarps: 4})
 					if depth > 0 { // FA key splitting sized for 1 and 4 waves instead of faWaves
 						for _, w := range []int{1, 4} {
 							run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA, waves: w})

@@ -49,12 +49,21 @@ var prefillByEnv = func() PrefillKernel {
 }()
 
 // faWarpsByEnv is the FA CTA size when KVCache.FAWarps is 0:
-// $FTCHAT_FA_WARPS = 8 for 128 query rows per CTA, else 4 (64 rows).
+// $FTCHAT_FA_WARPS = 4 for 64 query rows per CTA, 8 for 128, else 0: 8
+// where the device's shared memory holds its tiles, 4 where not. Eight
+// warps since the H200 run of 2026-12-03 (docs/benchmarks.md): 1.03-1.7x
+// four from 4K cached tokens on, on the Llama-3.1-8B and Qwen3.6 shapes,
+// bf16 and fp8; at depth 0 four stay ahead on Qwen3.6's head_dim 256
+// (17 µs a layer on a 512-token chunk: half the CTAs of 8 warps leave
+// SMs idle when the keys are too few to split).
 var faWarpsByEnv = func() int {
-	if os.Getenv("FTCHAT_FA_WARPS") == "8" {
+	switch os.Getenv("FTCHAT_FA_WARPS") {
+	case "4":
+		return 4
+	case "8":
 		return 8
 	}
-	return 4
+	return 0
 }()
 
 const (
@@ -103,12 +112,20 @@ func faSmemBytes(l kvcache.Layout, warps int) int {
 	return warps*64*l.HeadDim + faSmemFixed(l.KType().IsFP8(), l.VType().IsFP8(), l.HeadDim)
 }
 
-// faWarps is the warps (16 query rows each) of an FA CTA.
-func (kv *KVCache) faWarps() int {
+// faWarps is the warps (16 query rows each) of an FA CTA: KVCache.FAWarps,
+// else $FTCHAT_FA_WARPS, else 8 where c's device holds their shared
+// memory, else 4.
+func (kv *KVCache) faWarps(c *Ctx) int {
 	if kv.FAWarps == 4 || kv.FAWarps == 8 {
 		return kv.FAWarps
 	}
-	return faWarpsByEnv
+	if faWarpsByEnv != 0 {
+		return faWarpsByEnv
+	}
+	if faSmemBytes(kv.Layout, 8) <= c.d.info.SharedMemOptin {
+		return 8
+	}
+	return 4
 }
 
 // attnShape returns the heads per warp of the block kernel and the tokens
@@ -121,7 +138,7 @@ func (kv *KVCache) attnShape(c *Ctx, heads int) (hpw, faTok int) {
 	if sel == PrefillDefault {
 		sel = prefillByEnv
 	}
-	warps := kv.faWarps()
+	warps := kv.faWarps(c)
 	if sel != PrefillFA || group > 16*warps || !slices.Contains(faHeadDims, l.HeadDim) ||
 		faSmemBytes(l, warps) > c.d.info.SharedMemOptin {
 		return hpw, 0
@@ -152,7 +169,7 @@ func (kv *KVCache) attendFA(c *Ctx, dst, q DevicePtr, rows, layer int, m batchMe
 	if err != nil {
 		return err
 	}
-	warps := kv.faWarps()
+	warps := kv.faWarps(c)
 	smem := faSmemBytes(l, warps)
 	if kv.faSmem[f] < smem {
 		if err := c.SetMaxDynamicShared(f, smem); err != nil {

@@ -440,11 +440,11 @@ func faCases() []attnCase {
 		attnCase{dt: kvcache.BF16, kvh: 1, group: 16, d: 128, p: 1, seqs: []seqShape{{10, 70}}, fa: true},
 		attnCase{dt: kvcache.BF16, kvh: 2, group: 4, d: 128, p: 16, seqs: mixed, fa: true},
 		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 4, fa: true},
-		attnCase{dt: kvcache.BF16, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, fa: true, faWarps: 8},
-		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 8},
-		attnCase{dt: kvcache.F16, kvh: 2, group: 3, d: 64, p: 16, seqs: []seqShape{{100, 300}}, splits: 3, fa: true, faWarps: 8},
-		attnCase{dt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 8},
-		attnCase{dt: kvcache.BF16, kvh: 2, group: 1, d: 256, p: 256, seqs: []seqShape{{1000, 512}}, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, fa: true, faWarps: 4},
+		attnCase{dt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 4},
+		attnCase{dt: kvcache.F16, kvh: 2, group: 3, d: 64, p: 16, seqs: []seqShape{{100, 300}}, splits: 3, fa: true, faWarps: 4},
+		attnCase{dt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 4},
+		attnCase{dt: kvcache.BF16, kvh: 2, group: 1, d: 256, p: 256, seqs: []seqShape{{1000, 512}}, fa: true, faWarps: 4},
 	)
 	for pi, pr := range kvcache.GPUPairs {
 		for ki, hd := range []int{64, 128, 256} {
@@ -462,9 +462,9 @@ func faCases() []attnCase {
 		attnCase{dt: kvcache.F16, vt: kvcache.FP8E5M2, sm: kvcache.StaticScales, kvh: 2, group: 7, d: 64, p: 16, seqs: []seqShape{{33, 77}}, fa: true},
 		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 4, d: 128, p: 32, seqs: mixed, splits: 4, fa: true},
 		attnCase{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 3, group: 3, d: 128, p: 8, seqs: []seqShape{{100, 65}}, fa: true, qmag: 3},
-		attnCase{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 8, qmag: 3},
-		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 8},
-		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, splits: 3, fa: true, faWarps: 8},
+		attnCase{dt: kvcache.F16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 256, p: 64, seqs: []seqShape{{5000, 100}, {30, 64}}, fa: true, faWarps: 4, qmag: 3},
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E5M2, kvh: 1, group: 16, d: 128, p: 32, seqs: mixed, fa: true, faWarps: 4},
+		attnCase{dt: kvcache.BF16, vt: kvcache.FP8E4M3, kvh: 2, group: 8, d: 128, p: 16, seqs: []seqShape{{1000, 512}, {0, 100}}, splits: 3, fa: true, faWarps: 4},
 	)
 }
 
