@@ -60,7 +60,9 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// tuning knob; default 4).
 	// FTCHAT_GEMMQ=0 turns off the Q4_K/Q6_K GEMM from registers for 2..32 rows,
 	// FTCHAT_GEMMQ_MIN=N gives it only N rows and more, FTCHAT_GEMMQ_CTAS=N
-	// sets its grid in CTAs per SM (gpu.BackendOptions).
+	// sets its grid in CTAs per SM, FTCHAT_GEMMQ_GROUP=0 queues q, k, v and
+	// gate, up one matmul at a time instead of one launch each
+	// (gpu.BackendOptions).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	splitCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS"))
 	gemmqMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_MIN"))
@@ -68,7 +70,7 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
 		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1",
 		SplitKCTAsPerSM: max(splitCTAs, 0), NoGEMMQ: os.Getenv("FTCHAT_GEMMQ") == "0", GEMMQMinTokens: max(gemmqMin, 0),
-		GEMMQCTAsPerSM: max(gemmqCTAs, 0)})
+		GEMMQCTAsPerSM: max(gemmqCTAs, 0), NoGEMMQGroup: os.Getenv("FTCHAT_GEMMQ_GROUP") == "0"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

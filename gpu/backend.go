@@ -67,6 +67,9 @@ type BackendOptions struct {
 	// per SM (0: gemmqSplitCTAsPerSM), a tuning knob (FTCHAT_GEMMQ_CTAS in
 	// the engine).
 	GEMMQCTAsPerSM int
+	// NoGEMMQGroup makes MatMulShared queue its matmuls one by one instead
+	// of as one gemmqg launch (FTCHAT_GEMMQ_GROUP=0 in the engine).
+	NoGEMMQGroup bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -97,6 +100,7 @@ type Backend struct {
 	gemmqWSErr error       // why it could not be allocated: gemmq stays off
 	packed     gemmqPacked // what gemmqWS holds (gemmq.go)
 	packReuses int         // gemmq calls that found their x packed (tests)
+	groupCalls int         // MatMulShared calls gemmqGroup took (tests)
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
 	blasErr error         // why cuBLAS is not used, when it was asked for
@@ -261,7 +265,7 @@ func (b *Backend) trim(c *Ctx) {
 var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
 
 // gemmqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemmq.cuh).
-var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_"}
+var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_", "gemmqg8_", "gemmqg16_", "gemmqg32_", "gemmq_reduce3_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, sample for the sampling kernels, ops for the rest.
@@ -699,6 +703,58 @@ func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 		return
 	}
 	b.post(func(c *Ctx) error { return b.matmul(c, d.buf.Ptr, s.buf.Ptr, s.rows, gw) })
+}
+
+// MatMulShared implements model.SharedMatMuler: dsts[i] = x·ws[i]ᵀ. Rows
+// that gemmq takes (2..32 of Q4_K or Q6_K weights of one type and width)
+// go to one gemmqg launch over every weight's row tiles and one reduce
+// (gemmq.go), where each weight alone would take two launches; anything
+// else is MatMul one weight at a time.
+func (b *Backend) MatMulShared(dsts []model.Tensor, x model.Tensor, ws []model.Weight) {
+	s, ok := b.ten(x, "MatMulShared")
+	if !ok || len(dsts) != len(ws) {
+		if ok {
+			b.fail(fmt.Errorf("gpu: MatMulShared: %d outputs for %d weights", len(dsts), len(ws)))
+		}
+		return
+	}
+	gws := make([]*Weight, len(ws))
+	ds := make([]*Tensor, len(ws))
+	for i := range ws {
+		d, ok1 := b.ten(dsts[i], "MatMulShared")
+		gw, ok2 := b.wt(ws[i], "MatMulShared")
+		if !ok1 || !ok2 {
+			return
+		}
+		if s.cols != gw.cols || d.cols != gw.rows || d.rows != s.rows {
+			b.fail(fmt.Errorf("gpu: MatMulShared shapes: x %dx%d, %s %dx%d, dst %dx%d", s.rows, s.cols, gw.info.Name, gw.rows, gw.cols, d.rows, d.cols))
+			return
+		}
+		gws[i], ds[i] = gw, d
+	}
+	if s.rows == 0 {
+		return
+	}
+	b.post(func(c *Ctx) error {
+		// Buffers are read here, on the device thread, where NewTensor's
+		// allocations have run.
+		n, xp := s.rows, s.buf.Ptr
+		ys := make([]DevicePtr, len(ds))
+		for i, d := range ds {
+			ys[i] = d.buf.Ptr
+		}
+		if b.canGemmqGroup(n, gws) {
+			if done, err := b.gemmqGroup(c, ys, xp, n, gws); done || err != nil {
+				return err
+			}
+		}
+		for i, w := range gws {
+			if err := b.matmul(c, ys[i], xp, n, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // matmul queues y[n][W.rows] = x[n][W.cols] · Wᵀ, times W's second-level

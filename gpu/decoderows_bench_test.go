@@ -24,7 +24,9 @@ import (
 // shapes whose tiles fill the device, like the head, stay unsplit); from 9
 // rows also the unsplit 64x64 tile GEMM ("tile") and the skinny GEMM
 // ("skinny", gemmt.go), at 2..8 rows the split-K GEMM ("gemm",
-// GEMMMinTokens 1), at 1 row gemmq ("q1", GEMMQMinTokens 1). Metrics: step_ms (32 layers + head, device time),
+// GEMMMinTokens 1), at 1 row gemmq ("q1", GEMMQMinTokens 1); from 2 rows
+// "group" queues q, k, v and gate, up each as one MatMulShared (one gemmqg
+// launch) instead of one matmul a weight, at 1 row "q1group" with gemmq. Metrics: step_ms (32 layers + head, device time),
 // tok/s (rows / step_ms: the ceiling the matmuls leave for a decode step of
 // that many rows) and the per-shape µs.
 //
@@ -99,6 +101,11 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 		} else if n > 1 {
 			modes = append(modes, "noq", "gemm") // the GEMV, the split-K GEMM below its crossover
 		}
+		if n > 1 {
+			modes = append(modes, "group")
+		} else {
+			modes = append(modes, "q1group") // gemmq for the single row, grouped
+		}
 		for _, mode := range modes {
 			if onlyModes != "" && !slices.Contains(strings.Split(onlyModes, ","), mode) {
 				continue
@@ -116,14 +123,53 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 				defer setSplitK(b, g, true)
 				setSkinny(b, g, mode == "skinny")
 				defer setSkinny(b, g, false)
-				setGemmq(b, g, mode == "default" || mode == "q1")
+				grouped := mode == "group" || mode == "q1group"
+				setGemmq(b, g, mode == "default" || mode == "q1" || grouped)
 				defer setGemmq(b, g, true)
-				if mode == "q1" {
+				if mode == "q1" || mode == "q1group" {
 					setGemmqMin(b, g, 1)
 					defer setGemmqMin(b, g, 0)
 				}
 				stepMS := 0.0
+				byName := map[string]loaded{}
 				for _, l := range ws {
+					byName[l.name] = l
+				}
+				for _, l := range ws {
+					if grouped && (l.name == "q" || l.name == "gate,up") {
+						// one x times q, k, v (k and v: the k,v weight
+						// twice) or gate, up (the gate,up weight twice)
+						group := []loaded{l, l}
+						if l.name == "q" {
+							kv, ok := byName["k,v"]
+							if !ok {
+								b.Fatal("group: FTCHAT_ROWS_SHAPES must keep k,v beside q")
+							}
+							group = []loaded{l, kv, kv}
+						}
+						x := g.NewTensor(n, l.in)
+						g.FromHost(x, randVec(r, n*l.in, 1))
+						gw := make([]model.Weight, len(group))
+						ys := make([]model.Tensor, len(group))
+						for i, m := range group {
+							gw[i], ys[i] = m.w, g.NewTensor(n, m.out)
+						}
+						ms := timeOps(b, g, max(b.N, 20), func() { g.MatMulShared(ys, x, gw) })
+						g.FreeTensor(x)
+						for _, y := range ys {
+							g.FreeTensor(y)
+						}
+						stepMS += ms * layers
+						name := "q,k,v"
+						if l.name != "q" {
+							name = "gate+up"
+						}
+						b.ReportMetric(ms*1e3, name+"_us")
+						continue
+					}
+					if grouped && l.name == "k,v" {
+						continue // inside q's group
+					}
 					x := g.NewTensor(n, l.in)
 					g.FromHost(x, randVec(r, n*l.in, 1))
 					y := g.NewTensor(n, l.out)

@@ -8,7 +8,11 @@ package gpu
 // took 3.6-4.3x one row's time at 16 rows; gemmq takes 1.26x (H200,
 // docs/benchmarks.md).
 
-import "github.com/ftchat/ftchat/engine/gguf"
+import (
+	"strings"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+)
 
 const (
 	// gemmqMaxTokens is the most rows gemmq32_* takes.
@@ -30,8 +34,10 @@ const (
 	// gemmqSplitCTAsPerSM is the grid the k split aims for, in CTAs per SM,
 	// for every token count alike: a row's result then does not depend on
 	// how many rows share its step (gemmq8/16/32 differ only in the token
-	// columns the same mmas carry).
-	gemmqSplitCTAsPerSM = 3
+	// columns the same mmas carry). 2 since the H200 sweep of 2026-12-03
+	// (2, 3, 4, 6: 2 was fastest at 8 and 16 rows, 16 rows 4.80 against
+	// 5.48 ms a step at 3, and level at 32; docs/benchmarks.md).
+	gemmqSplitCTAsPerSM = 2
 )
 
 // gemmqTiles returns the kernel for n rows and its token tiles of 8.
@@ -46,15 +52,16 @@ func gemmqTiles(n int) (name string, nt int) {
 	}
 }
 
-// gemmqSplits plans the k slices of a gemmq call: enough CTAs to fill
-// ctasPerSM on each of sms SMs, slices of at least gemmqMinSliceSB
-// super-blocks where the width allows, partials of gemmqMaxTokens rows
-// within gemmSplitMax (so the plan is the same at every row count).
-// splits == 1 writes y directly. Every slice is non-empty.
-func gemmqSplits(rows, cols, sms, ctasPerSM int) (splits, kSB int) {
+// gemmqSplits plans the k slices of a gemmq call over weights of rows
+// rows in tiles row tiles (one weight: cdiv(rows, gemmqRowsPerCTA)):
+// enough CTAs to fill ctasPerSM on each of sms SMs, slices of at least
+// gemmqMinSliceSB super-blocks where the width allows, partials of
+// gemmqMaxTokens rows within gemmSplitMax (so the plan is the same at
+// every row count). splits == 1 writes y directly. Every slice is
+// non-empty.
+func gemmqSplits(tiles, rows, cols, sms, ctasPerSM int) (splits, kSB int) {
 	nsb := cols / 256
-	ctas := cdiv(rows, gemmqRowsPerCTA)
-	s := min(cdiv(max(ctasPerSM, 1)*max(sms, 1), ctas), max(1, nsb/gemmqMinSliceSB), gemmSplitMaxK)
+	s := min(cdiv(max(ctasPerSM, 1)*max(sms, 1), max(tiles, 1)), max(1, nsb/gemmqMinSliceSB), gemmSplitMaxK)
 	if per := int64(gemmqMaxTokens) * int64(rows) * 4; int64(s)*per > gemmSplitMax {
 		s = int(gemmSplitMax / per)
 	}
@@ -87,29 +94,14 @@ func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
 // false when a workspace could not be had: the caller then takes the other
 // GEMMs.
 func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (done bool, err error) {
-	name, nt := gemmqTiles(n)
-	perSM := gemmqSplitCTAsPerSM
-	if b.opts.GEMMQCTAsPerSM > 0 {
-		perSM = b.opts.GEMMQCTAsPerSM
+	name, _ := gemmqTiles(n)
+	splits, kSB := gemmqSplits(cdiv(w.rows, gemmqRowsPerCTA), w.rows, w.cols, c.Device().Info().SMs, b.gemmqCTAsPerSM())
+	xp, xinv, ok, err := b.gemmqPack(c, x, n, w, suf, splits)
+	if !ok || err != nil {
+		return ok, err
 	}
-	if !b.gemmqWorkspace(c) {
-		return false, nil
-	}
-	splits, kSB := gemmqSplits(w.rows, w.cols, c.Device().Info().SMs, perSM)
-	if splits > 1 && !b.splitWorkspace(c) {
-		return false, nil
-	}
-	xp, xinv := b.gemmqWS.Ptr, b.gemmqWS.Ptr.Add(gemmqInvOff)
-	key := gemmqPacked{x: x, n: n, cols: w.cols, nt: nt, t: w.info.Type}
-	if b.packed.reusable(key, c.writes) {
-		b.packReuses++
-	} else {
-		if err := b.launch(c, "gemmq_pack_"+suf, Dim3{X: cdiv(w.cols, 1024), Y: 8 * nt}, Dim3{X: 256}, x, w.cols, n, nt, xp, xinv); err != nil {
-			b.packed = gemmqPacked{}
-			return true, err
-		}
-	}
-	b.packed = gemmqPacked{} // valid again only once every launch below is queued
+	// matmulRaw's note went to the pack, if it ran: again for the GEMM
+	c.profNote(float64(w.rows)*float64(w.rowBytes), 2*float64(n)*float64(w.rows)*float64(w.cols))
 	grid := Dim3{X: cdiv(w.rows, gemmqRowsPerCTA), Y: splits}
 	if splits == 1 {
 		err = b.launch(c, name+suf, grid, Dim3{X: 128}, w.raw, w.rowBytes, w.rows, w.cols, xp, xinv, y, n, kSB)
@@ -120,14 +112,114 @@ func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (d
 	if err != nil {
 		return true, err
 	}
-	// The pack stays good for the next gemmq on the same x (q, k and v, or
-	// gate and up, read one x) if nothing else is queued in between and
-	// this call's output does not overlap x.
-	if yEnd, xEnd := y.Add(int64(n)*int64(w.rows)*4), x.Add(int64(n)*int64(w.cols)*4); yEnd <= x || xEnd <= y {
-		key.writes = c.writes
-		b.packed = key
-	}
+	b.keepPacked(x, n, []*Weight{w}, []DevicePtr{y}, c.writes)
 	return true, nil
+}
+
+// gemmqGroupMax is the most weights gemmqg_* takes in one launch.
+const gemmqGroupMax = 3
+
+// canGemmqGroup reports whether gemmqGroup takes n rows of x times every
+// weight of ws: two or three gemmq weights of one type and width, without
+// a second-level scale.
+func (b *Backend) canGemmqGroup(n int, ws []*Weight) bool {
+	if b.opts.NoGEMMQGroup || len(ws) < 2 || len(ws) > gemmqGroupMax {
+		return false
+	}
+	for _, w := range ws {
+		if w.scale != 0 || w.info.Type != ws[0].info.Type || w.cols != ws[0].cols || w.rowBytes != ws[0].rowBytes ||
+			!b.useGemmq(n, w.info.Type, w.cols) {
+			return false
+		}
+	}
+	return true
+}
+
+// gemmqGroup queues ys[i] = x·ws[i]ᵀ for the weights canGemmqGroup
+// accepts as one gemmqg launch over all their row tiles (k split as one
+// weight of their summed rows) and, when k is split, one gemmq_reduce3.
+// done is false when a workspace could not be had.
+func (b *Backend) gemmqGroup(c *Ctx, ys []DevicePtr, x DevicePtr, n int, ws []*Weight) (done bool, err error) {
+	w0 := ws[0]
+	suf := kernelSuffix[w0.info.Type]
+	var raw [gemmqGroupMax]DevicePtr
+	var out [gemmqGroupMax]DevicePtr
+	var rows [gemmqGroupMax]int
+	tiles, total := 0, 0
+	var bytes float64
+	for i, w := range ws {
+		raw[i], out[i], rows[i] = w.raw.Ptr, ys[i], w.rows
+		tiles += cdiv(w.rows, gemmqRowsPerCTA)
+		total += w.rows
+		bytes += float64(w.rows) * float64(w.rowBytes)
+	}
+	splits, kSB := gemmqSplits(tiles, total, w0.cols, c.Device().Info().SMs, b.gemmqCTAsPerSM())
+	xp, xinv, ok, err := b.gemmqPack(c, x, n, w0, suf, splits)
+	if !ok || err != nil {
+		return ok, err
+	}
+	c.profNote(bytes, 2*float64(n)*float64(total)*float64(w0.cols)) // the profile's bytes and flops of the next launch
+	name, _ := gemmqTiles(n)
+	if err := b.launch(c, "gemmqg"+strings.TrimPrefix(name, "gemmq")+suf, Dim3{X: tiles, Y: splits}, Dim3{X: 128},
+		raw[0], raw[1], raw[2], w0.rowBytes, rows[0], rows[1], rows[2], w0.cols, xp, xinv,
+		out[0], out[1], out[2], b.splitWS, n, kSB, splits); err != nil {
+		return true, err
+	}
+	if splits > 1 {
+		n0, n1, count := int64(n)*int64(rows[0]), int64(n)*int64(rows[0]+rows[1]), int64(n)*int64(total)
+		if err := b.launch(c, "gemmq_reduce3_"+suf, Dim3{X: int(cdiv64(count, 256))}, Dim3{X: 256},
+			b.splitWS, out[0], out[1], out[2], n0, n1, count, splits); err != nil {
+			return true, err
+		}
+	}
+	b.keepPacked(x, n, ws, ys, c.writes)
+	b.groupCalls++
+	return true, nil
+}
+
+func (b *Backend) gemmqCTAsPerSM() int {
+	if b.opts.GEMMQCTAsPerSM > 0 {
+		return b.opts.GEMMQCTAsPerSM
+	}
+	return gemmqSplitCTAsPerSM
+}
+
+// gemmqPack queues the pack of n rows of x for weights like w (unless the
+// workspace holds them already) and returns the packed fragments and the
+// fp16 flavour's inverse row scales. ok is false when a workspace (the
+// split partials' too, for splits > 1) could not be had.
+func (b *Backend) gemmqPack(c *Ctx, x DevicePtr, n int, w *Weight, suf string, splits int) (xp, xinv DevicePtr, ok bool, err error) {
+	if !b.gemmqWorkspace(c) || (splits > 1 && !b.splitWorkspace(c)) {
+		return 0, 0, false, nil
+	}
+	_, nt := gemmqTiles(n)
+	xp, xinv = b.gemmqWS.Ptr, b.gemmqWS.Ptr.Add(gemmqInvOff)
+	key := gemmqPacked{x: x, n: n, cols: w.cols, nt: nt, t: w.info.Type}
+	if b.packed.reusable(key, c.writes) {
+		b.packReuses++
+	} else if err := b.launch(c, "gemmq_pack_"+suf, Dim3{X: cdiv(w.cols, 1024), Y: 8 * nt}, Dim3{X: 256}, x, w.cols, n, nt, xp, xinv); err != nil {
+		b.packed = gemmqPacked{}
+		return 0, 0, true, err
+	}
+	b.packed = gemmqPacked{} // valid again only once the caller's launches are queued (keepPacked)
+	return xp, xinv, true, nil
+}
+
+// keepPacked marks the workspace as holding x packed for weights like
+// ws[0] once a gemmq call's launches are queued: the next gemmq on the
+// same x (q, k and v, or gate and up, read one x) reuses it if nothing
+// else is queued in between (writes) and none of the call's outputs ys[i]
+// (n rows of ws[i]) overlaps x.
+func (b *Backend) keepPacked(x DevicePtr, n int, ws []*Weight, ys []DevicePtr, writes uint64) {
+	w := ws[0]
+	xEnd := x.Add(int64(n) * int64(w.cols) * 4)
+	for i, y := range ys {
+		if yEnd := y.Add(int64(n) * int64(ws[i].rows) * 4); yEnd > x && xEnd > y {
+			return
+		}
+	}
+	_, nt := gemmqTiles(n)
+	b.packed = gemmqPacked{x: x, n: n, cols: w.cols, nt: nt, t: w.info.Type, writes: writes}
 }
 
 // gemmqPacked names the activations gemmq's workspace holds: x's address,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,19 +19,27 @@ import (
 func TestGemmqSplits(t *testing.T) {
 	for _, tc := range []struct {
 		rows, cols, sms, perSM int
+		tiles                  int // row tiles (0: one weight's)
 		want                   int // splits
 	}{
-		{rows: 4096, cols: 4096, sms: 132, perSM: 3, want: 8},    // 32 CTAs, 16 super-blocks: 2 a slice
-		{rows: 4096, cols: 14336, sms: 132, perSM: 3, want: 12},  // 13 asked of 56 super-blocks: 12 slices of 5
-		{rows: 14336, cols: 4096, sms: 132, perSM: 3, want: 4},   // 112 CTAs: 4 asked
-		{rows: 128256, cols: 4096, sms: 132, perSM: 3, want: 1},  // the head fills the device
-		{rows: 197, cols: 256, sms: 132, perSM: 3, want: 1},      // one super-block
-		{rows: 1024, cols: 4096, sms: 132, perSM: 4, want: 8},    // 8 CTAs: capped by the slice length
-		{rows: 4096, cols: 4096, sms: 0, perSM: 3, want: 1},      // unknown SM count: 32 CTAs, no split
-		{rows: 40000, cols: 4096, sms: 132, perSM: 8, want: 3},   // 4 asked; 32 rows' partials fit 3
-		{rows: 60000, cols: 65536, sms: 132, perSM: 16, want: 2}, // 5 asked, but 2 slices fill 16 MiB
+		{rows: 6144, cols: 4096, sms: 132, perSM: 2, tiles: 48, want: 6},    // q, k, v: 6 asked of 16 super-blocks: 6 slices of 3 (the last of 1)
+		{rows: 28672, cols: 4096, sms: 132, perSM: 2, tiles: 224, want: 2},  // gate and up
+		{rows: 57344, cols: 14336, sms: 132, perSM: 3, tiles: 448, want: 1}, // a group that fills the device
+		{rows: 4096, cols: 4096, sms: 132, perSM: 3, want: 8},               // 32 CTAs, 16 super-blocks: 2 a slice
+		{rows: 4096, cols: 14336, sms: 132, perSM: 3, want: 12},             // 13 asked of 56 super-blocks: 12 slices of 5
+		{rows: 14336, cols: 4096, sms: 132, perSM: 3, want: 4},              // 112 CTAs: 4 asked
+		{rows: 128256, cols: 4096, sms: 132, perSM: 3, want: 1},             // the head fills the device
+		{rows: 197, cols: 256, sms: 132, perSM: 3, want: 1},                 // one super-block
+		{rows: 1024, cols: 4096, sms: 132, perSM: 4, want: 8},               // 8 CTAs: capped by the slice length
+		{rows: 4096, cols: 4096, sms: 0, perSM: 3, want: 1},                 // unknown SM count: 32 CTAs, no split
+		{rows: 40000, cols: 4096, sms: 132, perSM: 8, want: 3},              // 4 asked; 32 rows' partials fit 3
+		{rows: 60000, cols: 65536, sms: 132, perSM: 16, want: 2},            // 5 asked, but 2 slices fill 16 MiB
 	} {
-		splits, kSB := gemmqSplits(tc.rows, tc.cols, tc.sms, tc.perSM)
+		tiles := tc.tiles
+		if tiles == 0 {
+			tiles = cdiv(tc.rows, gemmqRowsPerCTA)
+		}
+		splits, kSB := gemmqSplits(tiles, tc.rows, tc.cols, tc.sms, tc.perSM)
 		nsb := tc.cols / 256
 		if splits != tc.want {
 			t.Errorf("%+v: %d splits, want %d", tc, splits, tc.want)
@@ -123,7 +132,7 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 				if !g.useGemmq(n, typ, sh.cols) {
 					t.Fatalf("%s: MatMul would not take gemmq", name)
 				}
-				if s, _ := gemmqSplits(sh.rows, sh.cols, sms, gemmqSplitCTAsPerSM); s > 1 {
+				if s, _ := gemmqSplits(cdiv(sh.rows, gemmqRowsPerCTA), sh.rows, sh.cols, sms, gemmqSplitCTAsPerSM); s > 1 {
 					split++
 				} else {
 					direct++
@@ -173,6 +182,9 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 		t.Errorf("%d split and %d unsplit cases on %d SMs: the shapes must exercise both", split, direct, sms)
 	}
 	testGemmqPackReuse(t, p, tol16)
+	testGemmqGroup(t, p, tol16) // the single row as well
+	setGemmqMin(t, g, 0)
+	testGemmqGroup(t, p, tol16)
 	var used []string
 	if err := g.dev.Do(func(*Ctx) error {
 		for name := range g.fns {
@@ -184,8 +196,8 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(used) < 8 {
-		t.Errorf("gemmq kernels loaded: %v, want the pack and all three of both types", used)
+	if len(used) < 16 {
+		t.Errorf("gemmq kernels loaded: %v, want the pack, the reduce of a group and all three sizes, alone and grouped, of both types", used)
 	}
 }
 
@@ -269,4 +281,140 @@ func testGemmqPackReuse(t *testing.T, p *pair, tol16 float64) {
 	if got := reuses() - start; got != 1 {
 		t.Errorf("after FromHost into x, two matmuls: %d pack reuses, want 1", got)
 	}
+}
+
+// testGemmqGroup checks MatMulShared, which gives two or three gemmq
+// weights of one x one launch (gemmqg) and one reduce (gemmq_reduce3):
+// every output against the float64 reference on the rounded activations
+// (1e-4) and the CPU, bit-identical run to run, in a recorded step, and
+// per row whatever the row count. Groups of another type or width, and a
+// single row, go to MatMul one weight at a time and must still match.
+// Outputs and workspaces are NaN-poisoned first.
+func testGemmqGroup(t *testing.T, p *pair, tol16 float64) {
+	g := p.g
+	r := rand.New(rand.NewPCG(3, 33))
+	sms := g.dev.Info().SMs
+	split, direct := 0, 0
+	for _, gc := range []struct {
+		name  string
+		types []gguf.Type
+		rows  []int
+		cols  int
+	}{
+		{"q, k, v", []gguf.Type{gguf.Q4_K, gguf.Q4_K, gguf.Q4_K}, []int{520, 130, 130}, 1024},
+		{"gate, up", []gguf.Type{gguf.Q6_K, gguf.Q6_K}, []int{700, 700}, 2560},
+		{"Q6_K q, k, v", []gguf.Type{gguf.Q6_K, gguf.Q6_K, gguf.Q6_K}, []int{384, 17, 128}, 512},
+		{"wide", []gguf.Type{gguf.Q4_K, gguf.Q4_K}, []int{300, 44}, 14336},
+		{"one super-block", []gguf.Type{gguf.Q4_K, gguf.Q4_K, gguf.Q4_K}, []int{200, 64, 64}, 256},
+		{"mixed types", []gguf.Type{gguf.Q4_K, gguf.Q6_K}, []int{300, 300}, 1024},
+	} {
+		k := len(gc.types)
+		gws, cws := make([]model.Weight, k), make([]model.Weight, k)
+		raws := make([][]byte, k)
+		for i, typ := range gc.types {
+			raws[i] = randWeight(r, typ, gc.rows[i], gc.cols)
+			gws[i], cws[i] = p.weight(gguf.TensorInfo{Name: fmt.Sprintf("group%d", i), Dims: []uint64{uint64(gc.cols), uint64(gc.rows[i])}, Type: typ}, raws[i])
+		}
+		oneType := !slices.ContainsFunc(gc.types, func(t gguf.Type) bool { return t != gc.types[0] })
+		width := gc.cols
+		x32 := randVec(r, 32*width, 1)
+		y32 := make([][]float32, k)
+		for _, n := range []int{32, 1, 2, 8, 16, 17} {
+			name := fmt.Sprintf("%s n=%d", gc.name, n)
+			grouped := oneType && g.useGemmq(n, gc.types[0], width)
+			if grouped {
+				tiles, total := 0, 0
+				for _, rows := range gc.rows {
+					tiles, total = tiles+cdiv(rows, gemmqRowsPerCTA), total+rows
+				}
+				if s, _ := gemmqSplits(tiles, total, width, sms, g.gemmqCTAsPerSM()); s > 1 {
+					split++
+				} else {
+					direct++
+				}
+			}
+			x := x32[:n*width]
+			gx, cx := p.tensor(n, width, x)
+			outs := func() []model.Tensor {
+				ys := make([]model.Tensor, k)
+				for i := range ys {
+					ys[i], _ = p.tensor(n, gc.rows[i], nil)
+				}
+				return ys
+			}
+			before := groupCalls(t, g)
+			gy, gy3 := outs(), outs()
+			poisonGemmqWS(t, g)
+			g.MatMulShared(gy, gx, gws)
+			poisonGemmqWS(t, g)
+			// outputs made just before the call: their buffers exist only
+			// once the device thread has run the allocations queued here
+			gy2 := outs()
+			g.MatMulShared(gy2, gx, gws)
+			for range 2 { // the second step replays the first's graph
+				poisonGemmqWS(t, g)
+				g.BeginStep()
+				g.MatMulShared(gy3, gx, gws)
+				g.EndStep()
+			}
+			if took := groupCalls(t, g) - before; (took > 0) != grouped {
+				t.Errorf("%s: %d grouped launches, want them: %v", name, took, grouped)
+			}
+			rx := round16(t, g, x)
+			for i := range k {
+				cy := p.c.NewTensor(n, gc.rows[i])
+				p.c.MatMul(cy, cx, cws[i])
+				wname := fmt.Sprintf("%s weight %d", name, i)
+				p.compare(wname+" vs cpu", gy[i], cy, tol16)
+				got, again, graphed := download(t, g, gy[i]), download(t, g, gy2[i]), download(t, g, gy3[i])
+				if g.useGemmq(n, gc.types[i], width) { // the GEMV's activations are float32
+					if e, err := relErr(got, refMatMul(gc.types[i], raws[i], gc.rows[i], width, rx, n)); err != nil || e > 1e-4 {
+						t.Errorf("%s: vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", wname, e, err)
+					}
+				}
+				if n == 32 {
+					y32[i] = got
+				}
+				for j := range got {
+					if math.Float32bits(got[j]) != math.Float32bits(again[j]) || math.Float32bits(got[j]) != math.Float32bits(graphed[j]) {
+						t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", wname, j, got[j], again[j], graphed[j])
+						break
+					}
+					if g.useGemmq(n, gc.types[i], width) && math.Float32bits(got[j]) != math.Float32bits(y32[i][j]) {
+						t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", wname, j, got[j], y32[i][j])
+						break
+					}
+				}
+			}
+		}
+	}
+	if split == 0 || direct == 0 {
+		t.Errorf("%d split and %d unsplit grouped cases on %d SMs: the shapes must exercise both", split, direct, sms)
+	}
+	// Weights of different widths cannot share an x: the shapes are refused
+	// with one error, nothing is queued.
+	bad := func() (err error) {
+		gx, _ := p.tensor(4, 1024, nil)
+		a, _ := p.tensor(4, 300, nil)
+		b2, _ := p.tensor(4, 300, nil)
+		ws := make([]model.Weight, 2)
+		for i, cols := range []int{1024, 2048} {
+			ws[i], _ = p.weight(gguf.TensorInfo{Name: fmt.Sprintf("bad%d", i), Dims: []uint64{uint64(cols), 300}, Type: gguf.Q4_K}, randWeight(r, gguf.Q4_K, 300, cols))
+		}
+		g.MatMulShared([]model.Tensor{a, b2}, gx, ws)
+		return g.Err()
+	}()
+	if bad == nil || !strings.Contains(bad.Error(), "MatMulShared shapes") {
+		t.Errorf("MatMulShared with weights of two widths: error %v, want one naming the shapes", bad)
+	}
+}
+
+// groupCalls is how many MatMulShared calls gemmqGroup has taken.
+func groupCalls(t *testing.T, g *Backend) int {
+	t.Helper()
+	var k int
+	if err := g.dev.Do(func(*Ctx) error { k = g.groupCalls; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -19,3 +19,24 @@ func addRMSNorm(be Backend, h, x, delta Tensor, w Weight, eps float32) {
 	be.Add(x, delta)
 	be.RMSNorm(h, x, w, eps)
 }
+
+// SharedMatMuler is an optional Backend extension: the matmuls of one x
+// (q, k and v; gate and up) as one op, so a backend can queue them
+// together (the GPU's batched decode: one launch over all their row tiles
+// and one reduce of the split partials, instead of two launches each).
+// Each dsts[i] must equal MatMul(dsts[i], x, ws[i]) on the same backend up
+// to the order of float32 sums, and repeat run to run.
+type SharedMatMuler interface {
+	MatMulShared(dsts []Tensor, x Tensor, ws []Weight)
+}
+
+// matMulShared is dsts[i] = x·ws[i]ᵀ for each i, as one op where be can.
+func matMulShared(be Backend, x Tensor, dsts []Tensor, ws []Weight) {
+	if f, ok := be.(SharedMatMuler); ok {
+		f.MatMulShared(dsts, x, ws)
+		return
+	}
+	for i, w := range ws {
+		be.MatMul(dsts[i], x, w)
+	}
+}

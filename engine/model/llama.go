@@ -34,8 +34,7 @@ func (f *ffn) forward(be Backend, t *buffers) {
 		be.MoE(t.ffo, t.h, f.moe)
 		return
 	}
-	be.MatMul(t.g, t.h, f.gate)
-	be.MatMul(t.u, t.h, f.up)
+	matMulShared(be, t.h, []Tensor{t.g, t.u}, []Weight{f.gate, f.up})
 	be.SwiGLU(t.g, t.g, t.u)
 	be.MatMul(t.ffo, t.g, f.down)
 }
@@ -108,9 +107,7 @@ func (m *Model) forwardDense(b *Batch, t *buffers) {
 		if i == 0 { // later blocks' attention norm is fused with the residual add before it
 			be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
 		}
-		be.MatMul(t.q, t.h, l.wq)
-		be.MatMul(t.k, t.h, l.wk)
-		be.MatMul(t.v, t.h, l.wv)
+		matMulShared(be, t.h, []Tensor{t.q, t.k, t.v}, []Weight{l.wq, l.wk, l.wv})
 		if c.QKVBias {
 			be.AddBias(t.q, l.bq)
 			be.AddBias(t.k, l.bk)

@@ -101,19 +101,19 @@ __device__ __forceinline__ void gq_scales(uint4 h, uint32_t (&sc)[4], float& d, 
 // GqWarp is where a warp's share of a gemmq launch lies: its lane (g, t),
 // first weight row r0, the super-blocks [s0, s1) of its k slice, and the
 // rows each m tile's lane reads (rows past the end read the last row;
-// their outputs are not stored). gq_warp fills it, false for a warp past
-// the last row.
+// their outputs are not stored). gq_warp fills it for row tile tile and k
+// slice split, false for a warp past the last row.
 struct GqWarp {
     int lane, g, t, r0, s0, s1;
     int wrow[GQ_MT][2];
 };
-__device__ __forceinline__ bool gq_warp(int rows, int cols, int kSB, GqWarp& w) {
+__device__ __forceinline__ bool gq_warp(int rows, int cols, int kSB, int tile, int split, GqWarp& w) {
     w.lane = threadIdx.x & 31;
     w.g = w.lane >> 2;
     w.t = w.lane & 3;
-    w.r0 = blockIdx.x * GQ_ROWS + (threadIdx.x >> 5) * GQ_MT * 16;
+    w.r0 = tile * GQ_ROWS + (threadIdx.x >> 5) * GQ_MT * 16;
     if (w.r0 >= rows) return false;
-    w.s0 = blockIdx.y * kSB;
+    w.s0 = split * kSB;
     w.s1 = min(cols >> 8, w.s0 + kSB);
 #pragma unroll
     for (int i = 0; i < GQ_MT; i++)
@@ -133,11 +133,11 @@ __device__ __forceinline__ void gq_zero(float (&acc)[GQ_MT][NT][4]) {
 }
 
 // gq_store writes a warp's accumulators (rows r0.., tokens 8j+2t, +1) to
-// Y's slice blockIdx.y, times the fp16 flavour's inverse row scales.
+// out (its k slice's [ntok][rows]), times the fp16 flavour's inverse row
+// scales.
 template <int NT>
 __device__ __forceinline__ void gq_store(const float (&acc)[GQ_MT][NT][4], int r0, int g, int t, int rows,
-                                         const float* __restrict__ xinv, float* __restrict__ Y, int ntok) {
-    float* out = Y + (size_t)blockIdx.y * ntok * rows;
+                                         const float* __restrict__ xinv, float* __restrict__ out, int ntok) {
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         const int tk = 8 * j + 2 * t;
@@ -161,9 +161,9 @@ __device__ __forceinline__ void gq_store(const float (&acc)[GQ_MT][NT][4], int r
 template <int NT>
 __device__ void gemmq4_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                             const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
-                            int ntok, int kSB) {
+                            int ntok, int kSB, int tile, int split) {
     GqWarp wp;
-    if (!gq_warp(rows, cols, kSB, wp)) return;
+    if (!gq_warp(rows, cols, kSB, tile, split, wp)) return;
     const int lane = wp.lane, g = wp.g, t = wp.t, r0 = wp.r0, s0 = wp.s0, s1 = wp.s1;
     const int(&wrow)[GQ_MT][2] = wp.wrow;
     const uint32_t ones[4] = {GQ_ONES, GQ_ONES, GQ_ONES, GQ_ONES};
@@ -271,9 +271,9 @@ __device__ __forceinline__ uint32_t gq_q6(uint32_t ql, uint32_t qh) {
 template <int NT>
 __device__ void gemmq6_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                             const uint2* __restrict__ XP, const float* __restrict__ xinv, float* __restrict__ Y,
-                            int ntok, int kSB) {
+                            int ntok, int kSB, int tile, int split) {
     GqWarp wp;
-    if (!gq_warp(rows, cols, kSB, wp)) return;
+    if (!gq_warp(rows, cols, kSB, tile, split, wp)) return;
     const int lane = wp.lane, g = wp.g, t = wp.t, r0 = wp.r0, s0 = wp.s0, s1 = wp.s1;
     const int(&wrow)[GQ_MT][2] = wp.wrow;
     float acc[GQ_MT][NT][4];
@@ -338,13 +338,15 @@ __device__ void gemmq6_body(const uint8_t* __restrict__ W, long long rowBytes, i
     gq_store<NT>(acc, r0, g, t, rows, xinv, Y, ntok);
 }
 
+// gemmq_body computes row tile tile, k slice split of Y = X·Wᵀ into out
+// (that slice's [ntok][rows]).
 template <int T, int NT>
 __device__ __forceinline__ void gemmq_body(const uint8_t* W, long long rowBytes, int rows, int cols, const uint2* XP,
-                                           const float* xinv, float* Y, int ntok, int kSB) {
+                                           const float* xinv, float* out, int ntok, int kSB, int tile, int split) {
     if constexpr (T == T_Q6_K)
-        gemmq6_body<NT>(W, rowBytes, rows, cols, XP, xinv, Y, ntok, kSB);
+        gemmq6_body<NT>(W, rowBytes, rows, cols, XP, xinv, out, ntok, kSB, tile, split);
     else
-        gemmq4_body<NT>(W, rowBytes, rows, cols, XP, xinv, Y, ntok, kSB);
+        gemmq4_body<NT>(W, rowBytes, rows, cols, XP, xinv, out, ntok, kSB, tile, split);
 }
 
 // MINB_ CTAs an SM: the register budget (65536 / (128 * MINB_)) each token
@@ -354,11 +356,63 @@ __device__ __forceinline__ void gemmq_body(const uint8_t* W, long long rowBytes,
     extern "C" __global__ void __launch_bounds__(GQ_WARPS * 32, MINB_) gemmq##N_##_##NAME(                \
         const uint8_t* W, long long rowBytes, int rows, int cols, const uint2* xp, const float* xinv,    \
         float* y, int ntok, int kSB) {                                                                   \
-        gemmq_body<MM_T, NT_>(W, rowBytes, rows, cols, xp, xinv, y, ntok, kSB);                          \
+        gemmq_body<MM_T, NT_>(W, rowBytes, rows, cols, xp, xinv, y + (size_t)blockIdx.y * ntok * rows, ntok,  \
+                              kSB, blockIdx.x, blockIdx.y);                                              \
     }
 GEMMQ_KERNEL(MM_NAME, 1, 8, 4)
 GEMMQ_KERNEL(MM_NAME, 2, 16, 3)
 GEMMQ_KERNEL(MM_NAME, 4, 32, 2)
+
+// gemmqg<N>_<type>: two or three matrices of one X and one width (q, k and
+// v; gate and up: rows2 = 0 for two) in one launch, so the small ones do
+// not each pay a launch and a ramp of their own. blockIdx.x runs over the
+// row tiles of W0, then W1, then W2; blockIdx.y is the k slice as in
+// gemmq<N>. With splits > 1, matrix i's slice z goes to
+// ws + z*ntok*(rows0+rows1+rows2) + ntok*(the rows of the matrices before
+// i), which gemmq_reduce3_* sums into y0, y1, y2; else to y_i directly.
+#define GEMMQG_KERNEL(NAME, NT_, N_, MINB_) GEMMQG_KERNEL_(NAME, NT_, N_, MINB_)
+#define GEMMQG_KERNEL_(NAME, NT_, N_, MINB_)                                                              \
+    extern "C" __global__ void __launch_bounds__(GQ_WARPS * 32, MINB_) gemmqg##N_##_##NAME(               \
+        const uint8_t* W0, const uint8_t* W1, const uint8_t* W2, long long rowBytes, int rows0, int rows1, \
+        int rows2, int cols, const uint2* xp, const float* xinv, float* y0, float* y1, float* y2,         \
+        float* ws, int ntok, int kSB, int splits) {                                                      \
+        const int t0 = (rows0 + GQ_ROWS - 1) / GQ_ROWS, t1 = (rows1 + GQ_ROWS - 1) / GQ_ROWS;            \
+        int tile = blockIdx.x, rows = rows0, before = 0;                                                 \
+        const uint8_t* W = W0;                                                                           \
+        float* y = y0;                                                                                   \
+        if (tile >= t0 + t1) {                                                                           \
+            tile -= t0 + t1, rows = rows2, before = rows0 + rows1, W = W2, y = y2;                       \
+        } else if (tile >= t0) {                                                                         \
+            tile -= t0, rows = rows1, before = rows0, W = W1, y = y1;                                    \
+        }                                                                                                \
+        float* out = splits > 1                                                                          \
+                         ? ws + ((size_t)blockIdx.y * (rows0 + rows1 + rows2) + before) * ntok           \
+                         : y;                                                                            \
+        gemmq_body<MM_T, NT_>(W, rowBytes, rows, cols, xp, xinv, out, ntok, kSB, tile, blockIdx.y);       \
+    }
+GEMMQG_KERNEL(MM_NAME, 1, 8, 4)
+GEMMQG_KERNEL(MM_NAME, 2, 16, 3)
+GEMMQG_KERNEL(MM_NAME, 4, 32, 2)
+
+// gemmq_reduce3_<type>: y0, y1, y2 (n0, n1 - n0 and n - n1 floats) from
+// the splits slices of n floats gemmqg<N> wrote, each summed in slice
+// order as gemm_reduce_* does.
+#define GEMMQ_REDUCE3(NAME) GEMMQ_REDUCE3_(NAME)
+#define GEMMQ_REDUCE3_(NAME)                                                                              \
+    extern "C" __global__ void gemmq_reduce3_##NAME(const float* part, float* y0, float* y1, float* y2,  \
+                                                   long long n0, long long n1, long long n, int splits) { \
+        long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        if (i >= n) return;                                                                              \
+        float s = part[i];                                                                               \
+        for (int z = 1; z < splits; z++) s += part[(size_t)z * n + i];                                   \
+        if (i < n0)                                                                                      \
+            y0[i] = s;                                                                                   \
+        else if (i < n1)                                                                                 \
+            y1[i - n0] = s;                                                                              \
+        else                                                                                             \
+            y2[i - n1] = s;                                                                              \
+    }
+GEMMQ_REDUCE3(MM_NAME)
 
 // gemmq_pack_<type>: XP (the B fragments gemmq reads) from X[ntok][cols]
 // float32, for nt token tiles of 8 (tokens past ntok are zeros). Grid
