@@ -140,11 +140,18 @@ func TestGPUSessionDeviceSampling(t *testing.T) {
 		defer b.Close()
 		batched = make([]string, len(reqs))
 		var wg sync.WaitGroup
+		// Every request is queued before the first step (a step holds
+		// e.mu), so both runs share the same step compositions: a row's
+		// logits depend on how many rows share its step (one row takes the
+		// GEMV, several gemmq; attention splits by batch), and a sampled
+		// request must not see that difference as a device/host one.
+		e.mu.Lock()
 		for i, r := range reqs {
 			ch := submit(t, b, context.Background(), r)
 			wg.Add(1)
 			go func() { defer wg.Done(); batched[i] = drain(t, ch).text }()
 		}
+		e.mu.Unlock()
 		wg.Wait()
 		return session, batched
 	}
