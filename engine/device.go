@@ -58,8 +58,9 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// gives 9..32 rows to the skinny GEMM instead (it shares that workspace).
 	// FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K grid in CTAs per SM (a
 	// tuning knob; default 4).
-	// FTCHAT_GEMMQ=0 turns off the Q4_K/Q6_K GEMM from registers for 2..32 rows,
-	// FTCHAT_GEMMQ_MIN=N gives it only N rows and more, FTCHAT_GEMMQ_CTAS=N
+	// FTCHAT_GEMMQ=0 turns off the Q4_K/Q6_K GEMM from registers for 1..32 rows,
+	// FTCHAT_GEMMQ_MIN=N gives it only N rows and more (2: one row on the
+	// whole-x GEMV), FTCHAT_GEMMQ_CTAS=N
 	// sets its grid in CTAs per SM, FTCHAT_GEMMQ_GROUP=0 queues q, k, v and
 	// gate, up one matmul at a time instead of one launch each
 	// (gpu.BackendOptions).

@@ -59,9 +59,9 @@ type BackendOptions struct {
 	// (FTCHAT_GEMMQ=0 in the engine); those rows then take the GEMV and
 	// the split-K tile GEMM as before.
 	NoGEMMQ bool
-	// GEMMQMinTokens is the fewest rows gemmq takes (0: 2; 1 gives it the
-	// single-token decode too); fewer go to the GEMV (FTCHAT_GEMMQ_MIN in
-	// the engine).
+	// GEMMQMinTokens is the fewest rows gemmq takes (0: 1, the
+	// single-token decode too; 2 keeps one row on the whole-x GEMV);
+	// fewer go to the GEMV (FTCHAT_GEMMQ_MIN in the engine).
 	GEMMQMinTokens int
 	// GEMMQCTAsPerSM overrides the grid gemmq's k split aims for, in CTAs
 	// per SM (0: gemmqSplitCTAsPerSM), a tuning knob (FTCHAT_GEMMQ_CTAS in
@@ -687,7 +687,7 @@ func (b *Backend) HeadRMSNorm(x model.Tensor, w model.Weight, headDim int, eps f
 
 // MatMul: dst[r] = W · x[r]. Up to GEMMMinTokens-1 rows use the float32
 // GEMV (one pass over W for up to 8 rows at a time); larger batches use the
-// tensor-core GEMM. Q4_K and Q6_K weights take gemmq (gemmq.go) for 2..32 rows.
+// tensor-core GEMM. Q4_K and Q6_K weights take gemmq (gemmq.go) for 1..32 rows.
 func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 	d, ok1 := b.ten(dst, "MatMul")
 	s, ok2 := b.ten(x, "MatMul")
@@ -706,7 +706,7 @@ func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 }
 
 // MatMulShared implements model.SharedMatMuler: dsts[i] = x·ws[i]ᵀ. Rows
-// that gemmq takes (2..32 of Q4_K or Q6_K weights of one type and width)
+// that gemmq takes (1..32 of Q4_K or Q6_K weights of one type and width)
 // go to one gemmqg launch over every weight's row tiles and one reduce
 // (gemmq.go), where each weight alone would take two launches; anything
 // else is MatMul one weight at a time.

@@ -18,15 +18,14 @@ import (
 // the 128,256-row output head) at the row counts a batched step carries,
 // to tell whether a step of 16 rows is bound by its GEMMs (issue 14: the
 // serve load test's 16-row steps took ~7x one row's time). Each row count
-// runs with the backend's kernel choice ("default": 1 row the whole-x
-// GEMV, 2..32 the Q4_K GEMM from registers, gemmq.go) and with gemmq off
-// ("noq": 2..8 rows the multi-token GEMV, 9..32 the split-K tile GEMM;
-// shapes whose tiles fill the device, like the head, stay unsplit); from 9
-// rows also the unsplit 64x64 tile GEMM ("tile") and the skinny GEMM
-// ("skinny", gemmt.go), at 2..8 rows the split-K GEMM ("gemm",
-// GEMMMinTokens 1), at 1 row gemmq ("q1", GEMMQMinTokens 1); from 2 rows
-// "group" queues q, k, v and gate, up each as one MatMulShared (one gemmqg
-// launch) instead of one matmul a weight, at 1 row "q1group" with gemmq. Metrics: step_ms (32 layers + head, device time),
+// runs with the backend's kernel choice ("default": the Q4_K GEMM from
+// registers, gemmq.go, one matmul a weight), with q, k, v and gate, up each
+// as one MatMulShared ("group": one gemmqg launch, as the model issues
+// them) and with gemmq off ("noq": 1 row the whole-x GEMV, 2..8 rows the
+// multi-token GEMV, 9..32 the split-K tile GEMM; shapes whose tiles fill
+// the device, like the head, stay unsplit); from 9 rows also the unsplit
+// 64x64 tile GEMM ("tile") and the skinny GEMM ("skinny", gemmt.go), at
+// 2..8 rows the split-K GEMM ("gemm", GEMMMinTokens 1). Metrics: step_ms (32 layers + head, device time),
 // tok/s (rows / step_ms: the ceiling the matmuls leave for a decode step of
 // that many rows) and the per-shape µs.
 //
@@ -92,19 +91,11 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	defaultMin := g.opts.GEMMMinTokens
 	defer func() { g.opts.GEMMMinTokens = defaultMin }()
 	for _, n := range []int{1, 2, 4, 8, 9, 12, 16, 24, 32} {
-		modes := []string{"default"}
-		if n == 1 {
-			modes = append(modes, "q1") // gemmq for the single row (GEMMQMinTokens 1)
-		}
+		modes := []string{"default", "group", "noq"}
 		if n >= defaultMin {
-			modes = append(modes, "noq", "tile", "gemv", "skinny")
+			modes = append(modes, "tile", "gemv", "skinny")
 		} else if n > 1 {
-			modes = append(modes, "noq", "gemm") // the GEMV, the split-K GEMM below its crossover
-		}
-		if n > 1 {
-			modes = append(modes, "group")
-		} else {
-			modes = append(modes, "q1group") // gemmq for the single row, grouped
+			modes = append(modes, "gemm") // the split-K GEMM below its crossover
 		}
 		for _, mode := range modes {
 			if onlyModes != "" && !slices.Contains(strings.Split(onlyModes, ","), mode) {
@@ -123,13 +114,9 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 				defer setSplitK(b, g, true)
 				setSkinny(b, g, mode == "skinny")
 				defer setSkinny(b, g, false)
-				grouped := mode == "group" || mode == "q1group"
-				setGemmq(b, g, mode == "default" || mode == "q1" || grouped)
+				grouped := mode == "group"
+				setGemmq(b, g, mode == "default" || grouped)
 				defer setGemmq(b, g, true)
-				if mode == "q1" || mode == "q1group" {
-					setGemmqMin(b, g, 1)
-					defer setGemmqMin(b, g, 0)
-				}
 				stepMS := 0.0
 				byName := map[string]loaded{}
 				for _, l := range ws {

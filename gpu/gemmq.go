@@ -1,12 +1,14 @@
 package gpu
 
 // The Q4_K and Q6_K batched-decode GEMM from registers (kernels/gemmq.cuh)
-// for 2..32 rows: the weights go straight from global memory into the mma
+// for 1..32 rows: the weights go straight from global memory into the mma
 // fragments as small integers, the activations are packed once per call
 // into the B fragments, and the block scales are applied per sub-block
 // (32 elements for Q4_K, 16 for Q6_K) in float32. Issue 14: the tile GEMMs
 // took 3.6-4.3x one row's time at 16 rows; gemmq takes 1.26x (H200,
-// docs/benchmarks.md).
+// docs/benchmarks.md). With q, k, v and gate, up grouped (MatMulShared) it
+// also beats the whole-x GEMV at one row: an 8B Q4_K step's matmuls 3.12
+// against 3.86 ms, Q6_K 4.78 against 6.95, so it takes the single row too.
 
 import (
 	"strings"
@@ -78,10 +80,7 @@ func (b *Backend) useGemmq(n int, typ gguf.Type, cols int) bool {
 	if b.opts.NoGEMMQ || (typ != gguf.Q4_K && typ != gguf.Q6_K) || n > gemmqMaxTokens || cols%256 != 0 {
 		return false
 	}
-	minTok := b.opts.GEMMQMinTokens
-	if minTok <= 0 {
-		minTok = 2
-	}
+	minTok := max(b.opts.GEMMQMinTokens, 1)
 	if n < minTok {
 		return false
 	}

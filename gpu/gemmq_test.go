@@ -77,7 +77,7 @@ func round16(t *testing.T, g *Backend, x []float32) []float32 {
 }
 
 // TestMatMulGemmq checks the Q4_K and Q6_K GEMM from registers (gemmq,
-// MatMul's choice for 2..32 rows of those types, and 1 row with GEMMQMinTokens 1) on both
+// MatMul's choice for 1..32 rows of those types) on both
 // compute flavours:
 //   - against a float64 reference on the exact weights and the activations
 //     rounded to the flavour's 16-bit type, to 1e-4: only the float32 sums
@@ -109,7 +109,7 @@ func TestMatMulGemmq(t *testing.T) {
 
 func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	g := p.g
-	setGemmqMin(t, g, 1) // the single row as well
+	setGemmqMin(t, g, 0) // the default: the single row as well
 	defer setGemmqMin(t, g, 0)
 	sms := g.dev.Info().SMs
 	r := rand.New(rand.NewPCG(14, 256))
@@ -183,8 +183,9 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	}
 	testGemmqPackReuse(t, p, tol16)
 	testGemmqGroup(t, p, tol16) // the single row as well
-	setGemmqMin(t, g, 0)
+	setGemmqMin(t, g, 2)        // one row on the whole-x GEMV
 	testGemmqGroup(t, p, tol16)
+	setGemmqMin(t, g, 0)
 	var used []string
 	if err := g.dev.Do(func(*Ctx) error {
 		for name := range g.fns {

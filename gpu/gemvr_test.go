@@ -32,6 +32,8 @@ func TestGemvrRowsPerCTA(t *testing.T) {
 // Outputs start as NaN, so an unwritten row fails.
 func TestMatMulGemvr(t *testing.T) {
 	p := newPair(t)
+	setGemmq(t, p.g, false) // one row of Q4_K and Q6_K would take gemmq
+	defer setGemmq(t, p.g, true)
 	r := rand.New(rand.NewPCG(21, 22))
 	sms := p.g.dev.Info().SMs
 	big := 4*sms*gemvWarps + 2*gemvWarps + 3 // pairs, and an odd tail

@@ -18,9 +18,10 @@
 #     FTCHAT_GEMMQ_GROUP=0), and `bench speed` at 4K/32K with FA at 8 and
 #     4 warps.
 #   scripts/gpu_session10.sh single
-#     one row through gemmq (FTCHAT_GEMMQ_MIN=1), alone and grouped, against
-#     the whole-x GEMV: the rows bench, `bench speed` decode, the serve load
-#     test at 1 and 16, and the tests with one row on gemmq.
+#     one row through gemmq (FTCHAT_GEMMQ_MIN=1, the default since), alone
+#     and grouped, against the whole-x GEMV: the rows bench, `bench speed`
+#     decode, the serve load test at 1 and 16, and the tests with one row on
+#     gemmq. (It ran with the bench's modes then named q1 and q1group.)
 #   scripts/gpu_session10.sh verify
 #     the GPU tests the group call left out, the engine's GPU tests, and
 #     TestGPUSessionDeviceSampling three more times.
@@ -111,10 +112,10 @@ single)
   model
   [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
   stamp "one row: the whole-x GEMV against gemmq, alone and grouped"
-  (cd gpu && FTCHAT_ROWS_MODES=default,q1,q1group timeout 40 $B/gpu.test -test.run '^$' \
+  (cd gpu && FTCHAT_ROWS_MODES=noq,default,group timeout 40 $B/gpu.test -test.run '^$' \
     -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows1.txt 2>&1
   grep -E '^Benchmark' $L/rows1.txt | sed -E "s/ +[0-9]+ ns\/op//"
-  for m in 0 1; do
+  for m in 2 1; do # 2: one row on the whole-x GEMV (the default when this ran), 1: on gemmq
     fits 45 || break
     stamp "bench speed, FTCHAT_GEMMQ_MIN=$m"
     FTCHAT_GEMMQ_MIN=$m timeout 45 $B/ftchat bench speed --model $L8 --device cuda --ctx-size 8192 --depths 0,4096 \
