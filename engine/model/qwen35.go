@@ -297,8 +297,7 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 			be.RMSNorm(t.h, t.x, l.attnNorm, c.NormEps)
 		}
 		if l.recurrent {
-			be.MatMul(t.qkv, t.h, l.wqkv)
-			be.MatMul(t.z, t.h, l.wz)
+			matMulShared(be, t.h, []Tensor{t.qkv, t.z}, []Weight{l.wqkv, l.wz})
 			be.MatMul(t.beta, t.h, l.wbeta)
 			be.MatMul(t.alpha, t.h, l.walpha)
 			sb.CausalConv(t.conv, t.qkv, l.conv, l.index, b)
@@ -306,10 +305,8 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 			sb.GatedRMSNorm(t.gn, t.dn, t.z, l.ssmNorm, c.SSM.ValueDim, c.NormEps)
 			be.MatMul(t.o, t.gn, l.ssmOut)
 		} else {
-			be.MatMul(t.qg, t.h, l.wq)
+			matMulShared(be, t.h, []Tensor{t.qg, t.k, t.v}, []Weight{l.wq, l.wk, l.wv})
 			sb.SplitHeads(t.q, t.gate, t.qg, c.Heads, c.HeadDim)
-			be.MatMul(t.k, t.h, l.wk)
-			be.MatMul(t.v, t.h, l.wv)
 			be.HeadRMSNorm(t.q, l.qNorm, c.HeadDim, c.NormEps)
 			be.HeadRMSNorm(t.k, l.kNorm, c.HeadDim, c.NormEps)
 			be.RoPE(t.q, b.Pos, c.HeadDim, c.Rope)
@@ -321,8 +318,7 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 		addRMSNorm(be, t.h, t.x, t.o, l.postNorm, c.NormEps)
 		l.ffn.forward(be, t)
 		if l.moe != nil && l.shGate != nil {
-			be.MatMul(t.sg, t.h, l.shGate)
-			be.MatMul(t.su, t.h, l.shUp)
+			matMulShared(be, t.h, []Tensor{t.sg, t.su}, []Weight{l.shGate, l.shUp})
 			be.SwiGLU(t.sg, t.sg, t.su)
 			be.MatMul(t.o, t.sg, l.shDown)
 			be.MatMul(t.sgate, t.h, l.shGateInp)
