@@ -706,10 +706,10 @@ func (b *Backend) MatMul(dst, x model.Tensor, w model.Weight) {
 }
 
 // MatMulShared implements model.SharedMatMuler: dsts[i] = x·ws[i]ᵀ. Rows
-// that gemmq takes (1..32 of Q4_K or Q6_K weights of one type and width)
-// go to one gemmqg launch over every weight's row tiles and one reduce
-// (gemmq.go), where each weight alone would take two launches; anything
-// else is MatMul one weight at a time.
+// that gemmq takes (1..32 of Q4_K or Q6_K weights), for weights of one
+// type and width, go to one gemmqg launch over their row tiles and one
+// reduce (gemmq.go, gemmqGroups), where each weight alone would take two
+// launches; the others are MatMul one weight at a time.
 func (b *Backend) MatMulShared(dsts []model.Tensor, x model.Tensor, ws []model.Weight) {
 	s, ok := b.ten(x, "MatMulShared")
 	if !ok || len(dsts) != len(ws) {
@@ -743,14 +743,24 @@ func (b *Backend) MatMulShared(dsts []model.Tensor, x model.Tensor, ws []model.W
 		for i, d := range ds {
 			ys[i] = d.buf.Ptr
 		}
-		if b.canGemmqGroup(n, gws) {
-			if done, err := b.gemmqGroup(c, ys, xp, n, gws); done || err != nil {
-				return err
+		for _, set := range gemmqGroups(gws, func(w *Weight) bool { return b.groupable(n, w) }) {
+			if len(set) > 1 {
+				sw, sy := make([]*Weight, len(set)), make([]DevicePtr, len(set))
+				for k, i := range set {
+					sw[k], sy[k] = gws[i], ys[i]
+				}
+				done, err := b.gemmqGroup(c, sy, xp, n, sw)
+				if err != nil {
+					return err
+				}
+				if done {
+					continue
+				}
 			}
-		}
-		for i, w := range gws {
-			if err := b.matmul(c, ys[i], xp, n, w); err != nil {
-				return err
+			for _, i := range set {
+				if err := b.matmul(c, ys[i], xp, n, gws[i]); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

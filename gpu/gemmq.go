@@ -118,24 +118,40 @@ func (b *Backend) gemmq(c *Ctx, y, x DevicePtr, n int, w *Weight, suf string) (d
 // gemmqGroupMax is the most weights gemmqg_* takes in one launch.
 const gemmqGroupMax = 3
 
-// canGemmqGroup reports whether gemmqGroup takes n rows of x times every
-// weight of ws: two or three gemmq weights of one type and width, without
-// a second-level scale.
-func (b *Backend) canGemmqGroup(n int, ws []*Weight) bool {
-	if b.opts.NoGEMMQGroup || len(ws) < 2 || len(ws) > gemmqGroupMax {
-		return false
-	}
-	for _, w := range ws {
-		if w.scale != 0 || w.info.Type != ws[0].info.Type || w.cols != ws[0].cols || w.rowBytes != ws[0].rowBytes ||
-			!b.useGemmq(n, w.info.Type, w.cols) {
-			return false
+// gemmqGroups splits the weights of one MatMulShared call into the sets
+// one gemmqg launch takes (indices into ws, in order): up to
+// gemmqGroupMax weights of one type, width and row size, each accepted by
+// ok (gemmq takes its rows, no second-level scale). A weight that finds no
+// partner is a set of its own, for MatMul alone. Q4_K_M files keep some
+// layers' v in Q6_K: their q and k still share a launch.
+func gemmqGroups(ws []*Weight, ok func(*Weight) bool) [][]int {
+	var sets [][]int
+	taken := make([]bool, len(ws))
+	for i, w := range ws {
+		if taken[i] {
+			continue
 		}
+		taken[i] = true
+		set := []int{i}
+		for j := i + 1; j < len(ws) && len(set) < gemmqGroupMax && ok(w); j++ {
+			v := ws[j]
+			if !taken[j] && ok(v) && v.info.Type == w.info.Type && v.cols == w.cols && v.rowBytes == w.rowBytes {
+				taken[j] = true
+				set = append(set, j)
+			}
+		}
+		sets = append(sets, set)
 	}
-	return true
+	return sets
 }
 
-// gemmqGroup queues ys[i] = x·ws[i]ᵀ for the weights canGemmqGroup
-// accepts as one gemmqg launch over all their row tiles (k split as one
+// groupable reports whether gemmqGroup may take n rows times w.
+func (b *Backend) groupable(n int, w *Weight) bool {
+	return !b.opts.NoGEMMQGroup && w.scale == 0 && b.useGemmq(n, w.info.Type, w.cols)
+}
+
+// gemmqGroup queues ys[i] = x·ws[i]ᵀ for a set of gemmqGroups (two or
+// three weights) as one gemmqg launch over all their row tiles (k split as one
 // weight of their summed rows) and, when k is split, one gemmq_reduce3.
 // done is false when a workspace could not be had.
 func (b *Backend) gemmqGroup(c *Ctx, ys []DevicePtr, x DevicePtr, n int, ws []*Weight) (done bool, err error) {

@@ -308,6 +308,7 @@ func testGemmqGroup(t *testing.T, p *pair, tol16 float64) {
 		{"wide", []gguf.Type{gguf.Q4_K, gguf.Q4_K}, []int{300, 44}, 14336},
 		{"one super-block", []gguf.Type{gguf.Q4_K, gguf.Q4_K, gguf.Q4_K}, []int{200, 64, 64}, 256},
 		{"mixed types", []gguf.Type{gguf.Q4_K, gguf.Q6_K}, []int{300, 300}, 1024},
+		{"Q4_K_M q, k, v", []gguf.Type{gguf.Q4_K, gguf.Q4_K, gguf.Q6_K}, []int{260, 64, 64}, 1024}, // q and k grouped, v alone
 	} {
 		k := len(gc.types)
 		gws, cws := make([]model.Weight, k), make([]model.Weight, k)
@@ -316,13 +317,16 @@ func testGemmqGroup(t *testing.T, p *pair, tol16 float64) {
 			raws[i] = randWeight(r, typ, gc.rows[i], gc.cols)
 			gws[i], cws[i] = p.weight(gguf.TensorInfo{Name: fmt.Sprintf("group%d", i), Dims: []uint64{uint64(gc.cols), uint64(gc.rows[i])}, Type: typ}, raws[i])
 		}
-		oneType := !slices.ContainsFunc(gc.types, func(t gguf.Type) bool { return t != gc.types[0] })
+		pair := false // two weights of one type: gemmqGroups gives them one launch
+		for i, typ := range gc.types {
+			pair = pair || slices.Contains(gc.types[i+1:], typ)
+		}
 		width := gc.cols
 		x32 := randVec(r, 32*width, 1)
 		y32 := make([][]float32, k)
 		for _, n := range []int{32, 1, 2, 8, 16, 17} {
 			name := fmt.Sprintf("%s n=%d", gc.name, n)
-			grouped := oneType && g.useGemmq(n, gc.types[0], width)
+			grouped := pair && g.useGemmq(n, gc.types[0], width)
 			if grouped {
 				tiles, total := 0, 0
 				for _, rows := range gc.rows {
@@ -418,4 +422,34 @@ func groupCalls(t *testing.T, g *Backend) int {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// TestGemmqGroups: MatMulShared's sets for one gemmqg launch keep the
+// weights' order, join only weights of one type, width and row size that
+// gemmq takes, hold at most gemmqGroupMax, and leave the rest alone.
+func TestGemmqGroups(t *testing.T) {
+	w := func(typ gguf.Type, cols int) *Weight {
+		return &Weight{info: gguf.TensorInfo{Type: typ}, cols: cols, rowBytes: int64(cols / 256 * typ.BlockBytes())}
+	}
+	q4, q6, f16, q4w := w(gguf.Q4_K, 4096), w(gguf.Q6_K, 4096), w(gguf.F16, 4096), w(gguf.Q4_K, 8192)
+	gemmqTakes := func(w *Weight) bool { return w.info.Type == gguf.Q4_K || w.info.Type == gguf.Q6_K }
+	for _, tc := range []struct {
+		name string
+		ws   []*Weight
+		want [][]int
+	}{
+		{"q, k, v", []*Weight{q4, q4, q4}, [][]int{{0, 1, 2}}},
+		{"gate, up", []*Weight{q6, q6}, [][]int{{0, 1}}},
+		{"Q4_K_M: v in Q6_K", []*Weight{q4, q4, q6}, [][]int{{0, 1}, {2}}},
+		{"partner after another type", []*Weight{q4, q6, q4}, [][]int{{0, 2}, {1}}},
+		{"no partner", []*Weight{q4, q6}, [][]int{{0}, {1}}},
+		{"other widths", []*Weight{q4, q4w}, [][]int{{0}, {1}}},
+		{"not gemmq's", []*Weight{f16, f16}, [][]int{{0}, {1}}},
+		{"at most three", []*Weight{q4, q4, q4, q4}, [][]int{{0, 1, 2}, {3}}},
+		{"empty", nil, nil},
+	} {
+		if got := gemmqGroups(tc.ws, gemmqTakes); !slices.EqualFunc(got, tc.want, slices.Equal[[]int]) {
+			t.Errorf("%s: sets %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
