@@ -16,7 +16,7 @@ unpack() {
 # exit code, the failures and one line of verdicts.
 gtests() {
   (cd "$1" && env FTCHAT_TEST_MODEL=/tmp/s.gguf FTCHAT_REQUIRE_GPU=1 ${5:-} timeout "${T_TEST:-200}" "$B/$2" -test.v \
-    -test.run "$3" -test.timeout 300s) >"$4" 2>&1
+    -test.run "$3" -test.timeout $((${T_TEST:-200} + 100))s) >"$4" 2>&1
   echo "$2 rc=$?"; grep -E '^(--- FAIL|FAIL|panic)' "$4" | head -20
   grep -E '^--- (PASS|FAIL|SKIP)' "$4" | awk '{print $2, $3}' | tr '\n' ' '; echo
 }

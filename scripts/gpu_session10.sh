@@ -22,6 +22,8 @@
 #     and grouped, against the whole-x GEMV: the rows bench, `bench speed`
 #     decode, the serve load test at 1 and 16, and the tests with one row on
 #     gemmq. (It ran with the bench's modes then named q1 and q1group.)
+#   scripts/gpu_session10.sh all
+#     (prepared, not run) every GPU test of the gpu and engine packages.
 #   scripts/gpu_session10.sh verify
 #     the GPU tests the group call left out, the engine's GPU tests, and
 #     TestGPUSessionDeviceSampling three more times.
@@ -107,6 +109,19 @@ verify)
   echo "rc=$?"; grep -E '^--- (PASS|FAIL)' $L/devsample.log
   tar -czf "$OUT/verify-logs.tgz" -C /tmp/out verify
   ;;
+all)
+  # For the next session: every GPU test of the gpu and engine packages on
+  # this tree (the eighth session's last changes, one row on gemmq by
+  # default, the hybrid blocks' grouped matmuls and the mixed-type sets of
+  # MatMulShared, did not run on a GPU as a whole).
+  L=/tmp/out/all; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  stamp "gpu tests, all"
+  T_TEST=400 gtests gpu gpu.test '.' $L/gpu_test.log
+  stamp "engine GPU tests"
+  T_TEST=150 gtests engine engine.test 'GPU' $L/engine_test.log
+  tar -czf "$OUT/all-logs.tgz" -C /tmp/out all
+  ;;
 single)
   L=/tmp/out/single; mkdir -p $L; [ -x $B/ftchat ] || unpack
   model
@@ -130,7 +145,7 @@ single)
   tar -czf "$OUT/single-logs.tgz" -C /tmp/out single
   ;;
 *)
-  echo "usage: $0 probe|group|verify|single" >&2
+  echo "usage: $0 probe|group|verify|single|all" >&2
   exit 2
   ;;
 esac
