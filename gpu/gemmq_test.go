@@ -157,24 +157,11 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 				p.c.MatMul(cy, cx, cw)
 				p.compare(name+" gemmq vs cpu", gy, cy, tol16)
 				got, again, graphed := download(t, g, gy), download(t, g, gy2), download(t, g, gy3)
-				if e, err := relErr(got, refMatMul(typ, raw, sh.rows, sh.cols, round16(t, g, x), n)); err != nil || e > 1e-4 {
-					t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
-				}
+				checkGemmqRef(t, name, got, typ, raw, sh.rows, sh.cols, round16(t, g, x), n)
 				if n == 32 {
 					y32 = got
 				}
-				for i := range got {
-					if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
-						t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
-						break
-					}
-					// Batch invariance: a row's result does not depend on
-					// how many rows share the call.
-					if math.Float32bits(got[i]) != math.Float32bits(y32[i]) {
-						t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", name, i, got[i], y32[i])
-						break
-					}
-				}
+				checkBitsRepeat(t, name, got, again, graphed, y32)
 			}
 		}
 	}
@@ -199,6 +186,35 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	}
 	if len(used) < 16 {
 		t.Errorf("gemmq kernels loaded: %v, want the pack, the reduce of a group and all three sizes, alone and grouped, of both types", used)
+	}
+}
+
+// checkGemmqRef compares gemmq's n rows got with a float64 reference on
+// the weights raw (typ, rows x cols) and the activations rx rounded as the
+// kernel rounds them, to 1e-4.
+func checkGemmqRef(t *testing.T, name string, got []float32, typ gguf.Type, raw []byte, rows, cols int, rx []float32, n int) {
+	t.Helper()
+	if e, err := relErr(got, refMatMul(typ, raw, rows, cols, rx, n)); err != nil || e > 1e-4 {
+		t.Errorf("%s: gemmq vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", name, e, err)
+	}
+}
+
+// checkBitsRepeat requires got to equal again and graphed (the same call
+// repeated, and replayed in a recorded step) bit for bit and, when whole
+// is not nil, the first len(got) values of whole, the result with 32 rows
+// sharing the call (batch invariance: a row's result does not depend on
+// how many rows share the call).
+func checkBitsRepeat(t *testing.T, name string, got, again, graphed, whole []float32) {
+	t.Helper()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(again[i]) || math.Float32bits(got[i]) != math.Float32bits(graphed[i]) {
+			t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", name, i, got[i], again[i], graphed[i])
+			return
+		}
+		if whole != nil && math.Float32bits(got[i]) != math.Float32bits(whole[i]) {
+			t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", name, i, got[i], whole[i])
+			return
+		}
 	}
 }
 
@@ -372,24 +388,16 @@ func testGemmqGroup(t *testing.T, p *pair, tol16 float64) {
 				wname := fmt.Sprintf("%s weight %d", name, i)
 				p.compare(wname+" vs cpu", gy[i], cy, tol16)
 				got, again, graphed := download(t, g, gy[i]), download(t, g, gy2[i]), download(t, g, gy3[i])
-				if g.useGemmq(n, gc.types[i], width) { // the GEMV's activations are float32
-					if e, err := relErr(got, refMatMul(gc.types[i], raws[i], gc.rows[i], width, rx, n)); err != nil || e > 1e-4 {
-						t.Errorf("%s: vs float64 on the rounded activations: error %.3g (tol 1e-4) %v", wname, e, err)
-					}
-				}
 				if n == 32 {
 					y32[i] = got
 				}
-				for j := range got {
-					if math.Float32bits(got[j]) != math.Float32bits(again[j]) || math.Float32bits(got[j]) != math.Float32bits(graphed[j]) {
-						t.Errorf("%s: element %d differs run to run: %v, %v, %v (recorded step)", wname, j, got[j], again[j], graphed[j])
-						break
-					}
-					if g.useGemmq(n, gc.types[i], width) && math.Float32bits(got[j]) != math.Float32bits(y32[i][j]) {
-						t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", wname, j, got[j], y32[i][j])
-						break
-					}
+				whole := y32[i]
+				if g.useGemmq(n, gc.types[i], width) {
+					checkGemmqRef(t, wname, got, gc.types[i], raws[i], gc.rows[i], width, rx, n)
+				} else {
+					whole = nil // the GEMV: float32 activations, not batch-invariant with gemmq's rows
 				}
+				checkBitsRepeat(t, wname, got, again, graphed, whole)
 			}
 		}
 	}

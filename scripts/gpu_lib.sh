@@ -1,4 +1,4 @@
-# Helpers the GPU session scripts (scripts/gpu_session5.sh .. 9) source on
+# Helpers the GPU session scripts (scripts/gpu_session5.sh .. 10) source on
 # the device machine. $B is where the bundle's binaries go.
 
 stamp() { echo "[$(date -u +%T)] $*"; }
@@ -10,6 +10,11 @@ unpack() {
   if [ -f .gpu/bundle.tar.xz ]; then xz -dc .gpu/bundle.tar.xz | tar -C "$B" -xf - && chmod +x "$B"/*; return; fi
   for f in .gpu/*.xz; do n=$(basename "${f%.xz}"); xz -dc "$f" >"$B/$n" && chmod +x "$B/$n"; done
 }
+
+# gen PRESET FILE: a random-weight Q4_K model of that shape from the
+# bundle's ftchat, unless FILE is there already (it survives back-to-back
+# calls under /tmp).
+gen() { [ -s "$2" ] || "$B/ftchat" dev gen-model --preset "$1" --type Q4_K -o "$2" >/dev/null 2>&1; }
 
 # gtests DIR BIN REGEX LOG [ENV=VAL]: Go tests by name from $B/BIN in DIR
 # with FTCHAT_REQUIRE_GPU=1 (timeout T_TEST, default 200 s); prints the

@@ -34,11 +34,10 @@ OUT=${OUT:-.gpu/out}
 B=/tmp/bin
 L8=/tmp/l8b.gguf
 mkdir -p "$OUT" $B
-. scripts/gpu_lib.sh # stamp, unpack, gtests
+. scripts/gpu_lib.sh # stamp, unpack, gen, gtests
 T0=$(date +%s)
 # fits S: whether S more seconds stay inside the call's budget.
 fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-560} ]; }
-model() { [ -s $L8 ] || $B/ftchat dev gen-model --preset llama-3.1-8b --type Q4_K -o $L8 >/dev/null 2>&1; }
 serve() { # tag, env..., then loadtest flags after --
   local tag=$1; shift
   local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
@@ -51,7 +50,7 @@ case ${1:-} in
 probe)
   L=/tmp/out/probe; mkdir -p $L; [ -x $B/ftchat ] || unpack
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-  model
+  gen llama-3.1-8b $L8
   stamp "gemmq grid sweep (CTAs per SM; default 3 then)"
   for c in 2 3 4 6; do
     fits 40 || break
@@ -71,8 +70,8 @@ probe)
   ;;
 group)
   L=/tmp/out/group; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  model
-  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  gen llama-3.1-8b $L8
+  gen smollm2-135m /tmp/s.gguf
   stamp "gpu tests"
   T_TEST=170 gtests gpu gpu.test 'Gemmq|MatMul|Graph|F16Compute|AttentionFA|AttentionKernelsForEveryPair' $L/gpu_test.log
   stamp "engine GPU tests"
@@ -98,7 +97,7 @@ group)
   ;;
 verify)
   L=/tmp/out/verify; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  gen smollm2-135m /tmp/s.gguf
   stamp "gpu tests the group call did not run (FA prefill at 8 warps reaches the hybrid, MoE and offload paths)"
   T_TEST=230 gtests gpu gpu.test 'Hybrid|MoE|FP4|Attention|Norm|Sample|Offload|Split|Host|Expert|Placement' $L/gpu_test.log
   stamp "engine GPU tests"
@@ -115,7 +114,7 @@ all)
   # default, the hybrid blocks' grouped matmuls and the mixed-type sets of
   # MatMulShared, did not run on a GPU as a whole).
   L=/tmp/out/all; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  gen smollm2-135m /tmp/s.gguf
   stamp "gpu tests, all"
   T_TEST=400 gtests gpu gpu.test '.' $L/gpu_test.log
   stamp "engine GPU tests"
@@ -124,8 +123,8 @@ all)
   ;;
 single)
   L=/tmp/out/single; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  model
-  [ -s /tmp/s.gguf ] || $B/ftchat dev gen-model --preset smollm2-135m --type Q4_K -o /tmp/s.gguf >/dev/null 2>&1
+  gen llama-3.1-8b $L8
+  gen smollm2-135m /tmp/s.gguf
   stamp "one row: the whole-x GEMV against gemmq, alone and grouped"
   (cd gpu && FTCHAT_ROWS_MODES=noq,default,group timeout 40 $B/gpu.test -test.run '^$' \
     -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows1.txt 2>&1
