@@ -34,9 +34,16 @@ func (f *ffn) forward(be Backend, t *buffers) {
 		be.MoE(t.ffo, t.h, f.moe)
 		return
 	}
-	matMulShared(be, t.h, []Tensor{t.g, t.u}, []Weight{f.gate, f.up})
-	be.SwiGLU(t.g, t.g, t.u)
-	be.MatMul(t.ffo, t.g, f.down)
+	swiGLUFFN(be, t.ffo, t.g, t.u, t.h, f.gate, f.up, f.down)
+}
+
+// swiGLUFFN is out = down·(silu(gate·h) * (up·h)), with g and u the
+// scratch for the two projections (the dense feed-forward and the
+// hybrid blocks' shared expert).
+func swiGLUFFN(be Backend, out, g, u, h Tensor, gate, up, down Weight) {
+	matMulShared(be, h, []Tensor{g, u}, []Weight{gate, up})
+	be.SwiGLU(g, g, u)
+	be.MatMul(out, g, down)
 }
 
 // loadDense loads the blocks of a dense-attention model.

@@ -318,9 +318,7 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 		addRMSNorm(be, t.h, t.x, t.o, l.postNorm, c.NormEps)
 		l.ffn.forward(be, t)
 		if l.moe != nil && l.shGate != nil {
-			matMulShared(be, t.h, []Tensor{t.sg, t.su}, []Weight{l.shGate, l.shUp})
-			be.SwiGLU(t.sg, t.sg, t.su)
-			be.MatMul(t.o, t.sg, l.shDown)
+			swiGLUFFN(be, t.o, t.sg, t.su, t.h, l.shGate, l.shUp, l.shDown)
 			be.MatMul(t.sgate, t.h, l.shGateInp)
 			sb.SigmoidMul(t.o, t.sgate)
 			be.Add(t.ffo, t.o)
