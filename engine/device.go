@@ -62,16 +62,20 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// FTCHAT_GEMMQ_MIN=N gives it only N rows and more (2: one row on the
 	// whole-x GEMV), FTCHAT_GEMMQ_CTAS=N
 	// sets its grid in CTAs per SM, FTCHAT_GEMMQ_GROUP=0 queues q, k, v and
-	// gate, up one matmul at a time instead of one launch each
-	// (gpu.BackendOptions).
+	// gate, up one matmul at a time instead of one launch each,
+	// FTCHAT_GEMVQ=0 keeps the single Q4_K row on gemmq instead of the
+	// int16-activation GEMV, FTCHAT_GEMVQ_ROWS=N gives each of its warps N
+	// rows (gpu.BackendOptions).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	splitCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS"))
 	gemmqMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_MIN"))
 	gemmqCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_CTAS"))
+	gemvqRows, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMVQ_ROWS"))
 	be, err := gpu.NewBackend(dev, gpu.BackendOptions{ChunkedGEMV: os.Getenv("FTCHAT_GEMV") == "chunked", GEMMMinTokens: max(gemmMin, 0),
 		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1",
 		SplitKCTAsPerSM: max(splitCTAs, 0), NoGEMMQ: os.Getenv("FTCHAT_GEMMQ") == "0", GEMMQMinTokens: max(gemmqMin, 0),
-		GEMMQCTAsPerSM: max(gemmqCTAs, 0), NoGEMMQGroup: os.Getenv("FTCHAT_GEMMQ_GROUP") == "0"})
+		GEMMQCTAsPerSM: max(gemmqCTAs, 0), NoGEMMQGroup: os.Getenv("FTCHAT_GEMMQ_GROUP") == "0",
+		NoGEMVQ: os.Getenv("FTCHAT_GEMVQ") == "0", GEMVQRowsPerWarp: gemvqRows})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

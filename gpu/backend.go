@@ -70,6 +70,13 @@ type BackendOptions struct {
 	// NoGEMMQGroup makes MatMulShared queue its matmuls one by one instead
 	// of as one gemmqg launch (FTCHAT_GEMMQ_GROUP=0 in the engine).
 	NoGEMMQGroup bool
+	// NoGEMVQ keeps a single row of Q4_K weights on gemmq instead of the
+	// GEMV on 8-bit activations (gemvq.go; FTCHAT_GEMVQ=0 in the engine).
+	NoGEMVQ bool
+	// GEMVQRowsPerWarp sets the rows each gemvq warp computes (1, 2 or 4;
+	// 0: gemvqDefaultRows), a tuning knob (FTCHAT_GEMVQ_ROWS in the engine); results do
+	// not depend on it.
+	GEMVQRowsPerWarp int
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -267,6 +274,9 @@ var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gem
 // gemmqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemmq.cuh).
 var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_", "gemmqg8_", "gemmqg16_", "gemmqg32_", "gemmq_reduce3_"}
 
+// gemvqKernels are built for Q4_K only (mm_q4_k, gemvq.cuh).
+var gemvqKernels = []string{"gemvq_", "gemvq2_", "gemvq4_", "gemvq_pack_"}
+
 // kernelModule returns the module holding kernel name: mm_<type> for the
 // typed families, sample for the sampling kernels, ops for the rest.
 func kernelModule(name string) string {
@@ -279,7 +289,7 @@ func kernelModule(name string) string {
 	if strings.HasPrefix(name, "sample_") {
 		return sampleModule
 	}
-	for _, p := range slices.Concat(typedKernels, gemmqKernels) {
+	for _, p := range slices.Concat(typedKernels, gemmqKernels, gemvqKernels) {
 		if rest, ok := strings.CutPrefix(name, p); ok {
 			for _, suf := range kernelSuffix {
 				if rest == suf {
@@ -794,6 +804,11 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	if n >= gemmLargeTokens {
 		return b.launch(c, "gemml_"+suf, Dim3{X: cdiv(w.rows, 128), Y: cdiv(n, 128)}, Dim3{X: 256},
 			w.raw, w.rowBytes, w.rows, w.cols, x, y, n)
+	}
+	if b.useGemvq(n, w) { // gemvq.go
+		if done, err := b.gemvq(c, []DevicePtr{y}, x, []*Weight{w}); done || err != nil {
+			return err
+		}
 	}
 	if b.useGemmq(n, w.info.Type, w.cols) { // gemmq.go
 		if done, err := b.gemmq(c, y, x, n, w, suf); done || err != nil {

@@ -34,7 +34,9 @@ import (
 // FTCHAT_ROWS_SHAPES=down (comma-separated names) times only those shapes;
 // step_ms then covers them alone. FTCHAT_GEMM_SPLIT_CTAS=N sets the split-K
 // grid (CTAs per SM), FTCHAT_GEMMQ_CTAS=N gemmq's; FTCHAT_ROWS_MODES=default,noq
-// runs only those modes; FTCHAT_ROWS_TYPE=Q6_K times another weight type.
+// runs only those modes; FTCHAT_ROWS_TYPE=Q6_K times another weight type;
+// FTCHAT_GEMVQ=0 gives one Q4_K row to gemmq instead of gemvq (gemvq.go),
+// FTCHAT_GEMVQ_ROWS=N gives each gemvq warp N rows.
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
@@ -44,6 +46,14 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_CTAS")); v > 0 {
 		setOpts(b, g, func(o *BackendOptions) { o.GEMMQCTAsPerSM = v })
 		defer setOpts(b, g, func(o *BackendOptions) { o.GEMMQCTAsPerSM = 0 })
+	}
+	if os.Getenv("FTCHAT_GEMVQ") == "0" { // one row of Q4_K on gemmq, not gemvq
+		setGemvq(b, g, false)
+		defer setGemvq(b, g, true)
+	}
+	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMVQ_ROWS")); v > 0 {
+		setOpts(b, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = v })
+		defer setOpts(b, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = 0 })
 	}
 	onlyModes := os.Getenv("FTCHAT_ROWS_MODES")
 	r := rand.New(rand.NewPCG(14, 16))

@@ -8,7 +8,8 @@ package gpu
 // took 3.6-4.3x one row's time at 16 rows; gemmq takes 1.26x (H200,
 // docs/benchmarks.md). With q, k, v and gate, up grouped (MatMulShared) it
 // also beats the whole-x GEMV at one row: an 8B Q4_K step's matmuls 3.12
-// against 3.86 ms, Q6_K 4.78 against 6.95, so it takes the single row too.
+// against 3.86 ms, Q6_K 4.78 against 6.95, so it takes the single row too
+// (a single Q4_K row goes to gemvq first, gemvq.go).
 
 import (
 	"strings"
@@ -156,6 +157,9 @@ func (b *Backend) groupable(n int, w *Weight) bool {
 // done is false when a workspace could not be had.
 func (b *Backend) gemmqGroup(c *Ctx, ys []DevicePtr, x DevicePtr, n int, ws []*Weight) (done bool, err error) {
 	w0 := ws[0]
+	if b.useGemvq(n, w0) { // one row of Q4_K: the set in one gemvq launch
+		return b.gemvq(c, ys, x, ws)
+	}
 	suf := kernelSuffix[w0.info.Type]
 	var raw [gemmqGroupMax]DevicePtr
 	var out [gemmqGroupMax]DevicePtr

@@ -111,6 +111,8 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 	g := p.g
 	setGemmqMin(t, g, 0) // the default: the single row as well
 	defer setGemmqMin(t, g, 0)
+	setGemvq(t, g, false) // a single Q4_K row here is gemmq's, not gemvq's (gemvq_test.go)
+	defer setGemvq(t, g, true)
 	sms := g.dev.Info().SMs
 	r := rand.New(rand.NewPCG(14, 256))
 	split, direct := 0, 0

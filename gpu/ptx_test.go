@@ -205,6 +205,9 @@ func TestKernelModules(t *testing.T) {
 	for _, p := range gemmqKernels {
 		names = append(names, p+kernelSuffix[gguf.Q4_K], p+kernelSuffix[gguf.Q6_K])
 	}
+	for _, p := range gemvqKernels {
+		names = append(names, p+kernelSuffix[gguf.Q4_K])
+	}
 	for _, arch := range []int{75, 80, 90} {
 		for _, n := range names {
 			mod := kernelModule(n)

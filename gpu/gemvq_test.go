@@ -1,0 +1,285 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ftchat/ftchat/engine/gguf"
+	"github.com/ftchat/ftchat/engine/model"
+)
+
+// tolGemvq bounds gemvq against exact float arithmetic: int16 activations
+// (rounding 2^-16 of each block's largest |x|) and float32 sums.
+const tolGemvq = 1e-4
+
+// setGemvq switches gemvq on or off on the device thread, after the ops
+// queued so far.
+func setGemvq(tb testing.TB, g *Backend, on bool) {
+	tb.Helper()
+	setOpts(tb, g, func(o *BackendOptions) { o.NoGEMVQ = !on })
+}
+
+// quantizeI16x32 rounds x as gemvq_pack does, in float32: per block of
+// 32, q = rint(x·(32767/max|x|)) and x ≈ q·(max/32767). It returns those
+// values.
+func quantizeI16x32(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for b := 0; b < len(x); b += 32 {
+		var a float32
+		for _, v := range x[b : b+32] {
+			a = max(a, float32(math.Abs(float64(v))))
+		}
+		var inv float32
+		if a > 0 {
+			inv = 32767 / a
+		}
+		d := a / 32767
+		for i, v := range x[b : b+32] {
+			out[b+i] = float32(math.RoundToEven(float64(v*inv))) * d
+		}
+	}
+	return out
+}
+
+// gemvqRef is the float64 reference for gemvq's arithmetic on one row x:
+// the nibble part of each Q4_K weight (w − w0, w0 = −dmin·m the weight of
+// a zero nibble) times the int16-rounded activations, plus w0 times the
+// exact x (gemvq takes each block's float sum for the mins).
+func gemvqRef(raw []byte, rows, cols int, x []float32) []float32 {
+	zero := append([]byte(nil), raw...)
+	for b := 0; b < len(zero); b += 144 {
+		clear(zero[b+16 : b+144]) // qs: every nibble 0
+	}
+	rx := quantizeI16x32(x)
+	w := refMatMul(gguf.Q4_K, raw, rows, cols, rx, 1)
+	w0q := refMatMul(gguf.Q4_K, zero, rows, cols, rx, 1)
+	w0x := refMatMul(gguf.Q4_K, zero, rows, cols, x, 1)
+	out := make([]float32, rows)
+	for i := range out {
+		out[i] = float32(float64(w[i]) - float64(w0q[i]) + float64(w0x[i]))
+	}
+	return out
+}
+
+// TestMatMulGemvq checks the single-row Q4_K GEMV on int16 activations
+// (MatMul's and MatMulShared's choice for one row of Q4_K):
+//   - against a float64 reference on the exact weights and the
+//     activations rounded to int16 per 32 as the pack rounds them
+//     (gemvqRef), to 1e-5: a slip in the nibble order, the scales, the
+//     mins or the block indexing moves the result by O(1);
+//   - against the CPU backend's float path and the exact float64 product
+//     within tolGemvq;
+//   - bit-identical run to run, in a recorded step, with 2 or 4 rows a
+//     warp, and grouped (MatMulShared, one launch for three weights) equal
+//     to each weight alone: a row's arithmetic does not depend on what
+//     shares its warp or grid.
+//
+// Outputs and the packed-activation workspace are NaN-poisoned first.
+// Shapes: rows off the 4-row CTA, one super-block, wide rows (14,336).
+func TestMatMulGemvq(t *testing.T) {
+	p := newPair(t)
+	g := p.g
+	r := rand.New(rand.NewPCG(13, 31))
+	for _, sh := range []struct{ rows, cols int }{
+		{rows: 300, cols: 4096},
+		{rows: 197, cols: 256},
+		{rows: 70, cols: 14336},
+		{rows: 1041, cols: 1536},
+		{rows: 33, cols: 512},
+	} {
+		name := fmt.Sprintf("Q4_K %dx%d", sh.rows, sh.cols)
+		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
+		info := gguf.TensorInfo{Name: "gemvq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.Q4_K}
+		gw, cw := p.weight(info, raw)
+		var takes bool
+		if err := g.dev.Do(func(*Ctx) error { takes = g.useGemvq(1, gw.(*Weight)); return nil }); err != nil || !takes {
+			t.Fatalf("%s: MatMul would not take gemvq (%v)", name, err)
+		}
+		x := randVec(r, sh.cols, 1)
+		gx, cx := p.tensor(1, sh.cols, x)
+		gy, cy := p.tensor(1, sh.rows, nil)
+		gy2, _ := p.tensor(1, sh.rows, nil)
+		gy3, _ := p.tensor(1, sh.rows, nil)
+		poisonGemmqWS(t, g)
+		g.MatMul(gy, gx, gw)
+		poisonGemmqWS(t, g)
+		g.MatMul(gy2, gx, gw)
+		for range 2 { // the second step replays the first's graph
+			poisonGemmqWS(t, g)
+			g.BeginStep()
+			g.MatMul(gy3, gx, gw)
+			g.EndStep()
+		}
+		p.c.MatMul(cy, cx, cw)
+		p.compare(name+" gemvq vs cpu", gy, cy, tolGemvq)
+		got := download(t, g, gy)
+		if e, err := relErr(got, gemvqRef(raw, sh.rows, sh.cols, x)); err != nil || e > 1e-5 {
+			t.Errorf("%s: gemvq vs float64 on the int16 activations: error %.3g (tol 1e-5) %v", name, e, err)
+		}
+		if e, err := relErr(got, refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, x, 1)); err != nil || e > tolGemvq {
+			t.Errorf("%s: gemvq vs the exact product: error %.3g (tol %.0g) %v", name, e, tolGemvq, err)
+		}
+		checkBitsRepeat(t, name, got, download(t, g, gy2), download(t, g, gy3), nil)
+		for _, per := range []int{1, 2, 4} { // rows a warp: the same bits as the default
+			setOpts(t, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = per })
+			gyr, _ := p.tensor(1, sh.rows, nil)
+			poisonGemmqWS(t, g)
+			g.MatMul(gyr, gx, gw)
+			setOpts(t, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = 0 })
+			r := download(t, g, gyr)
+			checkBitsRepeat(t, fmt.Sprintf("%s, %d rows a warp", name, per), r, got, got, nil)
+		}
+	}
+
+	// q, k, v of one x in one launch, 2 rows a warp (a warp's rows cross
+	// from one weight to the next): each equal to its MatMul alone.
+	const cols = 2048
+	rows := []int{513, 131, 130}
+	gws := make([]model.Weight, len(rows))
+	x := randVec(r, cols, 1)
+	gx, _ := p.tensor(1, cols, x)
+	alone := make([][]float32, len(rows))
+	for i, n := range rows {
+		gws[i], _ = p.weight(gguf.TensorInfo{Name: fmt.Sprintf("gemvq%d", i), Dims: []uint64{cols, uint64(n)}, Type: gguf.Q4_K}, randWeight(r, gguf.Q4_K, n, cols))
+		y, _ := p.tensor(1, n, nil)
+		g.MatMul(y, gx, gws[i])
+		alone[i] = download(t, g, y)
+	}
+	before := groupCalls(t, g)
+	ys := make([]model.Tensor, len(rows))
+	for i, n := range rows {
+		ys[i], _ = p.tensor(1, n, nil)
+	}
+	poisonGemmqWS(t, g)
+	setOpts(t, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = 2 })
+	g.MatMulShared(ys, gx, gws)
+	setOpts(t, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = 0 })
+	if groupCalls(t, g)-before != 1 {
+		t.Errorf("MatMulShared of three Q4_K weights, one row: %d grouped launches, want 1", groupCalls(t, g)-before)
+	}
+	for i := range rows {
+		checkBitsRepeat(t, fmt.Sprintf("grouped weight %d", i), download(t, g, ys[i]), alone[i], alone[i], nil)
+	}
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// emulateGemvq runs gemvq_q4_k's lane arithmetic on the host for one row
+// (the pack, the lane map, the scale words, dp4a, the fixed butterfly
+// sum), so the kernel's indexing is checked on machines without a GPU.
+func emulateGemvq(raw []byte, rows, cols int, x []float32) []float32 {
+	nb := cols / 32
+	xq, xd, xs := make([]int16, cols), make([]float32, nb), make([]float32, nb)
+	for b := range nb {
+		var a float32
+		vals := x[32*b : 32*b+32]
+		for _, v := range vals {
+			a = max(a, float32(math.Abs(float64(v))))
+		}
+		sums := append([]float32(nil), vals...) // the butterfly: lane l adds lane l^o
+		for o := 16; o > 0; o >>= 1 {
+			next := make([]float32, 32)
+			for l := range next {
+				next[l] = sums[l] + sums[l^o]
+			}
+			sums = next
+		}
+		var inv float32
+		if a > 0 {
+			inv = 32767 / a
+		}
+		for i, v := range vals {
+			xq[32*b+i] = int16(math.RoundToEven(float64(v * inv)))
+		}
+		xd[b], xs[b] = a/32767, sums[0]
+	}
+	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
+	dot4 := func(q uint32, xs []int16) int32 { // dp2a.lo then dp2a.hi
+		var s int32
+		for k := range 4 {
+			s += int32(int8(q>>(8*k))) * int32(xs[k])
+		}
+		return s
+	}
+	rowBytes, nsb := cols/256*144, cols/256
+	y := make([]float32, rows)
+	for r := range rows {
+		var acc [32]float32
+		for lane := range 32 {
+			grp, i := lane>>3, lane&7
+			j, l0 := i>>1, 16*(i&1)
+			sh := 16 * (j & 1)
+			for sb := grp; sb < nsb; sb += 4 {
+				blk := raw[r*rowBytes+sb*144:]
+				hy, hz, hw := word(blk[4:]), word(blk[8:]), word(blk[12:])
+				sc := [4]uint32{hy & 0x3F3F3F3F, (hw & 0x0F0F0F0F) | ((hy >> 2) & 0x30303030),
+					hz & 0x3F3F3F3F, ((hw >> 4) & 0x0F0F0F0F) | ((hz >> 2) & 0x30303030)}
+				d := gguf.F16ToF32(uint16(blk[0]) | uint16(blk[1])<<8)
+				dmin := gguf.F16ToF32(uint16(blk[2]) | uint16(blk[3])<<8)
+				e0 := 256*sb + 64*j + l0
+				var s0, s1 int32
+				for k := range 4 {
+					q := word(blk[16+16*i+4*k:])
+					s0 += dot4(q&0x0F0F0F0F, xq[e0+4*k:])
+					s1 += dot4((q>>4)&0x0F0F0F0F, xq[e0+32+4*k:])
+				}
+				xb := 8*sb + 2*j
+				scw, mw := sc[0], sc[2]
+				if j >= 2 {
+					scw, mw = sc[1], sc[3]
+				}
+				c0, c1 := float32((scw>>sh)&0xFF), float32((scw>>(sh+8))&0xFF)
+				part := c0*xd[xb]*float32(s0) + c1*xd[xb+1]*float32(s1)
+				var mins float32
+				if l0 == 0 {
+					mins = float32((mw>>sh)&0xFF)*xs[xb] + float32((mw>>(sh+8))&0xFF)*xs[xb+1]
+				}
+				acc[lane] += d*part - dmin*mins
+			}
+		}
+		for o := 16; o > 0; o >>= 1 {
+			var next [32]float32
+			for l := range next {
+				next[l] = acc[l] + acc[l^o]
+			}
+			acc = next
+		}
+		y[r] = acc[0]
+	}
+	return y
+}
+
+// TestGemvqEmulation checks, without a GPU, that gemvq's lane arithmetic
+// (emulateGemvq, a transcription of the kernel) computes what gemvqRef
+// says to 1e-5, and that both stay within tolGemvq of the exact product.
+func TestGemvqEmulation(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 55))
+	for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
+		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
+		x := randVec(r, sh.cols, 1)
+		emu, ref := emulateGemvq(raw, sh.rows, sh.cols, x), gemvqRef(raw, sh.rows, sh.cols, x)
+		if e, err := relErr(emu, ref); err != nil || e > 1e-5 {
+			t.Errorf("%dx%d: emulated gemvq vs its float64 reference: %.3g (tol 1e-5) %v", sh.rows, sh.cols, e, err)
+		}
+		exact := refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, x, 1)
+		if e, err := relErr(ref, exact); err != nil || e > tolGemvq || e == 0 {
+			t.Errorf("%dx%d: int16 reference vs the exact product: %.3g (want in (0, %.0g]) %v", sh.rows, sh.cols, e, tolGemvq, err)
+		} else {
+			t.Logf("%dx%d: int16 activations cost %.2g relative", sh.rows, sh.cols, e)
+		}
+	}
+}
+
+// TestGemvqKernel: the rows-a-warp knob picks a kernel that exists in
+// mm_q4_k for each value, the default for anything else.
+func TestGemvqKernel(t *testing.T) {
+	for _, tc := range []struct{ in, per int }{{0, gemvqDefaultRows}, {1, 1}, {2, 2}, {3, gemvqDefaultRows}, {4, 4}, {-1, gemvqDefaultRows}} {
+		name, per := gemvqKernel(tc.in)
+		if per != tc.per || kernelModule(name) != "mm_q4_k" {
+			t.Errorf("gemvqKernel(%d) = %s, %d rows (module %s); want %d rows in mm_q4_k", tc.in, name, per, kernelModule(name), tc.per)
+		}
+	}
+}
