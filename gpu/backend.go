@@ -71,11 +71,11 @@ type BackendOptions struct {
 	// of as one gemmqg launch (FTCHAT_GEMMQ_GROUP=0 in the engine).
 	NoGEMMQGroup bool
 	// NoGEMVQ keeps a single row of Q4_K weights on gemmq instead of the
-	// GEMV on 8-bit activations (gemvq.go; FTCHAT_GEMVQ=0 in the engine).
+	// GEMV on int16 activations (gemvq.go; FTCHAT_GEMVQ=0 in the engine).
 	NoGEMVQ bool
 	// GEMVQRowsPerWarp sets the rows each gemvq warp computes (1, 2 or 4;
-	// 0: gemvqDefaultRows), a tuning knob (FTCHAT_GEMVQ_ROWS in the engine); results do
-	// not depend on it.
+	// 0: gemvqDefaultRows), a tuning knob (FTCHAT_GEMVQ_ROWS in the
+	// engine); results do not depend on it.
 	GEMVQRowsPerWarp int
 }
 

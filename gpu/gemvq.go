@@ -2,17 +2,17 @@ package gpu
 
 // The single-token Q4_K GEMV on integer activations (kernels/gemvq.cuh):
 // the decode row is quantized once per x to int16 in blocks of 32 with a
-// float scale and sum per block, and each warp dots one weight row with
-// dp2a (16-bit × 8-bit pairs). Issue 13: with one row, gemmq (gemmq.go)
-// issued ~410 instructions a warp per KB of weights and Nsight Compute
-// found it issue-bound at 1.1 TB/s on the H200; gemvq needs far fewer
-// (~95 a warp per 512 bytes), and with 4 rows a warp reaches 2.7-3.1
-// TB/s on the large matrices. It
-// takes the row MatMul and MatMulShared would give gemmq: Q4_K weights
-// without a second-level scale, one row, cols % 256 == 0. int16 keeps the
-// activations closer than gemmq's 16-bit float operands (int8, as
-// llama.cpp's MMVQ quantizes them, measured 0.4-0.7% off on random Q4_K
-// dots against bf16's 0.2%). BackendOptions.NoGEMVQ keeps the row on gemmq.
+// float scale and sum per block, and each warp dots gemvqDefaultRows
+// weight rows with dp2a (16-bit × 8-bit pairs). Issue 13: with one row,
+// gemmq (gemmq.go) issued ~410 instructions a warp per KB of weights and
+// Nsight Compute found it issue-bound at 1.1 TB/s on the H200; gemvq needs
+// ~95 a warp per 512 bytes and reaches 2.7-3.1 TB/s on the large
+// matrices. It takes the row MatMul and MatMulShared would give gemmq:
+// Q4_K weights without a second-level scale, one row, cols % 256 == 0.
+// int16 keeps the activations closer than gemmq's 16-bit float operands
+// (int8, as llama.cpp's MMVQ quantizes them, measured 0.4-0.7% off on
+// random Q4_K dots against bf16's 0.2%). BackendOptions.NoGEMVQ keeps the
+// row on gemmq.
 
 import "github.com/ftchat/ftchat/engine/gguf"
 
