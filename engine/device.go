@@ -65,7 +65,8 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 	// gate, up one matmul at a time instead of one launch each,
 	// FTCHAT_GEMVQ=0 keeps the single Q4_K row on gemmq instead of the
 	// int16-activation GEMV, FTCHAT_GEMVQ_ROWS=N gives each of its warps N
-	// rows (gpu.BackendOptions).
+	// rows, FTCHAT_GEMVQ_Q6K=1 gives it the single Q6_K row too (not yet
+	// run on a GPU) (gpu.BackendOptions).
 	gemmMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_MIN_TOKENS"))
 	splitCTAs, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS"))
 	gemmqMin, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMMQ_MIN"))
@@ -75,7 +76,8 @@ func openGPU(ordinal int, opts Options) (model.Backend, int64, error) {
 		NoGEMMSplitK: os.Getenv("FTCHAT_GEMM_SPLITK") == "0", SkinnyGEMM: os.Getenv("FTCHAT_GEMM_SKINNY") == "1",
 		SplitKCTAsPerSM: max(splitCTAs, 0), NoGEMMQ: os.Getenv("FTCHAT_GEMMQ") == "0", GEMMQMinTokens: max(gemmqMin, 0),
 		GEMMQCTAsPerSM: max(gemmqCTAs, 0), NoGEMMQGroup: os.Getenv("FTCHAT_GEMMQ_GROUP") == "0",
-		NoGEMVQ: os.Getenv("FTCHAT_GEMVQ") == "0", GEMVQRowsPerWarp: gemvqRows})
+		NoGEMVQ: os.Getenv("FTCHAT_GEMVQ") == "0", GEMVQRowsPerWarp: gemvqRows,
+		GEMVQQ6K: os.Getenv("FTCHAT_GEMVQ_Q6K") == "1"})
 	if err != nil {
 		dev.Close()
 		return nil, 0, err

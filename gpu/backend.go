@@ -77,6 +77,10 @@ type BackendOptions struct {
 	// 0: gemvqDefaultRows), a tuning knob (FTCHAT_GEMVQ_ROWS in the
 	// engine); results do not depend on it.
 	GEMVQRowsPerWarp int
+	// GEMVQQ6K gives gemvq the single row of Q6_K weights too
+	// (FTCHAT_GEMVQ_Q6K=1 in the engine). Opt-in until it has run on a
+	// GPU: TestGemvqEmulation checks its arithmetic on the host only.
+	GEMVQQ6K bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -274,7 +278,7 @@ var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gem
 // gemmqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemmq.cuh).
 var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_", "gemmqg8_", "gemmqg16_", "gemmqg32_", "gemmq_reduce3_"}
 
-// gemvqKernels are built for Q4_K only (mm_q4_k, gemvq.cuh).
+// gemvqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemvq.cuh).
 var gemvqKernels = []string{"gemvq_", "gemvq2_", "gemvq4_", "gemvq_pack_"}
 
 // kernelModule returns the module holding kernel name: mm_<type> for the

@@ -36,14 +36,16 @@ const (
 	gemvqPackedNT = -1
 )
 
-// useGemvq reports whether MatMul gives n rows of w to gemvq.
+// useGemvq reports whether MatMul gives n rows of w to gemvq: Q4_K, and
+// Q6_K with BackendOptions.GEMVQQ6K (not yet run on a GPU).
 func (b *Backend) useGemvq(n int, w *Weight) bool {
-	return n == 1 && !b.opts.NoGEMVQ && !b.opts.NoGEMMQ && w.info.Type == gguf.Q4_K && w.scale == 0 &&
-		w.cols%256 == 0 && w.cols <= gemvqMaxCols
+	typ := w.info.Type
+	return n == 1 && !b.opts.NoGEMVQ && !b.opts.NoGEMMQ && (typ == gguf.Q4_K || typ == gguf.Q6_K && b.opts.GEMVQQ6K) &&
+		w.scale == 0 && w.cols%256 == 0 && w.cols <= gemvqMaxCols
 }
 
-// gemvq queues ys[i] = x·ws[i]ᵀ for one row x and one to three Q4_K
-// weights of one width and row size: the pack of x (unless the workspace
+// gemvq queues ys[i] = x·ws[i]ᵀ for one row x and one to three weights
+// of one type (useGemvq's), width and row size: the pack of x (unless the workspace
 // holds it already) and one gemvq launch over all their rows. done is
 // false when the workspace could not be had.
 func (b *Backend) gemvq(c *Ctx, ys []DevicePtr, x DevicePtr, ws []*Weight) (done bool, err error) {
@@ -54,12 +56,13 @@ func (b *Backend) gemvq(c *Ctx, ys []DevicePtr, x DevicePtr, ws []*Weight) (done
 		return false, nil
 	}
 	w0 := ws[0]
+	suf := kernelSuffix[w0.info.Type]
 	xq := b.gemmqWS.Ptr
 	xd, xs := xq.Add(gemvqXDOff), xq.Add(gemvqXSOff)
 	key := gemmqPacked{x: x, n: 1, cols: w0.cols, nt: gemvqPackedNT, t: w0.info.Type}
 	if b.packed.reusable(key, c.writes) {
 		b.packReuses++
-	} else if err := b.launch(c, "gemvq_pack_q4_k", Dim3{X: cdiv(w0.cols/32, 8)}, Dim3{X: 256}, x, w0.cols, xq, xd, xs); err != nil {
+	} else if err := b.launch(c, "gemvq_pack_"+suf, Dim3{X: cdiv(w0.cols/32, 8)}, Dim3{X: 256}, x, w0.cols, xq, xd, xs); err != nil {
 		b.packed = gemmqPacked{}
 		return true, err
 	}
@@ -76,6 +79,7 @@ func (b *Backend) gemvq(c *Ctx, ys []DevicePtr, x DevicePtr, ws []*Weight) (done
 	}
 	c.profNote(bytes, 2*float64(total)*float64(w0.cols))
 	name, per := gemvqKernel(b.opts.GEMVQRowsPerWarp)
+	name += suf
 	if err := b.launch(c, name, Dim3{X: cdiv(total, gemvqWarps*per)}, Dim3{X: 32 * gemvqWarps},
 		raw[0], raw[1], raw[2], w0.rowBytes, rows[0], rows[1], rows[2], w0.cols, xq, xd, xs,
 		out[0], out[1], out[2]); err != nil {
@@ -97,18 +101,19 @@ func (b *Backend) gemvq(c *Ctx, ys []DevicePtr, x DevicePtr, ws []*Weight) (done
 	return true, nil
 }
 
-// gemvqKernel returns the gemvq kernel for rows rows a warp (1, 2 or 4;
-// 0 or anything else: gemvqDefaultRows) and the rows it takes. Each row's
-// result is the same bit for bit whichever it is (TestMatMulGemvq).
-func gemvqKernel(rows int) (name string, per int) {
+// gemvqKernel returns the gemvq kernel (less its type suffix) for rows
+// rows a warp (1, 2 or 4; 0 or anything else: gemvqDefaultRows) and the
+// rows it takes. Each row's result is the same bit for bit whichever it
+// is (TestMatMulGemvq).
+func gemvqKernel(rows int) (prefix string, per int) {
 	if rows != 1 && rows != 2 && rows != 4 {
 		rows = gemvqDefaultRows
 	}
 	switch rows {
 	case 1:
-		return "gemvq_q4_k", 1
+		return "gemvq_", 1
 	case 2:
-		return "gemvq2_q4_k", 2
+		return "gemvq2_", 2
 	}
-	return "gemvq4_q4_k", 4
+	return "gemvq4_", 4
 }

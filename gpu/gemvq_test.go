@@ -47,7 +47,12 @@ func quantizeI16x32(x []float32) []float32 {
 // the nibble part of each Q4_K weight (w − w0, w0 = −dmin·m the weight of
 // a zero nibble) times the int16-rounded activations, plus w0 times the
 // exact x (gemvq takes each block's float sum for the mins).
-func gemvqRef(raw []byte, rows, cols int, x []float32) []float32 {
+// Q6_K has no mins: its reference is the product on the rounded
+// activations.
+func gemvqRef(typ gguf.Type, raw []byte, rows, cols int, x []float32) []float32 {
+	if typ == gguf.Q6_K {
+		return refMatMul(typ, raw, rows, cols, quantizeI16x32(x), 1)
+	}
 	zero := append([]byte(nil), raw...)
 	for b := 0; b < len(zero); b += 144 {
 		clear(zero[b+16 : b+144]) // qs: every nibble 0
@@ -63,8 +68,9 @@ func gemvqRef(raw []byte, rows, cols int, x []float32) []float32 {
 	return out
 }
 
-// TestMatMulGemvq checks the single-row Q4_K GEMV on int16 activations
-// (MatMul's and MatMulShared's choice for one row of Q4_K):
+// TestMatMulGemvq checks the single-row GEMV on int16 activations
+// (MatMul's and MatMulShared's choice for one row of Q4_K, and of Q6_K
+// with BackendOptions.GEMVQQ6K, turned on here):
 //   - against a float64 reference on the exact weights and the
 //     activations rounded to int16 per 32 as the pack rounds them
 //     (gemvqRef), to 1e-5: a slip in the nibble order, the scales, the
@@ -82,16 +88,26 @@ func TestMatMulGemvq(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	r := rand.New(rand.NewPCG(13, 31))
-	for _, sh := range []struct{ rows, cols int }{
-		{rows: 300, cols: 4096},
-		{rows: 197, cols: 256},
-		{rows: 70, cols: 14336},
-		{rows: 1041, cols: 1536},
-		{rows: 33, cols: 512},
+	setOpts(t, g, func(o *BackendOptions) { o.GEMVQQ6K = true }) // Q6_K's gemvq is opt-in
+	defer setOpts(t, g, func(o *BackendOptions) { o.GEMVQQ6K = false })
+	for _, tc := range []struct {
+		typ        gguf.Type
+		rows, cols int
+	}{
+		{gguf.Q4_K, 300, 4096},
+		{gguf.Q4_K, 197, 256},
+		{gguf.Q4_K, 70, 14336},
+		{gguf.Q4_K, 1041, 1536},
+		{gguf.Q4_K, 33, 512},
+		{gguf.Q6_K, 300, 4096},
+		{gguf.Q6_K, 197, 256},
+		{gguf.Q6_K, 70, 14336},
+		{gguf.Q6_K, 1041, 1536},
 	} {
-		name := fmt.Sprintf("Q4_K %dx%d", sh.rows, sh.cols)
-		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
-		info := gguf.TensorInfo{Name: "gemvq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: gguf.Q4_K}
+		sh := tc
+		name := fmt.Sprintf("%s %dx%d", tc.typ, sh.rows, sh.cols)
+		raw := randWeight(r, tc.typ, sh.rows, sh.cols)
+		info := gguf.TensorInfo{Name: "gemvq", Dims: []uint64{uint64(sh.cols), uint64(sh.rows)}, Type: tc.typ}
 		gw, cw := p.weight(info, raw)
 		var takes bool
 		if err := g.dev.Do(func(*Ctx) error { takes = g.useGemvq(1, gw.(*Weight)); return nil }); err != nil || !takes {
@@ -115,10 +131,10 @@ func TestMatMulGemvq(t *testing.T) {
 		p.c.MatMul(cy, cx, cw)
 		p.compare(name+" gemvq vs cpu", gy, cy, tolGemvq)
 		got := download(t, g, gy)
-		if e, err := relErr(got, gemvqRef(raw, sh.rows, sh.cols, x)); err != nil || e > 1e-5 {
+		if e, err := relErr(got, gemvqRef(tc.typ, raw, sh.rows, sh.cols, x)); err != nil || e > 1e-5 {
 			t.Errorf("%s: gemvq vs float64 on the int16 activations: error %.3g (tol 1e-5) %v", name, e, err)
 		}
-		if e, err := relErr(got, refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, x, 1)); err != nil || e > tolGemvq {
+		if e, err := relErr(got, refMatMul(tc.typ, raw, sh.rows, sh.cols, x, 1)); err != nil || e > tolGemvq {
 			t.Errorf("%s: gemvq vs the exact product: error %.3g (tol %.0g) %v", name, e, tolGemvq, err)
 		}
 		checkBitsRepeat(t, name, got, download(t, g, gy2), download(t, g, gy3), nil)
@@ -260,7 +276,7 @@ func TestGemvqEmulation(t *testing.T) {
 	for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
 		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
 		x := randVec(r, sh.cols, 1)
-		emu, ref := emulateGemvq(raw, sh.rows, sh.cols, x), gemvqRef(raw, sh.rows, sh.cols, x)
+		emu, ref := emulateGemvq(raw, sh.rows, sh.cols, x), gemvqRef(gguf.Q4_K, raw, sh.rows, sh.cols, x)
 		if e, err := relErr(emu, ref); err != nil || e > 1e-5 {
 			t.Errorf("%dx%d: emulated gemvq vs its float64 reference: %.3g (tol 1e-5) %v", sh.rows, sh.cols, e, err)
 		}
@@ -277,9 +293,119 @@ func TestGemvqEmulation(t *testing.T) {
 // mm_q4_k for each value, the default for anything else.
 func TestGemvqKernel(t *testing.T) {
 	for _, tc := range []struct{ in, per int }{{0, gemvqDefaultRows}, {1, 1}, {2, 2}, {3, gemvqDefaultRows}, {4, 4}, {-1, gemvqDefaultRows}} {
-		name, per := gemvqKernel(tc.in)
-		if per != tc.per || kernelModule(name) != "mm_q4_k" {
-			t.Errorf("gemvqKernel(%d) = %s, %d rows (module %s); want %d rows in mm_q4_k", tc.in, name, per, kernelModule(name), tc.per)
+		prefix, per := gemvqKernel(tc.in)
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
+			name, want := prefix+kernelSuffix[typ], "mm_"+kernelSuffix[typ]
+			if per != tc.per || kernelModule(name) != want {
+				t.Errorf("gemvqKernel(%d) = %s, %d rows (module %s); want %d rows in %s", tc.in, name, per, kernelModule(name), tc.per, want)
+			}
+		}
+	}
+}
+
+// emulateGemvq6 is emulateGemvq for Q6_K, word for word as gemvq6_body
+// computes it: half n = i/4 and l0 = 8·(i&3) per lane, the ql/qh/scale
+// words, the bit-pair shifts, q − 32 per byte (__vsub4), dp2a lo/hi
+// against the int16 activations, one scale and activation block per 8
+// elements, no mins.
+func emulateGemvq6(raw []byte, rows, cols int, x []float32) []float32 {
+	nb := cols / 32
+	xq, xd := make([]int16, cols), make([]float32, nb)
+	for b := range nb {
+		var a float32
+		vals := x[32*b : 32*b+32]
+		for _, v := range vals {
+			a = max(a, float32(math.Abs(float64(v))))
+		}
+		var inv float32
+		if a > 0 {
+			inv = 32767 / a
+		}
+		for i, v := range vals {
+			xq[32*b+i] = int16(math.RoundToEven(float64(v * inv)))
+		}
+		xd[b] = a / 32767
+	}
+	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
+	vsub4 := func(a, b uint32) uint32 { // per-byte a − b, wrapping
+		var out uint32
+		for k := range 4 {
+			out |= uint32(byte(a>>(8*k))-byte(b>>(8*k))) << (8 * k)
+		}
+		return out
+	}
+	dp2a := func(xs []int16, q uint32, hi bool, acc int32) int32 { // two int16 times bytes 0,1 (lo) or 2,3 (hi) of q
+		sh := 0
+		if hi {
+			sh = 16
+		}
+		return acc + int32(xs[0])*int32(int8(q>>sh)) + int32(xs[1])*int32(int8(q>>(sh+8)))
+	}
+	dot8 := func(q0, q1 uint32, xs []int16) int32 {
+		acc := dp2a(xs[0:], q0, false, 0)
+		acc = dp2a(xs[2:], q0, true, acc)
+		acc = dp2a(xs[4:], q1, false, acc)
+		return dp2a(xs[6:], q1, true, acc)
+	}
+	rowBytes, nsb := cols/256*210, cols/256
+	y := make([]float32, rows)
+	for r := range rows {
+		var acc [32]float32
+		for lane := range 32 {
+			grp, i := lane>>3, lane&7
+			n, l0 := i>>2, 8*(i&3)
+			sb8 := 8 * ((i & 3) >> 1)
+			for sb := grp; sb < nsb; sb += 4 {
+				blk := raw[r*rowBytes+sb*210:]
+				ql, qh := blk[64*n+l0:], blk[128+32*n+l0:]
+				aw := [2]uint32{word(ql), word(ql[4:])}
+				bw := [2]uint32{word(ql[32:]), word(ql[36:])}
+				hw := [2]uint32{word(qh), word(qh[4:])}
+				s0, s1 := word(blk[192+8*n:]), word(blk[196+8*n:])
+				d := gguf.F16ToF32(uint16(blk[208]) | uint16(blk[209])<<8)
+				var q [4][2]uint32
+				for w := range 2 {
+					q[0][w] = vsub4(aw[w]&0x0F0F0F0F|(hw[w]<<4)&0x30303030, 0x20202020)
+					q[1][w] = vsub4(bw[w]&0x0F0F0F0F|(hw[w]<<2)&0x30303030, 0x20202020)
+					q[2][w] = vsub4((aw[w]>>4)&0x0F0F0F0F|hw[w]&0x30303030, 0x20202020)
+					q[3][w] = vsub4((bw[w]>>4)&0x0F0F0F0F|(hw[w]>>2)&0x30303030, 0x20202020)
+				}
+				c := [4]float32{float32(int8(s0 >> sb8)), float32(int8(s0 >> (sb8 + 16))), float32(int8(s1 >> sb8)), float32(int8(s1 >> (sb8 + 16)))}
+				var part float32
+				for m := range 4 {
+					e := 256*sb + 128*n + 32*m + l0
+					part += c[m] * xd[8*sb+4*n+m] * float32(dot8(q[m][0], q[m][1], xq[e:]))
+				}
+				acc[lane] += d * part
+			}
+		}
+		for o := 16; o > 0; o >>= 1 {
+			var next [32]float32
+			for l := range next {
+				next[l] = acc[l] + acc[l^o]
+			}
+			acc = next
+		}
+		y[r] = acc[0]
+	}
+	return y
+}
+
+// TestGemvq6Emulation: gemvq6_body's lane arithmetic (emulateGemvq6)
+// against the float64 product on the int16-rounded activations (Q6_K has
+// no mins, so that is exactly what the kernel computes) to 1e-5, and
+// within tolGemvq of the exact product.
+func TestGemvq6Emulation(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 66))
+	for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
+		raw := randWeight(r, gguf.Q6_K, sh.rows, sh.cols)
+		x := randVec(r, sh.cols, 1)
+		emu := emulateGemvq6(raw, sh.rows, sh.cols, x)
+		if e, err := relErr(emu, refMatMul(gguf.Q6_K, raw, sh.rows, sh.cols, quantizeI16x32(x), 1)); err != nil || e > 1e-5 {
+			t.Errorf("%dx%d: emulated Q6_K gemvq vs float64 on the int16 activations: %.3g (tol 1e-5) %v", sh.rows, sh.cols, e, err)
+		}
+		if e, err := relErr(emu, refMatMul(gguf.Q6_K, raw, sh.rows, sh.cols, x, 1)); err != nil || e > tolGemvq {
+			t.Errorf("%dx%d: emulated Q6_K gemvq vs the exact product: %.3g (tol %.0g) %v", sh.rows, sh.cols, e, tolGemvq, err)
 		}
 	}
 }

@@ -206,7 +206,7 @@ func TestKernelModules(t *testing.T) {
 		names = append(names, p+kernelSuffix[gguf.Q4_K], p+kernelSuffix[gguf.Q6_K])
 	}
 	for _, p := range gemvqKernels {
-		names = append(names, p+kernelSuffix[gguf.Q4_K])
+		names = append(names, p+kernelSuffix[gguf.Q4_K], p+kernelSuffix[gguf.Q6_K])
 	}
 	for _, arch := range []int{75, 80, 90} {
 		for _, n := range names {

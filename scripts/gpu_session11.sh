@@ -23,6 +23,9 @@
 #     gemvq with 1, 2 and 4 rows a warp: TestMatMulGemvq and the rows bench.
 #   scripts/gpu_session11.sh speedrows
 #     `bench speed` with 4 and 1 rows a gemvq warp, and the 8B table at 4.
+#   scripts/gpu_session11.sh q6k
+#     (prepared, not run) gemvq for Q6_K (opt-in): its test, the Q6_K rows
+#     bench with and without it, the engine's GPU tests with it on.
 #   scripts/gpu_session11.sh peer
 #     llama-bench -fa 1 -p 512 -n 128 -d 0,4096,32768 (f16 and q8_0 KV, -r
 #     ${REPS:-2}) and `ftchat bench speed` (bf16 and fp8 KV) on the same 8B
@@ -119,6 +122,21 @@ gemvqrows)
   done
   tar -czf "$OUT/gemvqrows-logs.tgz" -C /tmp/out gemvqrows
   ;;
+q6k)
+  # (prepared, not run) gemvq for Q6_K, opt-in until this passes:
+  # TestMatMulGemvq (both types), the Q6_K rows bench with and without it,
+  # the engine's GPU tests with it on.
+  L=/tmp/out/q6k; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  gen smollm2-135m /tmp/s.gguf
+  T_TEST=60 gtests gpu gpu.test '^TestMatMulGemvq$|^TestKernelModules$' $L/gpu_test.log
+  for q in 1 0; do
+    (cd gpu && FTCHAT_ROWS_TYPE=Q6_K FTCHAT_GEMVQ_Q6K=$q FTCHAT_ROWS_MODES=default,group timeout 40 $B/gpu.test -test.run '^$' \
+      -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows_q6k$q.txt 2>&1
+    grep -E '^Benchmark' $L/rows_q6k$q.txt | sed -E "s/^/gemvq_q6k=$q /; s/ +[0-9]+ ns\/op//"
+  done
+  T_TEST=170 gtests engine engine.test 'GPU' $L/engine_test.log FTCHAT_GEMVQ_Q6K=1
+  tar -czf "$OUT/q6k-logs.tgz" -C /tmp/out q6k
+  ;;
 speedrows)
   # `bench speed` decode with 4 and 1 rows a gemvq warp, then the 8B table
   # at 0/4K/32K with 4 (the two calls after gemvqrows, on the same machine).
@@ -181,7 +199,7 @@ all)
   tar -czf "$OUT/all-logs.tgz" -C /tmp/out all
   ;;
 *)
-  echo "usage: $0 sweep|gemvq|gemvqrows|speedrows|ncu|peer|all" >&2
+  echo "usage: $0 sweep|gemvq|gemvqrows|speedrows|q6k|ncu|peer|all" >&2
   exit 2
   ;;
 esac

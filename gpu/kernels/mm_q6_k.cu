@@ -4,3 +4,4 @@
 #include "mm.cuh"
 #include "gemvr.cuh"
 #include "gemmq.cuh"
+#include "gemvq.cuh"
