@@ -21,24 +21,52 @@ func setGemvq(tb testing.TB, g *Backend, on bool) {
 	setOpts(tb, g, func(o *BackendOptions) { o.NoGEMVQ = !on })
 }
 
-// quantizeI16x32 rounds x as gemvq_pack does, in float32: per block of
-// 32, q = rint(x·(32767/max|x|)) and x ≈ q·(max/32767). It returns those
-// values.
-func quantizeI16x32(x []float32) []float32 {
-	out := make([]float32, len(x))
-	for b := 0; b < len(x); b += 32 {
+// packI16x32 is gemvq_pack on the host, in float32: per block of 32,
+// q = rint(x·(32767/max|x|)), the scale max/32767 and the block's sum in
+// the kernel's butterfly order.
+func packI16x32(x []float32) (xq []int16, xd, xs []float32) {
+	nb := len(x) / 32
+	xq, xd, xs = make([]int16, len(x)), make([]float32, nb), make([]float32, nb)
+	for b := range nb {
+		vals := x[32*b : 32*b+32]
 		var a float32
-		for _, v := range x[b : b+32] {
+		var sums [32]float32
+		for l, v := range vals {
 			a = max(a, float32(math.Abs(float64(v))))
+			sums[l] = v
 		}
 		var inv float32
 		if a > 0 {
 			inv = 32767 / a
 		}
-		d := a / 32767
-		for i, v := range x[b : b+32] {
-			out[b+i] = float32(math.RoundToEven(float64(v*inv))) * d
+		for i, v := range vals {
+			xq[32*b+i] = int16(math.RoundToEven(float64(v * inv)))
 		}
+		xd[b], xs[b] = a/32767, butterfly32(sums)
+	}
+	return xq, xd, xs
+}
+
+// butterfly32 sums 32 lanes as the kernels' shuffles do (lane l adds lane
+// l^o for o = 16, 8, 4, 2, 1) and returns lane 0's total.
+func butterfly32(v [32]float32) float32 {
+	for o := 16; o > 0; o >>= 1 {
+		var next [32]float32
+		for l := range next {
+			next[l] = v[l] + v[l^o]
+		}
+		v = next
+	}
+	return v[0]
+}
+
+// quantizeI16x32 returns x as gemvq_pack rounds it: q·(max/32767) per
+// block of 32.
+func quantizeI16x32(x []float32) []float32 {
+	xq, xd, _ := packI16x32(x)
+	out := make([]float32, len(x))
+	for i, q := range xq {
+		out[i] = float32(q) * xd[i/32]
 	}
 	return out
 }
@@ -187,31 +215,7 @@ func TestMatMulGemvq(t *testing.T) {
 // (the pack, the lane map, the scale words, dp4a, the fixed butterfly
 // sum), so the kernel's indexing is checked on machines without a GPU.
 func emulateGemvq(raw []byte, rows, cols int, x []float32) []float32 {
-	nb := cols / 32
-	xq, xd, xs := make([]int16, cols), make([]float32, nb), make([]float32, nb)
-	for b := range nb {
-		var a float32
-		vals := x[32*b : 32*b+32]
-		for _, v := range vals {
-			a = max(a, float32(math.Abs(float64(v))))
-		}
-		sums := append([]float32(nil), vals...) // the butterfly: lane l adds lane l^o
-		for o := 16; o > 0; o >>= 1 {
-			next := make([]float32, 32)
-			for l := range next {
-				next[l] = sums[l] + sums[l^o]
-			}
-			sums = next
-		}
-		var inv float32
-		if a > 0 {
-			inv = 32767 / a
-		}
-		for i, v := range vals {
-			xq[32*b+i] = int16(math.RoundToEven(float64(v * inv)))
-		}
-		xd[b], xs[b] = a/32767, sums[0]
-	}
+	xq, xd, xs := packI16x32(x)
 	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
 	dot4 := func(q uint32, xs []int16) int32 { // dp2a.lo then dp2a.hi
 		var s int32
@@ -256,14 +260,7 @@ func emulateGemvq(raw []byte, rows, cols int, x []float32) []float32 {
 				acc[lane] += d*part - dmin*mins
 			}
 		}
-		for o := 16; o > 0; o >>= 1 {
-			var next [32]float32
-			for l := range next {
-				next[l] = acc[l] + acc[l^o]
-			}
-			acc = next
-		}
-		y[r] = acc[0]
+		y[r] = butterfly32(acc)
 	}
 	return y
 }
@@ -309,23 +306,7 @@ func TestGemvqKernel(t *testing.T) {
 // against the int16 activations, one scale and activation block per 8
 // elements, no mins.
 func emulateGemvq6(raw []byte, rows, cols int, x []float32) []float32 {
-	nb := cols / 32
-	xq, xd := make([]int16, cols), make([]float32, nb)
-	for b := range nb {
-		var a float32
-		vals := x[32*b : 32*b+32]
-		for _, v := range vals {
-			a = max(a, float32(math.Abs(float64(v))))
-		}
-		var inv float32
-		if a > 0 {
-			inv = 32767 / a
-		}
-		for i, v := range vals {
-			xq[32*b+i] = int16(math.RoundToEven(float64(v * inv)))
-		}
-		xd[b] = a / 32767
-	}
+	xq, xd, _ := packI16x32(x)
 	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
 	vsub4 := func(a, b uint32) uint32 { // per-byte a − b, wrapping
 		var out uint32
@@ -379,14 +360,7 @@ func emulateGemvq6(raw []byte, rows, cols int, x []float32) []float32 {
 				acc[lane] += d * part
 			}
 		}
-		for o := 16; o > 0; o >>= 1 {
-			var next [32]float32
-			for l := range next {
-				next[l] = acc[l] + acc[l^o]
-			}
-			acc = next
-		}
-		y[r] = acc[0]
+		y[r] = butterfly32(acc)
 	}
 	return y
 }
