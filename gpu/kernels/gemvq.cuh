@@ -69,24 +69,15 @@ __device__ __forceinline__ int gv_dot16(uint4 q, int4 x0, int4 x1, int shift, in
     return acc;
 }
 
-// gemvq_body: y_i = W_i · x for one token and up to three weights of one
-// width (rows2 = 0 for two, rows1 = 0 too for one) over the rows of W0,
-// then W1, then W2, R rows a warp (warp w of the grid takes rows R·w ..
-// R·w+R-1), 4 warps a CTA. The R rows share the activation loads and keep
-// R weight streams in flight; each row's arithmetic, and its order, are
-// those of R = 1 (the multiplies and adds are pinned with intrinsics, so
-// contraction cannot differ between the instantiations). cols % 256 == 0;
-// x packed by gemvq_pack_<type>.
+// gv_rows resolves the R rows of a gemvq warp (first = R·warp of the grid)
+// over W0, then W1, then W2: row[k] points off bytes into row k's data,
+// yr[k] at its output. A row past the end reads the warp's first row and
+// is not live (not stored). It returns whether the first row is live.
 template <int R>
-__device__ __forceinline__ void gemvq4_body(const uint8_t* W0, const uint8_t* W1, const uint8_t* W2, long long rowBytes,
-                                           int rows0, int rows1, int rows2, int cols, const int16_t* __restrict__ xq,
-                                           const float* __restrict__ xd, const float* __restrict__ xs, float* y0,
-                                           float* y1, float* y2) {
+__device__ __forceinline__ bool gv_rows(const uint8_t* W0, const uint8_t* W1, const uint8_t* W2, long long rowBytes,
+                                        int rows0, int rows1, int rows2, float* y0, float* y1, float* y2, int off,
+                                        const uint8_t* (&row)[R], float* (&yr)[R], bool (&live)[R]) {
     const int first = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
-    const int lane = threadIdx.x & 31, grp = lane >> 3, i = lane & 7, j = i >> 1, l0 = 16 * (i & 1);
-    const uint8_t* row[R];
-    float* yr[R];
-    bool live[R];
 #pragma unroll
     for (int k = 0; k < R; k++) {
         int r = first + k;
@@ -100,11 +91,43 @@ __device__ __forceinline__ void gemvq4_body(const uint8_t* W0, const uint8_t* W1
                 live[k] = r < rows2;
             }
         }
-        // a row past the end reads the warp's first row; it is not stored
-        row[k] = live[k] ? W + (size_t)r * rowBytes + 16 + 16 * i : row[0];
+        row[k] = live[k] ? W + (size_t)r * rowBytes + off : row[0];
         yr[k] = y + r;
     }
-    if (!live[0]) return;
+    return live[0];
+}
+
+// gv_store sums each row's lane partials across the warp in a fixed
+// butterfly order and has lane 0 store the live rows.
+template <int R>
+__device__ __forceinline__ void gv_store(const float (&acc)[R], const bool (&live)[R], float* const (&yr)[R], int lane) {
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        float a = acc[k];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+        if (lane == 0 && live[k]) *yr[k] = a;
+    }
+}
+
+// gemvq_body: y_i = W_i · x for one token and up to three weights of one
+// width (rows2 = 0 for two, rows1 = 0 too for one) over the rows of W0,
+// then W1, then W2, R rows a warp (warp w of the grid takes rows R·w ..
+// R·w+R-1), 4 warps a CTA. The R rows share the activation loads and keep
+// R weight streams in flight; each row's arithmetic, and its order, are
+// those of R = 1 (the multiplies and adds are pinned with intrinsics, so
+// contraction cannot differ between the instantiations). cols % 256 == 0;
+// x packed by gemvq_pack_<type>.
+template <int R>
+__device__ __forceinline__ void gemvq4_body(const uint8_t* W0, const uint8_t* W1, const uint8_t* W2, long long rowBytes,
+                                           int rows0, int rows1, int rows2, int cols, const int16_t* __restrict__ xq,
+                                           const float* __restrict__ xd, const float* __restrict__ xs, float* y0,
+                                           float* y1, float* y2) {
+    const int lane = threadIdx.x & 31, grp = lane >> 3, i = lane & 7, j = i >> 1, l0 = 16 * (i & 1);
+    const uint8_t* row[R];
+    float* yr[R];
+    bool live[R];
+    if (!gv_rows<R>(W0, W1, W2, rowBytes, rows0, rows1, rows2, y0, y1, y2, 16 + 16 * i, row, yr, live)) return;
     const int nsb = cols >> 8;
     // byte 2j (sub-blocks 0..3) or 2j-4 (4..7) of gq_scales' words
     const int sh = 16 * (j & 1);
@@ -141,13 +164,7 @@ __device__ __forceinline__ void gemvq4_body(const uint8_t* W0, const uint8_t* W1
             acc[k] = __fadd_rn(acc[k], __fmaf_rn(d, part, -__fmul_rn(dmin, mins)));
         }
     }
-#pragma unroll
-    for (int k = 0; k < R; k++) {
-        float a = acc[k];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
-        if (lane == 0 && live[k]) *yr[k] = a;
-    }
+    gv_store<R>(acc, live, yr, lane);
 }
 
 // gemvq6_body: gemvq4_body for Q6_K (210-byte super-blocks: ql[128] low
@@ -170,29 +187,12 @@ template <int R>
 __device__ __forceinline__ void gemvq6_body(const uint8_t* W0, const uint8_t* W1, const uint8_t* W2, long long rowBytes,
                                             int rows0, int rows1, int rows2, int cols, const int16_t* __restrict__ xq,
                                             const float* __restrict__ xd, float* y0, float* y1, float* y2) {
-    const int first = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
     const int lane = threadIdx.x & 31, grp = lane >> 3, i = lane & 7, n = i >> 2, l0 = 8 * (i & 3);
     const int sb8 = 8 * ((i & 3) >> 1); // bit offset of byte l0/16 of each scale word
     const uint8_t* row[R];
     float* yr[R];
     bool live[R];
-#pragma unroll
-    for (int k = 0; k < R; k++) {
-        int r = first + k;
-        const uint8_t* W = W0;
-        float* y = y0;
-        live[k] = true;
-        if (r >= rows0) {
-            r -= rows0, W = W1, y = y1;
-            if (r >= rows1) {
-                r -= rows1, W = W2, y = y2;
-                live[k] = r < rows2;
-            }
-        }
-        row[k] = live[k] ? W + (size_t)r * rowBytes : row[0];
-        yr[k] = y + r;
-    }
-    if (!live[0]) return;
+    if (!gv_rows<R>(W0, W1, W2, rowBytes, rows0, rows1, rows2, y0, y1, y2, 0, row, yr, live)) return;
     const int nsb = cols >> 8;
     const int16_t* xrow = xq + 128 * n + l0;
     float acc[R];
@@ -232,13 +232,7 @@ __device__ __forceinline__ void gemvq6_body(const uint8_t* W0, const uint8_t* W1
             acc[k] = __fmaf_rn(d, part, acc[k]);
         }
     }
-#pragma unroll
-    for (int k = 0; k < R; k++) {
-        float a = acc[k];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
-        if (lane == 0 && live[k]) *yr[k] = a;
-    }
+    gv_store<R>(acc, live, yr, lane);
 }
 
 // gemvq<R>_<type>: gemvq4_body (Q4_K) or gemvq6_body (Q6_K) with R rows a
