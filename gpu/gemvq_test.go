@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -216,7 +217,7 @@ func TestMatMulGemvq(t *testing.T) {
 // sum), so the kernel's indexing is checked on machines without a GPU.
 func emulateGemvq(raw []byte, rows, cols int, x []float32) []float32 {
 	xq, xd, xs := packI16x32(x)
-	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
+	word := binary.LittleEndian.Uint32
 	dot4 := func(q uint32, xs []int16) int32 { // dp2a.lo then dp2a.hi
 		var s int32
 		for k := range 4 {
@@ -265,41 +266,6 @@ func emulateGemvq(raw []byte, rows, cols int, x []float32) []float32 {
 	return y
 }
 
-// TestGemvqEmulation checks, without a GPU, that gemvq's lane arithmetic
-// (emulateGemvq, a transcription of the kernel) computes what gemvqRef
-// says to 1e-5, and that both stay within tolGemvq of the exact product.
-func TestGemvqEmulation(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 55))
-	for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
-		raw := randWeight(r, gguf.Q4_K, sh.rows, sh.cols)
-		x := randVec(r, sh.cols, 1)
-		emu, ref := emulateGemvq(raw, sh.rows, sh.cols, x), gemvqRef(gguf.Q4_K, raw, sh.rows, sh.cols, x)
-		if e, err := relErr(emu, ref); err != nil || e > 1e-5 {
-			t.Errorf("%dx%d: emulated gemvq vs its float64 reference: %.3g (tol 1e-5) %v", sh.rows, sh.cols, e, err)
-		}
-		exact := refMatMul(gguf.Q4_K, raw, sh.rows, sh.cols, x, 1)
-		if e, err := relErr(ref, exact); err != nil || e > tolGemvq || e == 0 {
-			t.Errorf("%dx%d: int16 reference vs the exact product: %.3g (want in (0, %.0g]) %v", sh.rows, sh.cols, e, tolGemvq, err)
-		} else {
-			t.Logf("%dx%d: int16 activations cost %.2g relative", sh.rows, sh.cols, e)
-		}
-	}
-}
-
-// TestGemvqKernel: the rows-a-warp knob picks a kernel that exists in
-// mm_q4_k for each value, the default for anything else.
-func TestGemvqKernel(t *testing.T) {
-	for _, tc := range []struct{ in, per int }{{0, gemvqDefaultRows}, {1, 1}, {2, 2}, {3, gemvqDefaultRows}, {4, 4}, {-1, gemvqDefaultRows}} {
-		prefix, per := gemvqKernel(tc.in)
-		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
-			name, want := prefix+kernelSuffix[typ], "mm_"+kernelSuffix[typ]
-			if per != tc.per || kernelModule(name) != want {
-				t.Errorf("gemvqKernel(%d) = %s, %d rows (module %s); want %d rows in %s", tc.in, name, per, kernelModule(name), tc.per, want)
-			}
-		}
-	}
-}
-
 // emulateGemvq6 is emulateGemvq for Q6_K, word for word as gemvq6_body
 // computes it: half n = i/4 and l0 = 8·(i&3) per lane, the ql/qh/scale
 // words, the bit-pair shifts, q − 32 per byte (__vsub4), dp2a lo/hi
@@ -307,7 +273,7 @@ func TestGemvqKernel(t *testing.T) {
 // elements, no mins.
 func emulateGemvq6(raw []byte, rows, cols int, x []float32) []float32 {
 	xq, xd, _ := packI16x32(x)
-	word := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
+	word := binary.LittleEndian.Uint32
 	vsub4 := func(a, b uint32) uint32 { // per-byte a − b, wrapping
 		var out uint32
 		for k := range 4 {
@@ -365,21 +331,38 @@ func emulateGemvq6(raw []byte, rows, cols int, x []float32) []float32 {
 	return y
 }
 
-// TestGemvq6Emulation: gemvq6_body's lane arithmetic (emulateGemvq6)
-// against the float64 product on the int16-rounded activations (Q6_K has
-// no mins, so that is exactly what the kernel computes) to 1e-5, and
-// within tolGemvq of the exact product.
-func TestGemvq6Emulation(t *testing.T) {
-	r := rand.New(rand.NewPCG(6, 66))
-	for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
-		raw := randWeight(r, gguf.Q6_K, sh.rows, sh.cols)
-		x := randVec(r, sh.cols, 1)
-		emu := emulateGemvq6(raw, sh.rows, sh.cols, x)
-		if e, err := relErr(emu, refMatMul(gguf.Q6_K, raw, sh.rows, sh.cols, quantizeI16x32(x), 1)); err != nil || e > 1e-5 {
-			t.Errorf("%dx%d: emulated Q6_K gemvq vs float64 on the int16 activations: %.3g (tol 1e-5) %v", sh.rows, sh.cols, e, err)
-		}
-		if e, err := relErr(emu, refMatMul(gguf.Q6_K, raw, sh.rows, sh.cols, x, 1)); err != nil || e > tolGemvq {
-			t.Errorf("%dx%d: emulated Q6_K gemvq vs the exact product: %.3g (tol %.0g) %v", sh.rows, sh.cols, e, tolGemvq, err)
+// TestGemvqEmulation checks, without a GPU, that gemvq's lane arithmetic
+// for each type (emulateGemvq, emulateGemvq6: transcriptions of the
+// kernels) computes what gemvqRef says to 1e-5, that the int16 rounding
+// costs something but stays within tolGemvq of the exact product, and that
+// the emulation does too.
+func TestGemvqEmulation(t *testing.T) {
+	for _, tc := range []struct {
+		typ     gguf.Type
+		emulate func(raw []byte, rows, cols int, x []float32) []float32
+		seed    uint64
+	}{
+		{gguf.Q4_K, emulateGemvq, 5},
+		{gguf.Q6_K, emulateGemvq6, 6},
+	} {
+		r := rand.New(rand.NewPCG(tc.seed, 11*tc.seed))
+		for _, sh := range []struct{ rows, cols int }{{37, 256}, {20, 1536}, {9, 4096}} {
+			name := fmt.Sprintf("%s %dx%d", tc.typ, sh.rows, sh.cols)
+			raw := randWeight(r, tc.typ, sh.rows, sh.cols)
+			x := randVec(r, sh.cols, 1)
+			emu, ref := tc.emulate(raw, sh.rows, sh.cols, x), gemvqRef(tc.typ, raw, sh.rows, sh.cols, x)
+			if e, err := relErr(emu, ref); err != nil || e > 1e-5 {
+				t.Errorf("%s: emulated gemvq vs its float64 reference: %.3g (tol 1e-5) %v", name, e, err)
+			}
+			exact := refMatMul(tc.typ, raw, sh.rows, sh.cols, x, 1)
+			if e, err := relErr(ref, exact); err != nil || e > tolGemvq || e == 0 {
+				t.Errorf("%s: int16 reference vs the exact product: %.3g (want in (0, %.0g]) %v", name, e, tolGemvq, err)
+			} else {
+				t.Logf("%s: int16 activations cost %.2g relative", name, e)
+			}
+			if e, err := relErr(emu, exact); err != nil || e > tolGemvq {
+				t.Errorf("%s: emulated gemvq vs the exact product: %.3g (tol %.0g) %v", name, e, tolGemvq, err)
+			}
 		}
 	}
 }
