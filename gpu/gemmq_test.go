@@ -144,18 +144,14 @@ func testGemmq(t *testing.T, p *pair, tol16 float64) {
 				gy, cy := p.tensor(n, sh.rows, nil)
 				gy2, _ := p.tensor(n, sh.rows, nil)
 				gy3, _ := p.tensor(n, sh.rows, nil)
-				poisonGemmqWS(t, g)
-				g.MatMul(gy, gx, gw)
-				poisonGemmqWS(t, g)
-				g.MatMul(gy2, gx, gw)
-				for range 2 { // the second step replays the first's graph
-					poisonGemmqWS(t, g)
-					g.BeginStep()
-					for range 3 {
-						g.MatMul(gy3, gx, gw)
-					}
-					g.EndStep()
-				}
+				runRepeated(g, func() { poisonGemmqWS(t, g) },
+					func() { g.MatMul(gy, gx, gw) },
+					func() { g.MatMul(gy2, gx, gw) },
+					func() {
+						for range 3 {
+							g.MatMul(gy3, gx, gw)
+						}
+					})
 				p.c.MatMul(cy, cx, cw)
 				p.compare(name+" gemmq vs cpu", gy, cy, tol16)
 				got, again, graphed := download(t, g, gy), download(t, g, gy2), download(t, g, gy3)
@@ -217,6 +213,23 @@ func checkBitsRepeat(t *testing.T, name string, got, again, graphed, whole []flo
 			t.Errorf("%s: element %d is %v, but %v when 32 rows share the call", name, i, got[i], whole[i])
 			return
 		}
+	}
+}
+
+// runRepeated queues one op three ways, poison() before each: first,
+// again (a second output), and graphed twice in a recorded step, the
+// second step replaying the first's graph. The callers compare the
+// outputs bit for bit.
+func runRepeated(g *Backend, poison func(), first, again, graphed func()) {
+	poison()
+	first()
+	poison()
+	again()
+	for range 2 {
+		poison()
+		g.BeginStep()
+		graphed()
+		g.EndStep()
 	}
 }
 
@@ -367,19 +380,17 @@ func testGemmqGroup(t *testing.T, p *pair, tol16 float64) {
 			}
 			before := groupCalls(t, g)
 			gy, gy3 := outs(), outs()
-			poisonGemmqWS(t, g)
-			g.MatMulShared(gy, gx, gws)
-			poisonGemmqWS(t, g)
-			// outputs made just before the call: their buffers exist only
-			// once the device thread has run the allocations queued here
-			gy2 := outs()
-			g.MatMulShared(gy2, gx, gws)
-			for range 2 { // the second step replays the first's graph
-				poisonGemmqWS(t, g)
-				g.BeginStep()
-				g.MatMulShared(gy3, gx, gws)
-				g.EndStep()
-			}
+			var gy2 []model.Tensor
+			runRepeated(g, func() { poisonGemmqWS(t, g) },
+				func() { g.MatMulShared(gy, gx, gws) },
+				func() {
+					// outputs made just before the call: their buffers exist
+					// only once the device thread has run the allocations
+					// queued here
+					gy2 = outs()
+					g.MatMulShared(gy2, gx, gws)
+				},
+				func() { g.MatMulShared(gy3, gx, gws) })
 			if took := groupCalls(t, g) - before; (took > 0) != grouped {
 				t.Errorf("%s: %d grouped launches, want them: %v", name, took, grouped)
 			}

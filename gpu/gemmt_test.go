@@ -100,18 +100,14 @@ func TestMatMulSkinny(t *testing.T) {
 				g.MatMul(gtile, gx, gw)
 				setSplitK(t, g, true)
 				setSkinny(t, g, true)
-				poisonSplitWS(t, g)
-				g.MatMul(gy, gx, gw)
-				poisonSplitWS(t, g)
-				g.MatMul(gy2, gx, gw)
-				for range 2 { // the second step replays the first's graph
-					poisonSplitWS(t, g)
-					g.BeginStep()
-					for range 3 {
-						g.MatMul(gy3, gx, gw)
-					}
-					g.EndStep()
-				}
+				runRepeated(g, func() { poisonSplitWS(t, g) },
+					func() { g.MatMul(gy, gx, gw) },
+					func() { g.MatMul(gy2, gx, gw) },
+					func() {
+						for range 3 {
+							g.MatMul(gy3, gx, gw)
+						}
+					})
 				p.c.MatMul(cy, cx, cw)
 				p.compare(name+" skinny vs cpu", gy, cy, tolBF16)
 				got, tile, again, graphed := download(t, g, gy), download(t, g, gtile), download(t, g, gy2), download(t, g, gy3)

@@ -147,16 +147,10 @@ func TestMatMulGemvq(t *testing.T) {
 		gy, cy := p.tensor(1, sh.rows, nil)
 		gy2, _ := p.tensor(1, sh.rows, nil)
 		gy3, _ := p.tensor(1, sh.rows, nil)
-		poisonGemmqWS(t, g)
-		g.MatMul(gy, gx, gw)
-		poisonGemmqWS(t, g)
-		g.MatMul(gy2, gx, gw)
-		for range 2 { // the second step replays the first's graph
-			poisonGemmqWS(t, g)
-			g.BeginStep()
-			g.MatMul(gy3, gx, gw)
-			g.EndStep()
-		}
+		runRepeated(g, func() { poisonGemmqWS(t, g) },
+			func() { g.MatMul(gy, gx, gw) },
+			func() { g.MatMul(gy2, gx, gw) },
+			func() { g.MatMul(gy3, gx, gw) })
 		p.c.MatMul(cy, cx, cw)
 		p.compare(name+" gemvq vs cpu", gy, cy, tolGemvq)
 		got := download(t, g, gy)
