@@ -31,9 +31,9 @@
 #     ${REPS:-2}) and `ftchat bench speed` (bf16 and fp8 KV) on the same 8B
 #     file. (On 2026-12-03 the build was not done when this call waited; the
 #     llama-bench lines ran in the next call with -r 1.)
-#   scripts/gpu_session11.sh all
-#     every GPU test of the gpu and engine packages (prepared, not run).
-# PTX=NAME runs ftchat with FTCHAT_PTX_DIR=.gpu/ptxvar/NAME. Logs: one tgz
+# Every GPU test of the gpu and engine packages: scripts/gpu_session10.sh all
+# (prepared, not run yet).
+# PTX=NAME (peer) runs ftchat with FTCHAT_PTX_DIR=.gpu/ptxvar/NAME. Logs: one tgz
 # per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,10 +46,10 @@ mkdir -p "$OUT"
 T0=$(date +%s)
 fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-560} ]; }
 ptxdir() { [ -n "${1:-}" ] && echo "$PWD/.gpu/ptxvar/$1"; }
-rows() { # tag, PTX variant ('' = committed), env...
+rows() { # tag, PTX variant ('' = committed), env... (ROWS_N: the row counts; the env may set other FTCHAT_ROWS_MODES)
   local tag=$1 v=$2; shift 2
   (cd gpu && env FTCHAT_PTX_DIR="$(ptxdir "$v")" FTCHAT_ROWS_MODES=group "$@" timeout 45 $B/gpu.test -test.run '^$' \
-    -test.bench 'MatMulDecodeRows/n=(1|2|8|16|32)$' -test.benchtime 20x) >$L/rows_$tag.txt 2>&1
+    -test.bench "MatMulDecodeRows/n=(${ROWS_N:-1|2|8|16|32})\$" -test.benchtime 20x) >$L/rows_$tag.txt 2>&1
   grep -E '^Benchmark' $L/rows_$tag.txt | sed -E "s/^/$tag /; s/ +[0-9]+ ns\/op//"
 }
 case ${1:-} in
@@ -94,11 +94,7 @@ gemvq)
   stamp "gpu tests: gemvq, gemmq, the matmul paths"
   T_TEST=200 gtests gpu gpu.test 'TestMatMulGemvq|TestGemvqEmulation|TestMatMulGemmq|TestMatMulAllTypes|TestMatMulGemvPaths|TestMatMulGemvr|TestKernelModules|TestHybridModelGPUvsCPU' $L/gpu_test.log
   stamp "rows bench, one row: gemvq (default) and gemmq"
-  for q in 1 0; do
-    (cd gpu && FTCHAT_GEMVQ=$q FTCHAT_ROWS_MODES=default,group timeout 40 $B/gpu.test -test.run '^$' \
-      -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows_gemvq$q.txt 2>&1
-    grep -E '^Benchmark' $L/rows_gemvq$q.txt | sed -E "s/^/gemvq=$q /; s/ +[0-9]+ ns\/op//"
-  done
+  for q in 1 0; do ROWS_N=1 rows gemvq$q "" FTCHAT_GEMVQ=$q FTCHAT_ROWS_MODES=default,group; done
   for q in 1 0; do
     stamp "bench speed decode, FTCHAT_GEMVQ=$q"
     FTCHAT_GEMVQ=$q timeout 60 $B/ftchat bench speed --model $L8 --device cuda --ctx-size 8192 --depths 0,4096 \
@@ -115,11 +111,7 @@ gemvqrows)
   # same bits for each) and the one-row rows bench.
   L=/tmp/out/gemvqrows; mkdir -p $L; [ -x $B/ftchat ] || unpack
   T_TEST=60 gtests gpu gpu.test '^TestMatMulGemvq$|^TestKernelModules$' $L/gpu_test.log
-  for r in 1 2 4; do
-    (cd gpu && FTCHAT_GEMVQ_ROWS=$r FTCHAT_ROWS_MODES=default,group timeout 40 $B/gpu.test -test.run '^$' \
-      -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows_r$r.txt 2>&1
-    grep -E '^Benchmark' $L/rows_r$r.txt | sed -E "s/^/rows=$r /; s/ +[0-9]+ ns\/op//"
-  done
+  for r in 1 2 4; do ROWS_N=1 rows r$r "" FTCHAT_GEMVQ_ROWS=$r FTCHAT_ROWS_MODES=default,group; done
   tar -czf "$OUT/gemvqrows-logs.tgz" -C /tmp/out gemvqrows
   ;;
 q6k)
@@ -129,11 +121,7 @@ q6k)
   L=/tmp/out/q6k; mkdir -p $L; [ -x $B/ftchat ] || unpack
   gen smollm2-135m /tmp/s.gguf
   T_TEST=60 gtests gpu gpu.test '^TestMatMulGemvq$|^TestKernelModules$' $L/gpu_test.log
-  for q in 1 0; do
-    (cd gpu && FTCHAT_ROWS_TYPE=Q6_K FTCHAT_GEMVQ_Q6K=$q FTCHAT_ROWS_MODES=default,group timeout 40 $B/gpu.test -test.run '^$' \
-      -test.bench 'MatMulDecodeRows/n=1$' -test.benchtime 20x) >$L/rows_q6k$q.txt 2>&1
-    grep -E '^Benchmark' $L/rows_q6k$q.txt | sed -E "s/^/gemvq_q6k=$q /; s/ +[0-9]+ ns\/op//"
-  done
+  for q in 1 0; do ROWS_N=1 rows q6k$q "" FTCHAT_ROWS_TYPE=Q6_K FTCHAT_GEMVQ_Q6K=$q FTCHAT_ROWS_MODES=default,group; done
   T_TEST=170 gtests engine engine.test 'GPU' $L/engine_test.log FTCHAT_GEMVQ_Q6K=1
   tar -czf "$OUT/q6k-logs.tgz" -C /tmp/out q6k
   ;;
@@ -188,18 +176,8 @@ peer)
   echo "rc=$?"; cat $L/speed.txt | tail -20
   tar -czf "$OUT/peer-logs.tgz" -C /tmp/out peer
   ;;
-all)
-  L=/tmp/out/all; mkdir -p $L; [ -x $B/ftchat ] || unpack
-  gen smollm2-135m /tmp/s.gguf
-  d=$(ptxdir "${PTX:-}")
-  stamp "gpu tests, all (PTX ${PTX:-committed})"
-  T_TEST=380 gtests gpu gpu.test '.' $L/gpu_test.log FTCHAT_PTX_DIR=$d
-  stamp "engine GPU tests"
-  T_TEST=150 gtests engine engine.test 'GPU' $L/engine_test.log FTCHAT_PTX_DIR=$d
-  tar -czf "$OUT/all-logs.tgz" -C /tmp/out all
-  ;;
 *)
-  echo "usage: $0 sweep|gemvq|gemvqrows|speedrows|q6k|ncu|peer|all" >&2
+  echo "usage: $0 sweep|gemvq|gemvqrows|speedrows|q6k|ncu|peer" >&2
   exit 2
   ;;
 esac
