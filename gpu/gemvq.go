@@ -59,7 +59,9 @@ func (b *Backend) gemvq(c *Ctx, ys []DevicePtr, x DevicePtr, ws []*Weight) (done
 	suf := kernelSuffix[w0.info.Type]
 	xq := b.gemmqWS.Ptr
 	xd, xs := xq.Add(gemvqXDOff), xq.Add(gemvqXSOff)
-	key := gemmqPacked{x: x, n: 1, cols: w0.cols, nt: gemvqPackedNT, t: w0.info.Type}
+	// the int16 pack is the same for every type: a Q4_K_M layer's Q6_K v
+	// reuses what its Q4_K q and k packed (t stays unset)
+	key := gemmqPacked{x: x, n: 1, cols: w0.cols, nt: gemvqPackedNT}
 	if b.packed.reusable(key, c.writes) {
 		b.packReuses++
 	} else if err := b.launch(c, "gemvq_pack_"+suf, Dim3{X: cdiv(w0.cols/32, 8)}, Dim3{X: 256}, x, w0.cols, xq, xd, xs); err != nil {

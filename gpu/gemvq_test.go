@@ -201,6 +201,28 @@ func TestMatMulGemvq(t *testing.T) {
 	for i := range rows {
 		checkBitsRepeat(t, fmt.Sprintf("grouped weight %d", i), download(t, g, ys[i]), alone[i], alone[i], nil)
 	}
+
+	// A Q6_K weight right after a Q4_K one on the same x (a Q4_K_M layer's
+	// v after q, k) reuses the int16 pack, and is still right.
+	reuses := func() (k int) {
+		if err := g.dev.Do(func(*Ctx) error { k = g.packReuses; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	raw6 := randWeight(r, gguf.Q6_K, 96, cols)
+	w6, _ := p.weight(gguf.TensorInfo{Name: "gemvq q6", Dims: []uint64{cols, 96}, Type: gguf.Q6_K}, raw6)
+	y4, _ := p.tensor(1, rows[0], nil)
+	y6, _ := p.tensor(1, 96, nil)
+	start := reuses()
+	g.MatMul(y4, gx, gws[0])
+	g.MatMul(y6, gx, w6)
+	if got := reuses() - start; got != 1 {
+		t.Errorf("Q4_K then Q6_K on one x: %d pack reuses, want 1", got)
+	}
+	if e, err := relErr(download(t, g, y6), gemvqRef(gguf.Q6_K, raw6, 96, cols, x)); err != nil || e > 1e-5 {
+		t.Errorf("Q6_K after Q4_K on one x: error %.3g against float64 on the int16 activations (tol 1e-5) %v", e, err)
+	}
 	if err := g.Err(); err != nil {
 		t.Fatal(err)
 	}
