@@ -212,7 +212,7 @@ func (e *Engine) openBackend(hw Hardware) (model.Backend, int64, error) {
 	if dev.Kind == "cuda" || (dev.Kind == "auto" && hw.CUDA) {
 		be, budget, err := openGPU(dev.Ordinal, e.opts)
 		if err == nil {
-			e.info.Device = be.Name()
+			e.info.Device = be.Name() + cublasNote(be)
 			return be, budget, nil
 		}
 		if dev.Kind == "cuda" {

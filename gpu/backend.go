@@ -29,12 +29,15 @@ type BackendOptions struct {
 	// shape at 149 tok/s against 121, SmolLM2 at 541 against 483.
 	ChunkedGEMV bool
 	// CUBLAS uses cuBLAS, when it can be loaded, for batches of at least
-	// 128 rows: W is dequantized to float32 in row chunks (at most 64 MiB
-	// of scratch) and multiplied by cublasSgemm_v2 in TF32 tensor-core mode.
-	// If cuBLAS is missing the backend silently keeps its own GEMM; see
-	// Backend.CUBLAS. Tested on the H200 (TestMatMulCUBLAS, relative error
-	// 3e-4 against the CPU) but not timed, so it stays opt-in.
+	// 128 rows (cublas.go): W is dequantized in row chunks (64 MiB of
+	// scratch, allocated with the handle, plus cuBLAS's own workspace) to
+	// bf16 for cublasGemmEx on sm_80 and newer with bf16 compute, else to
+	// float32 for cublasSgemm_v2 in TF32 tensor-core mode. If cuBLAS is
+	// missing the backend silently keeps its own GEMM; see Backend.CUBLAS.
 	CUBLAS bool
+	// CUBLASTF32 keeps the float32/TF32 Sgemm path where GemmEx on bf16
+	// could run (a knob to compare the two).
+	CUBLASTF32 bool
 	// NoGEMMSplitK turns off the split-K 64x64-tile GEMM. By default the
 	// GEMM of GEMMMinTokens..127 rows splits k over blockIdx.z when its
 	// tiles alone would leave SMs idle (issue 14: 16 rows of Llama-3.1-8B
@@ -77,10 +80,11 @@ type BackendOptions struct {
 	// 0: gemvqDefaultRows), a tuning knob (FTCHAT_GEMVQ_ROWS in the
 	// engine); results do not depend on it.
 	GEMVQRowsPerWarp int
-	// GEMVQQ6K gives gemvq the single row of Q6_K weights too
-	// (FTCHAT_GEMVQ_Q6K=1 in the engine). Opt-in until it has run on a
-	// GPU: TestGemvqEmulation checks its arithmetic on the host only.
-	GEMVQQ6K bool
+	// NoGEMVQQ6K keeps the single row of Q6_K weights off gemvq (on
+	// gemmq), FTCHAT_GEMVQ_Q6K=0 in the engine. On the H200 gemvq's Q6_K
+	// body took the Llama-3.1-8B head row from 232 to 162 µs
+	// (docs/benchmarks.md, 2026-12-03, tenth session).
+	NoGEMVQQ6K bool
 }
 
 // Backend implements model.Backend on one CUDA device. Ops are queued to
@@ -237,7 +241,7 @@ func (b *Backend) Close() error {
 		b.freeState(c)
 		b.trim(c)
 		if b.blas != nil {
-			b.blas.close()
+			b.blas.close(c)
 			b.blas = nil
 		}
 		for _, r := range b.ropes {
@@ -273,7 +277,7 @@ func (b *Backend) trim(c *Ctx) {
 
 // typedKernels are the kernel families built once per weight type (mm.cuh),
 // named <prefix><type suffix> and living in module mm_<type suffix>.
-var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "embed_", "embedf_"}
+var typedKernels = []string{"gemv_", "gemvx_", "gemvr_", "gemvf_", "gemm_", "gemms_", "gemm_reduce_", "gemml_", "gemmt16_", "gemmt32_", "moe_gemv_", "dequant_rows_", "dequant_rows_bf16_", "embed_", "embedf_"}
 
 // gemmqKernels are built for Q4_K and Q6_K only (mm_q4_k, mm_q6_k, gemmq.cuh).
 var gemmqKernels = []string{"gemmq8_", "gemmq16_", "gemmq32_", "gemmq_pack_", "gemmqg8_", "gemmqg16_", "gemmqg32_", "gemmq_reduce3_"}
@@ -966,28 +970,83 @@ func (b *Backend) CUBLAS() (string, error) {
 	return "", b.blasErr
 }
 
-// matmulCUBLAS dequantizes W in row chunks to float32 scratch and multiplies
-// with cublasSgemm_v2 (TF32 tensor cores, float32 accumulation).
+// CUBLASMode names the cuBLAS way MatMul takes: "bf16 GemmEx" or "TF32
+// Sgemm" (empty without cuBLAS).
+func (b *Backend) CUBLASMode() string {
+	if b.blas == nil {
+		return ""
+	}
+	var bf16 bool
+	if b.dev.Do(func(c *Ctx) error { bf16 = b.cublasBF16(c); return nil }) != nil {
+		return ""
+	}
+	if bf16 {
+		return "bf16 GemmEx"
+	}
+	return "TF32 Sgemm"
+}
+
+// matmulCUBLAS dequantizes W in row chunks to scratch and multiplies with
+// cuBLAS: bf16 operands through cublasGemmEx when the handle and device
+// allow, else float32 through cublasSgemm_v2 (TF32 tensor cores). Both
+// accumulate and write float32.
 func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	if w.info.Type == gguf.F32 {
-		return b.blas.sgemmRowMajor(w.raw.Ptr, w.rows, w.cols, x, n, y, w.rows)
+		return b.blas.sgemmRowMajor(c, w.raw.Ptr, w.rows, w.cols, x, n, y, w.rows)
 	}
-	const scratchMax = 64 << 20
-	chunk := max(128, scratchMax/(w.cols*4)/128*128)
-	chunk = min(chunk, w.rows)
-	buf, err := b.scratch(c, int64(chunk)*int64(w.cols)*4, "cuBLAS dequantized weight chunk")
-	if err != nil {
-		return err
+	if b.cublasBF16(c) {
+		return b.matmulCUBLASBF16(c, y, x, n, w)
 	}
-	defer b.release(buf)
+	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*4)/128*128), w.rows)
+	if int64(chunk)*int64(w.cols)*4 > b.blas.wchunk.Size {
+		return fmt.Errorf("gpu: cuBLAS: %d columns do not fit the %d-byte weight chunk", w.cols, b.blas.wchunk.Size)
+	}
 	name := "dequant_rows_" + kernelSuffix[w.info.Type]
 	for r0 := 0; r0 < w.rows; r0 += chunk {
 		nr := min(chunk, w.rows-r0)
 		units := nr * (w.cols / 32)
-		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, buf); err != nil {
+		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, b.blas.wchunk); err != nil {
 			return err
 		}
-		if err := b.blas.sgemmRowMajor(buf.Ptr, nr, w.cols, x, n, y.Add(int64(r0)*4), w.rows); err != nil {
+		if err := b.blas.sgemmRowMajor(c, b.blas.wchunk.Ptr, nr, w.cols, x, n, y.Add(int64(r0)*4), w.rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cublasBF16 reports whether matmulCUBLAS takes the bf16 GemmEx path.
+func (b *Backend) cublasBF16(c *Ctx) bool {
+	return !b.opts.CUBLASTF32 && c.Device().Compute() == ComputeBF16 && b.blas.canBF16()
+}
+
+// matmulCUBLASBF16 rounds x to bf16 once, then per chunk of W rows
+// dequantizes to bf16 (a BF16 W is used in place) and calls GemmEx.
+func (b *Backend) matmulCUBLASBF16(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
+	xb, err := b.scratch(c, int64(n)*int64(w.cols)*2, "cuBLAS bf16 activations")
+	if err != nil {
+		return err
+	}
+	defer b.release(xb)
+	pairs := n * w.cols / 2
+	if err := b.launch(c, "f32_to_bf16", Dim3{X: cdiv(pairs, 256)}, Dim3{X: 256}, xb, x, int64(pairs)); err != nil {
+		return err
+	}
+	if w.info.Type == gguf.BF16 && w.rowBytes == int64(w.cols)*2 {
+		return b.blas.gemmBF16RowMajor(c, w.raw.Ptr, w.rows, w.cols, xb.Ptr, n, y, w.rows)
+	}
+	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*2)/128*128), w.rows)
+	if int64(chunk)*int64(w.cols)*2 > b.blas.wchunk.Size {
+		return fmt.Errorf("gpu: cuBLAS: %d columns do not fit the %d-byte weight chunk", w.cols, b.blas.wchunk.Size)
+	}
+	name := "dequant_rows_bf16_" + kernelSuffix[w.info.Type]
+	for r0 := 0; r0 < w.rows; r0 += chunk {
+		nr := min(chunk, w.rows-r0)
+		units := nr * (w.cols / 32)
+		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, b.blas.wchunk); err != nil {
+			return err
+		}
+		if err := b.blas.gemmBF16RowMajor(c, b.blas.wchunk.Ptr, nr, w.cols, xb.Ptr, n, y.Add(int64(r0)*4), w.rows); err != nil {
 			return err
 		}
 	}

@@ -215,3 +215,53 @@ func BenchmarkReadBandwidth(b *testing.B) {
 	b.ReportMetric(bw, "readGB/s")
 	b.Logf("read bandwidth (stream_read, 4 GiB): %.0f GB/s", bw)
 }
+
+// BenchmarkMatMulPrefill times a 512-token MatMul on the Llama-3.1-8B
+// projection shapes three ways in one run: ftchat's own tensor-core GEMM
+// (gemml), cuBLAS on bf16 W chunks (GemmEx) and cuBLAS on float32 chunks
+// (Sgemm, TF32). A BF16 W on the GemmEx way skips the dequantization: that
+// row is cuBLAS's bf16 rate here, the ceiling of the dequantizing rows.
+// Reports us/op and TFLOP/s. Skips the cuBLAS ways when the library is
+// missing.
+func BenchmarkMatMulPrefill(b *testing.B) {
+	d := openTestDevice(b)
+	r := rand.New(rand.NewPCG(5, 5))
+	const n = 512
+	shapes := []struct{ out, in int }{{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}
+	for _, way := range []struct {
+		name string
+		opts BackendOptions
+	}{{"own", BackendOptions{}}, {"cublas-bf16", BackendOptions{CUBLAS: true}}, {"cublas-tf32", BackendOptions{CUBLAS: true, CUBLASTF32: true}}} {
+		g, err := NewBackend(d, way.opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if way.opts.CUBLAS {
+			if p, err := g.CUBLAS(); p == "" {
+				g.Close()
+				b.Logf("%s skipped: %v", way.name, err)
+				continue
+			}
+		}
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.BF16} {
+			for _, sh := range shapes {
+				raw := randWeight(r, typ, sh.out, sh.in)
+				w, err := g.LoadWeight(gguf.TensorInfo{Name: "bench", Dims: []uint64{uint64(sh.in), uint64(sh.out)}, Type: typ}, raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x, y := g.NewTensor(n, sh.in), g.NewTensor(n, sh.out)
+				g.FromHost(x, randVec(r, n*sh.in, 1))
+				b.Run(fmt.Sprintf("%s/%s/%dx%d", way.name, typ, sh.out, sh.in), func(b *testing.B) {
+					ms := timeOps(b, g, max(b.N, 20), func() { g.MatMul(y, x, w) })
+					b.ReportMetric(ms*1e3, "us/op")
+					b.ReportMetric(2*float64(n)*float64(sh.out)*float64(sh.in)/(ms*1e-3)/1e12, "TFLOP/s")
+				})
+				g.FreeTensor(x)
+				g.FreeTensor(y)
+				g.FreeWeight(w)
+			}
+		}
+		g.Close()
+	}
+}

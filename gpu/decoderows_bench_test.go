@@ -36,8 +36,8 @@ import (
 // grid (CTAs per SM), FTCHAT_GEMMQ_CTAS=N gemmq's; FTCHAT_ROWS_MODES=default,noq
 // runs only those modes; FTCHAT_ROWS_TYPE=Q6_K times another weight type;
 // FTCHAT_GEMVQ=0 gives one Q4_K row to gemmq instead of gemvq (gemvq.go),
-// FTCHAT_GEMVQ_ROWS=N gives each gemvq warp N rows, FTCHAT_GEMVQ_Q6K=1 one
-// Q6_K row to gemvq too.
+// FTCHAT_GEMVQ_ROWS=N gives each gemvq warp N rows, FTCHAT_GEMVQ_Q6K=0 one
+// Q6_K row to gemmq instead of gemvq.
 func BenchmarkMatMulDecodeRows(b *testing.B) {
 	g := newTestBackendB(b)
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMM_SPLIT_CTAS")); v > 0 { // split-K grid sweeps
@@ -52,9 +52,9 @@ func BenchmarkMatMulDecodeRows(b *testing.B) {
 		setGemvq(b, g, false)
 		defer setGemvq(b, g, true)
 	}
-	if os.Getenv("FTCHAT_GEMVQ_Q6K") == "1" { // one Q6_K row on gemvq too
-		setOpts(b, g, func(o *BackendOptions) { o.GEMVQQ6K = true })
-		defer setOpts(b, g, func(o *BackendOptions) { o.GEMVQQ6K = false })
+	if os.Getenv("FTCHAT_GEMVQ_Q6K") == "0" { // one Q6_K row on gemmq, not gemvq
+		setOpts(b, g, func(o *BackendOptions) { o.NoGEMVQQ6K = true })
+		defer setOpts(b, g, func(o *BackendOptions) { o.NoGEMVQQ6K = false })
 	}
 	if v, _ := strconv.Atoi(os.Getenv("FTCHAT_GEMVQ_ROWS")); v > 0 {
 		setOpts(b, g, func(o *BackendOptions) { o.GEMVQRowsPerWarp = v })

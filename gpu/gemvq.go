@@ -37,10 +37,10 @@ const (
 )
 
 // useGemvq reports whether MatMul gives n rows of w to gemvq: Q4_K, and
-// Q6_K with BackendOptions.GEMVQQ6K (not yet run on a GPU).
+// Q6_K unless BackendOptions.NoGEMVQQ6K.
 func (b *Backend) useGemvq(n int, w *Weight) bool {
 	typ := w.info.Type
-	return n == 1 && !b.opts.NoGEMVQ && !b.opts.NoGEMMQ && (typ == gguf.Q4_K || typ == gguf.Q6_K && b.opts.GEMVQQ6K) &&
+	return n == 1 && !b.opts.NoGEMVQ && !b.opts.NoGEMMQ && (typ == gguf.Q4_K || typ == gguf.Q6_K && !b.opts.NoGEMVQQ6K) &&
 		w.scale == 0 && w.cols%256 == 0 && w.cols <= gemvqMaxCols
 }
 

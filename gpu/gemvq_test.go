@@ -98,8 +98,7 @@ func gemvqRef(typ gguf.Type, raw []byte, rows, cols int, x []float32) []float32 
 }
 
 // TestMatMulGemvq checks the single-row GEMV on int16 activations
-// (MatMul's and MatMulShared's choice for one row of Q4_K, and of Q6_K
-// with BackendOptions.GEMVQQ6K, turned on here):
+// (MatMul's and MatMulShared's choice for one row of Q4_K and Q6_K):
 //   - against a float64 reference on the exact weights and the
 //     activations rounded to int16 per 32 as the pack rounds them
 //     (gemvqRef), to 1e-5: a slip in the nibble order, the scales, the
@@ -117,8 +116,6 @@ func TestMatMulGemvq(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	r := rand.New(rand.NewPCG(13, 31))
-	setOpts(t, g, func(o *BackendOptions) { o.GEMVQQ6K = true }) // Q6_K's gemvq is opt-in
-	defer setOpts(t, g, func(o *BackendOptions) { o.GEMVQQ6K = false })
 	for _, tc := range []struct {
 		typ        gguf.Type
 		rows, cols int

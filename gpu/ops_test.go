@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -461,37 +462,63 @@ func TestArgmax(t *testing.T) {
 
 // TestMatMulCUBLAS checks the optional cuBLAS prefill path (TF32 tensor
 // cores: 10-bit mantissa operands, float32 accumulation; tolerance 5e-3).
+// TestMatMulCUBLAS runs MatMuls of 128 and more rows through cuBLAS, both
+// ways (bf16 GemmEx, float32 Sgemm in TF32), against the CPU backend, with
+// a small weight chunk so W is dequantized in several chunks (the last one
+// short) and NaN-poisoned outputs. The bf16 way must really run where it
+// can (sm_80+, bf16 compute, linux/amd64), not fall back unseen.
 func TestMatMulCUBLAS(t *testing.T) {
 	d := openTestDevice(t)
-	g, err := NewBackend(d, BackendOptions{CUBLAS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	path, err := g.CUBLAS()
-	if path == "" {
-		t.Skipf("cuBLAS not available: %v", err)
-	}
-	t.Logf("cuBLAS: %s", path)
-	c := cpu.New(cpu.Options{Threads: 2})
-	defer c.Close()
-	p := &pair{t: t, g: g, c: c}
-	defer func() {
-		for _, x := range p.gts {
-			g.FreeTensor(x)
-		}
-	}()
-	r := rand.New(rand.NewPCG(17, 18))
-	const rows, cols = 300, 768
-	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q4_K, gguf.Q8_0, gguf.Q6_K} {
-		gw, cw := p.weight(gguf.TensorInfo{Name: "w", Dims: []uint64{cols, rows}, Type: typ}, randWeight(r, typ, rows, cols))
-		for _, n := range []int{128, 301} {
-			gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
-			gy, cy := p.tensor(n, rows, nil)
-			p.g.MatMul(gy, gx, gw)
-			p.c.MatMul(cy, cx, cw)
-			p.compare(fmt.Sprintf("cuBLAS %s n=%d", typ, n), gy, cy, 5e-3)
-		}
+	defer func(n int64) { cublasChunkBytes = n }(cublasChunkBytes)
+	cublasChunkBytes = 512 << 10 // 256 bf16 or 128 float32 rows of 768
+	for _, tc := range []struct {
+		name string
+		tf32 bool
+		tol  float64
+	}{{"bf16", false, tolBF16}, {"tf32", true, 5e-3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := NewBackend(d, BackendOptions{CUBLAS: true, CUBLASTF32: tc.tf32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			path, err := g.CUBLAS()
+			if path == "" {
+				t.Skipf("cuBLAS not available: %v", err)
+			}
+			var bf16 bool
+			if err := d.Do(func(c *Ctx) error { bf16 = g.cublasBF16(c); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("cuBLAS: %s, bf16 GemmEx: %v", path, bf16)
+			if want := !tc.tf32 && d.Compute() == ComputeBF16 && runtime.GOOS == "linux" && runtime.GOARCH == "amd64"; bf16 != want {
+				t.Fatalf("bf16 GemmEx path %v, want %v (GemmEx symbol found: %v)", bf16, want, cublas.gemmEx != 0)
+			}
+			c := cpu.New(cpu.Options{Threads: 2})
+			defer c.Close()
+			p := &pair{t: t, g: g, c: c}
+			defer func() {
+				for _, x := range p.gts {
+					g.FreeTensor(x)
+				}
+			}()
+			r := rand.New(rand.NewPCG(17, 18))
+			const rows, cols = 300, 768
+			for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_K, gguf.Q8_0, gguf.Q6_K} {
+				gw, cw := p.weight(gguf.TensorInfo{Name: "w", Dims: []uint64{cols, rows}, Type: typ}, randWeight(r, typ, rows, cols))
+				for _, n := range []int{128, 301} {
+					gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+					gy, cy := p.tensor(n, rows, nil)
+					p.g.MatMul(gy, gx, gw)
+					p.c.MatMul(cy, cx, cw)
+					tol := tc.tol
+					if typ == gguf.F32 {
+						tol = 5e-3 // float32 W goes to Sgemm (TF32) either way
+					}
+					p.compare(fmt.Sprintf("cuBLAS %s n=%d", typ, n), gy, cy, tol)
+				}
+			}
+		})
 	}
 }
 

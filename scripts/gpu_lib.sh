@@ -31,3 +31,15 @@ gtests() {
 find_ncu() {
   command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1
 }
+
+# ptxdir NAME: the PTX variant directory .gpu/ptxvar/NAME ('' = the committed PTX).
+ptxdir() { [ -n "${1:-}" ] && echo "$PWD/.gpu/ptxvar/$1"; }
+# rows TAG VARIANT [ENV=VAL...]: the one-layer-plus-head rows bench
+# (BenchmarkMatMulDecodeRows, grouped) into $L/rows_TAG.txt, its lines
+# prefixed with TAG.
+rows() { # tag, PTX variant ('' = committed), env... (ROWS_N: the row counts; the env may set other FTCHAT_ROWS_MODES)
+  local tag=$1 v=$2; shift 2
+  (cd gpu && env FTCHAT_PTX_DIR="$(ptxdir "$v")" FTCHAT_ROWS_MODES=group "$@" timeout 45 $B/gpu.test -test.run '^$' \
+    -test.bench "MatMulDecodeRows/n=(${ROWS_N:-1|2|8|16|32})\$" -test.benchtime 20x) >$L/rows_$tag.txt 2>&1
+  grep -E '^Benchmark' $L/rows_$tag.txt | sed -E "s/^/$tag /; s/ +[0-9]+ ns\/op//"
+}

@@ -42,16 +42,9 @@ B=/tmp/bin
 L8=/tmp/l8b.gguf
 VARIANTS=$(ls .gpu/ptxvar 2>/dev/null)
 mkdir -p "$OUT"
-. scripts/gpu_lib.sh # stamp, unpack, gen, gtests
+. scripts/gpu_lib.sh # stamp, unpack, gen, gtests, ptxdir, rows
 T0=$(date +%s)
 fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-560} ]; }
-ptxdir() { [ -n "${1:-}" ] && echo "$PWD/.gpu/ptxvar/$1"; }
-rows() { # tag, PTX variant ('' = committed), env... (ROWS_N: the row counts; the env may set other FTCHAT_ROWS_MODES)
-  local tag=$1 v=$2; shift 2
-  (cd gpu && env FTCHAT_PTX_DIR="$(ptxdir "$v")" FTCHAT_ROWS_MODES=group "$@" timeout 45 $B/gpu.test -test.run '^$' \
-    -test.bench "MatMulDecodeRows/n=(${ROWS_N:-1|2|8|16|32})\$" -test.benchtime 20x) >$L/rows_$tag.txt 2>&1
-  grep -E '^Benchmark' $L/rows_$tag.txt | sed -E "s/^/$tag /; s/ +[0-9]+ ns\/op//"
-}
 case ${1:-} in
 sweep)
   L=/tmp/out/sweep; mkdir -p $L; [ -x $B/ftchat ] || unpack

@@ -618,6 +618,38 @@ __device__ void dequant_rows_body(const uint8_t* W, long long rowBytes, int r0, 
     }
 DEQROWS_KERNEL(MM_T, MM_NAME)
 
+// The same rows rounded to bf16 (to nearest even), for cublasGemmEx with
+// bf16 operands: half the scratch bytes of the float32 path.
+template <int T>
+__device__ void dequant_rows_bf16_body(const uint8_t* W, long long rowBytes, int r0, int nrows, int cols,
+                                       __nv_bfloat16* out) {
+    int units = cols >> 5;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)nrows * units) return;
+    int rr = (int)(i / units), u = (int)(i % units);
+    float w[32];
+    int c;
+    deq32<T>(unit_ptr<T>(W + (size_t)(r0 + rr) * rowBytes, u, c), c, w);
+    uint4* o = reinterpret_cast<uint4*>(out + (size_t)rr * cols + 32 * u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t p[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(w[8 * k + 2 * j], w[8 * k + 2 * j + 1]);
+            p[j] = *reinterpret_cast<uint32_t*>(&v);
+        }
+        o[k] = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+}
+#define DEQROWS16_KERNEL(T_, NAME) DEQROWS16_KERNEL_(T_, NAME)
+#define DEQROWS16_KERNEL_(T_, NAME)                                                                             \
+    extern "C" __global__ void dequant_rows_bf16_##NAME(const uint8_t* W, long long rowBytes, int r0,          \
+                                                        int nrows, int cols, __nv_bfloat16* out) {              \
+        dequant_rows_bf16_body<T_>(W, rowBytes, r0, nrows, cols, out);                                         \
+    }
+DEQROWS16_KERNEL(MM_T, MM_NAME)
+
 // ---------------------------------------------------------------------------
 // Embedding: dst[i] = dequantized row tokens[i] of the table. One CTA per
 // token; threads take 32-element units (float types: cols % 32 == 0 here too,

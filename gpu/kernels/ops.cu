@@ -218,6 +218,16 @@ extern "C" __global__ void add(float* dst, const float* x, long long n) {
     if (i < n) dst[i] += x[i];
 }
 
+// dst = x rounded to bf16 (nearest even), pairs of elements (n even): the
+// activations of cublasGemmEx with bf16 operands.
+extern "C" __global__ void f32_to_bf16(__nv_bfloat162* dst, const float2* x, long long npairs) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npairs) {
+        float2 v = x[i];
+        dst[i] = __floats2bfloat162_rn(v.x, v.y);
+    }
+}
+
 // x[r][c] += b[c].
 extern "C" __global__ void add_bias(float* x, const float* b, int rows, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
