@@ -118,6 +118,7 @@ type Backend struct {
 	groupCalls int         // MatMulShared calls gemmqGroup took (tests)
 
 	blas    *cublasHandle // nil unless opts.CUBLAS and the library loaded
+	blasX   sharedX       // MatMulShared's x in bf16 while its set runs (device thread)
 	blasErr error         // why cuBLAS is not used, when it was asked for
 
 	gemvMode atomic.Int32 // tests: 0 per options, 1 force whole-x GEMV, 2 force chunked
@@ -761,6 +762,11 @@ func (b *Backend) MatMulShared(dsts []model.Tensor, x model.Tensor, ws []model.W
 		for i, d := range ds {
 			ys[i] = d.buf.Ptr
 		}
+		if done, err := b.sharedBF16X(c, xp, n, s.cols); err != nil {
+			return err
+		} else if done != nil {
+			defer done()
+		}
 		for _, set := range gemmqGroups(gws, func(w *Weight) bool { return b.groupable(n, w) }) {
 			if len(set) > 1 {
 				sw, sy := make([]*Weight, len(set)), make([]DevicePtr, len(set))
@@ -1015,6 +1021,46 @@ func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	return nil
 }
 
+// toBF16 rounds x[n][cols] to bf16 into a scratch buffer (release it).
+func (b *Backend) toBF16(c *Ctx, x DevicePtr, n, cols int) (Buffer, error) {
+	xb, err := b.scratch(c, int64(n)*int64(cols)*2, "cuBLAS bf16 activations")
+	if err != nil {
+		return Buffer{}, err
+	}
+	pairs := n * cols / 2
+	if err := b.launch(c, "f32_to_bf16", Dim3{X: cdiv(pairs, 256)}, Dim3{X: 256}, xb, x, int64(pairs)); err != nil {
+		b.release(xb)
+		return Buffer{}, err
+	}
+	return xb, nil
+}
+
+// sharedBF16X rounds the x of a MatMulShared set to bf16 once for all of
+// its weights when they go to GemmEx (q, k and v; gate and up), instead of
+// once per weight. It returns the function that drops the copy, or nil
+// when there is none.
+func (b *Backend) sharedBF16X(c *Ctx, x DevicePtr, n, cols int) (func(), error) {
+	if n < gemmLargeTokens || b.blas == nil || cols%32 != 0 || !b.cublasBF16(c) {
+		return nil, nil
+	}
+	xb, err := b.toBF16(c, x, n, cols)
+	if err != nil {
+		return nil, err
+	}
+	b.blasX = sharedX{src: x, n: n, cols: cols, buf: xb}
+	return func() {
+		b.release(xb)
+		b.blasX = sharedX{}
+	}, nil
+}
+
+// sharedX is x rounded to bf16 for the weights of one MatMulShared set.
+type sharedX struct {
+	src     DevicePtr
+	n, cols int
+	buf     Buffer
+}
+
 // cublasBF16 reports whether matmulCUBLAS takes the bf16 GemmEx path.
 func (b *Backend) cublasBF16(c *Ctx) bool {
 	return !b.opts.CUBLASTF32 && c.Device().Compute() == ComputeBF16 && b.blas.canBF16()
@@ -1023,14 +1069,13 @@ func (b *Backend) cublasBF16(c *Ctx) bool {
 // matmulCUBLASBF16 rounds x to bf16 once, then per chunk of W rows
 // dequantizes to bf16 (a BF16 W is used in place) and calls GemmEx.
 func (b *Backend) matmulCUBLASBF16(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
-	xb, err := b.scratch(c, int64(n)*int64(w.cols)*2, "cuBLAS bf16 activations")
-	if err != nil {
-		return err
-	}
-	defer b.release(xb)
-	pairs := n * w.cols / 2
-	if err := b.launch(c, "f32_to_bf16", Dim3{X: cdiv(pairs, 256)}, Dim3{X: 256}, xb, x, int64(pairs)); err != nil {
-		return err
+	xb := b.blasX.buf
+	if sx := b.blasX; sx.buf.Ptr == 0 || sx.src != x || sx.n != n || sx.cols != w.cols {
+		var err error
+		if xb, err = b.toBF16(c, x, n, w.cols); err != nil {
+			return err
+		}
+		defer b.release(xb)
 	}
 	if w.info.Type == gguf.BF16 && w.rowBytes == int64(w.cols)*2 {
 		return b.blas.gemmBF16RowMajor(c, w.raw.Ptr, w.rows, w.cols, xb.Ptr, n, y, w.rows)

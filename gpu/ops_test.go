@@ -518,6 +518,23 @@ func TestMatMulCUBLAS(t *testing.T) {
 					p.compare(fmt.Sprintf("cuBLAS %s n=%d", typ, n), gy, cy, tol)
 				}
 			}
+			// One x for three weights (q, k, v): in bf16 it is rounded once
+			// for the set (sharedBF16X).
+			var gws, cws []model.Weight
+			var gys, cys []model.Tensor
+			const n = 200
+			gx, cx := p.tensor(n, cols, randVec(r, n*cols, 1))
+			for i, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.BF16} {
+				out := rows - 50*i
+				gw, cw := p.weight(gguf.TensorInfo{Name: "w", Dims: []uint64{cols, uint64(out)}, Type: typ}, randWeight(r, typ, out, cols))
+				gy, cy := p.tensor(n, out, nil)
+				gws, cws, gys, cys = append(gws, gw), append(cws, cw), append(gys, gy), append(cys, cy)
+			}
+			p.g.MatMulShared(gys, gx, gws)
+			for i := range gys {
+				p.c.MatMul(cys[i], cx, cws[i])
+				p.compare(fmt.Sprintf("cuBLAS MatMulShared weight %d", i), gys[i], cys[i], tc.tol)
+			}
 		})
 	}
 }

@@ -23,6 +23,10 @@
 #     Q6_K body); the Qwen3.6-35B-A3B shape: `ftchat bench speed` (fp8 and
 #     bf16 KV, 0/4K/32K/128K) and llama-bench (f16 KV to 128K, q8_0 to
 #     32K, -r 1, -n 64).
+#   scripts/gpu_session12.sh dequant
+#     after the bf16 dequantization's stores went through shared memory
+#     and MatMulShared's x is rounded once: TestMatMulCUBLAS, the 512-token
+#     GEMM on cuBLAS bf16 and `bench speed` on the 8B shape at 0/4K.
 #   scripts/gpu_session12.sh all
 #     every GPU test of the gpu and engine packages (scripts/gpu_session10.sh all).
 # Logs: one tgz per call in $OUT.
@@ -129,6 +133,15 @@ q36)
     echo "rc=$?"; cat $L/lb_$kv.md
   done
   tar -czf "$OUT/q36-logs.tgz" -C /tmp/out q36
+  ;;
+dequant)
+  L=/tmp/out/dequant; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  gen llama-3.1-8b $L8
+  T_TEST=60 gtests gpu gpu.test '^(TestMatMulCUBLAS|TestKernelModules)$' $L/gpu_test.log
+  (cd gpu && timeout 60 $B/gpu.test -test.run '^$' -test.bench 'MatMulPrefill/cublas-bf16/(Q4_K|Q6_K|BF16)' -test.benchtime 20x) >$L/prefill_gemm.txt 2>&1
+  echo "rc=$?"; grep -E '^Benchmark' $L/prefill_gemm.txt | sed -E 's/ +[0-9]+ ns\/op//'
+  speed l8b 60 FTCHAT_PROFILE=0 -- --model $L8 --ctx-size 8192 --depths 0,4096 --dtypes bf16,fp8_e4m3 --prefill 512 --decode 32
+  tar -czf "$OUT/dequant-logs.tgz" -C /tmp/out dequant
   ;;
 all)
   exec scripts/gpu_session10.sh all
