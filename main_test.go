@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/viper"
 
 	"github.com/ftchat/ftchat/cli"
+	"github.com/ftchat/ftchat/internal/safefile/safefiletest"
 )
 
 // runConfig runs `ftchat config` with args and returns the printed settings.
@@ -162,7 +162,7 @@ func TestBadSettingsStopTheRun(t *testing.T) {
 func TestConfigFileNamedPipeDoesNotBlock(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+	if err := safefiletest.Mkfifo(fifo); err != nil {
 		t.Skip("no named pipes here:", err)
 	}
 	big := filepath.Join(dir, "big.yaml")

@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+
+	"github.com/ftchat/ftchat/internal/safefile/safefiletest"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -218,7 +219,7 @@ func TestUnknownConfigKeysAreReported(t *testing.T) {
 func TestConfigFileMustBeASmallRegularFile(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+	if err := safefiletest.Mkfifo(fifo); err != nil {
 		t.Skip("no named pipes here:", err)
 	}
 	big := filepath.Join(dir, "big.yaml")

@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ftchat/ftchat/internal/safefile/safefiletest"
 )
 
 // within fails the test if f does not return within d: the bugs guarded here
@@ -28,7 +29,7 @@ func within(t *testing.T, d time.Duration, f func()) {
 func TestOpenRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := safefiletest.Mkfifo(fifo); err != nil {
 		t.Skip("mkfifo:", err)
 	}
 	tests := []struct {

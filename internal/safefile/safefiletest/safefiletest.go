@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,7 +22,7 @@ func RefusesNonRegular(t *testing.T, open func(path string) error) {
 	t.Helper()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := Mkfifo(fifo); err != nil {
 		t.Skip("mkfifo:", err)
 	}
 	cases := []struct{ name, path, want string }{
