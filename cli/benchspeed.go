@@ -43,8 +43,9 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 				return err
 			}
 			defer eng.Close()
-			// Not part of any rate: said once so load time is on record beside them.
-			fmt.Fprintf(cmd.ErrOrStderr(), "model loaded in %.1f s\n", time.Since(loadStart).Seconds())
+			// Not part of any rate: said once so load time, and what the
+			// device line says of cuBLAS, are on record beside them.
+			fmt.Fprintf(cmd.ErrOrStderr(), "model loaded in %.1f s on %s\n", time.Since(loadStart).Seconds(), eng.Info().Device)
 			var results []engine.SpeedResult
 			w := cmd.OutOrStdout()
 			if !asJSON {
