@@ -1277,11 +1277,10 @@ func (s *batchSeq) usage() Usage {
 	return Usage{PromptTokens: len(s.prompt), CachedTokens: s.cached, CompletionTokens: s.sampled}
 }
 
-// end sends s's last event and removes it; its pages are cached for
-// prefix reuse (keep) or freed.
+// end removes s and sends its last event; its pages are cached for
+// prefix reuse (keep) or freed. The event goes after the removal so that a
+// client that reads the server's counters on it no longer sees s running.
 func (b *Batcher) end(s *batchSeq, last BatchEvent, keep bool) {
-	s.out.push(last)
-	s.out.close()
 	b.mu.Lock()
 	b.running = slices.DeleteFunc(b.running, func(r *batchSeq) bool { return r == s })
 	b.queue = slices.DeleteFunc(b.queue, func(r *batchSeq) bool { return r == s })
@@ -1306,6 +1305,8 @@ func (b *Batcher) end(s *batchSeq, last BatchEvent, keep bool) {
 		}
 	}
 	b.mu.Unlock()
+	s.out.push(last)
+	s.out.close()
 	b.freeIdle(idleSeq{kv: kv, st: st})
 	for _, is := range evict {
 		b.freeIdle(is)
