@@ -812,7 +812,7 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		}
 		return nil
 	}
-	if n >= gemmLargeTokens && b.blas != nil {
+	if n >= gemmLargeTokens && b.blas != nil && b.cublasFits(c, w) {
 		return b.matmulCUBLAS(c, y, x, n, w)
 	}
 	if n >= gemmLargeTokens {
@@ -1004,9 +1004,6 @@ func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		return b.matmulCUBLASBF16(c, y, x, n, w)
 	}
 	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*4)/128*128), w.rows)
-	if int64(chunk)*int64(w.cols)*4 > b.blas.wchunk.Size {
-		return fmt.Errorf("gpu: cuBLAS: %d columns do not fit the %d-byte weight chunk", w.cols, b.blas.wchunk.Size)
-	}
 	name := "dequant_rows_" + kernelSuffix[w.info.Type]
 	for r0 := 0; r0 < w.rows; r0 += chunk {
 		nr := min(chunk, w.rows-r0)
@@ -1061,6 +1058,21 @@ type sharedX struct {
 	buf     Buffer
 }
 
+// cublasFits reports whether 128 rows of w, dequantized for the cuBLAS
+// way in use, fit the weight chunk (rows of over 131,072 float32 or
+// 262,144 bf16 columns do not; they stay on ftchat's GEMM). A float32 W
+// needs no chunk.
+func (b *Backend) cublasFits(c *Ctx, w *Weight) bool {
+	esz := int64(4)
+	switch {
+	case w.info.Type == gguf.F32:
+		return true
+	case b.cublasBF16(c):
+		esz = 2
+	}
+	return 128*int64(w.cols)*esz <= b.blas.wchunk.Size
+}
+
 // cublasBF16 reports whether matmulCUBLAS takes the bf16 GemmEx path.
 func (b *Backend) cublasBF16(c *Ctx) bool {
 	return !b.opts.CUBLASTF32 && c.Device().Compute() == ComputeBF16 && b.blas.canBF16()
@@ -1081,9 +1093,6 @@ func (b *Backend) matmulCUBLASBF16(c *Ctx, y, x DevicePtr, n int, w *Weight) err
 		return b.blas.gemmBF16RowMajor(c, w.raw.Ptr, w.rows, w.cols, xb.Ptr, n, y, w.rows)
 	}
 	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*2)/128*128), w.rows)
-	if int64(chunk)*int64(w.cols)*2 > b.blas.wchunk.Size {
-		return fmt.Errorf("gpu: cuBLAS: %d columns do not fit the %d-byte weight chunk", w.cols, b.blas.wchunk.Size)
-	}
 	name := "dequant_rows_bf16_" + kernelSuffix[w.info.Type]
 	for r0 := 0; r0 < w.rows; r0 += chunk {
 		nr := min(chunk, w.rows-r0)
