@@ -14,6 +14,10 @@ declare -A V=(
   [fp8f16st1]="90 -DATTN_FP8_F16=1 -DATTN_ST2_MIN_D_FP8=256"
   [fp8f16tl2]="90 -DATTN_FP8_F16=1 -DATTN_ST2_BYTES_FP8=8192"
   [fp8f16b3]="90 -DATTN_FP8_F16=1 -DATTN_ST2_MIN_D_FP8=256 -DATTN_MINB_D128_FP8=3"
+  # FA prefill without the lo half of p (PV MMAs halved), and of q too
+  # (QK^T halved as well): what the hi/lo precision costs at depth.
+  [faplo0]="90 -DFA_PLO=0"
+  [faqlo0]="90 -DFA_PLO=0 -DFA_QLO=0"
 )
 for name in ${VARIANTS:-${!V[@]}}; do
   d=.gpu/ptx/$name

@@ -27,6 +27,14 @@
 #     after the bf16 dequantization's stores went through shared memory
 #     and MatMulShared's x is rounded once: TestMatMulCUBLAS, the 512-token
 #     GEMM on cuBLAS bf16 and `bench speed` on the 8B shape at 0/4K.
+#   scripts/gpu_session12.sh fa
+#     (prepared, not run) what FA prefill's hi/lo split of q and p costs:
+#     here first `VARIANTS="base faplo0 faqlo0" scripts/attn_variants.sh`
+#     (PTX under .gpu/ptx, carried with .gpu); there the FA attention bench
+#     at 0/4K/32K/128K and TestAttentionFAMatchesHostStore (its error
+#     against the host, 1e-3 asked) for each variant, then `bench speed`
+#     fp8 at 32K on the 8B shape for each (fp8 prefill at 32K was 0.98x
+#     llama.cpp f16, the one prefill depth behind).
 #   scripts/gpu_session12.sh all
 #     every GPU test of the gpu and engine packages (scripts/gpu_session10.sh all).
 # Logs: one tgz per call in $OUT.
@@ -142,6 +150,22 @@ dequant)
   echo "rc=$?"; grep -E '^Benchmark' $L/prefill_gemm.txt | sed -E 's/ +[0-9]+ ns\/op//'
   speed l8b 60 FTCHAT_PROFILE=0 -- --model $L8 --ctx-size 8192 --depths 0,4096 --dtypes bf16,fp8_e4m3 --prefill 512 --decode 32
   tar -czf "$OUT/dequant-logs.tgz" -C /tmp/out dequant
+  ;;
+fa)
+  L=/tmp/out/fa; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  gen llama-3.1-8b $L8
+  for v in ${FA_VARIANTS:-base faplo0 faqlo0}; do
+    d=$PWD/.gpu/ptx/$v; [ -d $d ] || { echo "no $d"; continue; }
+    stamp "FA variant $v"
+    (cd gpu && FTCHAT_PTX_DIR=$d FTCHAT_REQUIRE_GPU=1 timeout 60 $B/gpu.test -test.v -test.run '^TestAttentionFAMatchesHostStore$') >$L/test_$v.txt 2>&1
+    echo "test rc=$?"; grep -E "^(--- |\s+.*(error|tol))" $L/test_$v.txt | head -12
+    fits 120 || break
+    (cd gpu && FTCHAT_PTX_DIR=$d FTCHAT_BENCH_ONLY=fa FTCHAT_FA_DEPTHS=0,4096,32768,130560 FTCHAT_BENCH_MD=$L/fa_$v.md timeout 100 $B/gpu.test \
+      -test.run '^$' -test.bench 'Attention' -test.benchtime 5x) >$L/fa_$v.txt 2>&1
+    echo "bench rc=$?"; tail -12 $L/fa_$v.md 2>/dev/null
+    fits 60 && speed fa_$v 60 FTCHAT_PTX_DIR=$d -- --model $L8 --ctx-size 33792 --depths 32768 --dtypes fp8_e4m3,bf16 --prefill 512 --decode 16
+  done
+  tar -czf "$OUT/fa-logs.tgz" -C /tmp/out fa
   ;;
 all)
   exec scripts/gpu_session10.sh all
