@@ -1003,15 +1003,24 @@ func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	if b.cublasBF16(c) {
 		return b.matmulCUBLASBF16(c, y, x, n, w)
 	}
-	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*4)/128*128), w.rows)
-	name := "dequant_rows_" + kernelSuffix[w.info.Type]
+	return b.cublasChunked(c, y, x, n, w, "dequant_rows_", 4, b.blas.sgemmRowMajor)
+}
+
+// cublasChunked dequantizes W in chunks of rows (kernel prefix+type, esz
+// bytes an element) into the handle's weight chunk and multiplies each
+// with gemm (sgemmRowMajor or gemmBF16RowMajor) into its columns of y.
+// cublasFits has checked that 128 rows fit the chunk.
+func (b *Backend) cublasChunked(c *Ctx, y, x DevicePtr, n int, w *Weight, prefix string, esz int,
+	gemm func(c *Ctx, a DevicePtr, m, k int, x DevicePtr, n int, y DevicePtr, ldy int) error) error {
+	chunk := min(max(128, int(b.blas.wchunk.Size)/(w.cols*esz)/128*128), w.rows)
+	name := prefix + kernelSuffix[w.info.Type]
 	for r0 := 0; r0 < w.rows; r0 += chunk {
 		nr := min(chunk, w.rows-r0)
 		units := nr * (w.cols / 32)
 		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, b.blas.wchunk); err != nil {
 			return err
 		}
-		if err := b.blas.sgemmRowMajor(c, b.blas.wchunk.Ptr, nr, w.cols, x, n, y.Add(int64(r0)*4), w.rows); err != nil {
+		if err := gemm(c, b.blas.wchunk.Ptr, nr, w.cols, x, n, y.Add(int64(r0)*4), w.rows); err != nil {
 			return err
 		}
 	}
@@ -1092,19 +1101,7 @@ func (b *Backend) matmulCUBLASBF16(c *Ctx, y, x DevicePtr, n int, w *Weight) err
 	if w.info.Type == gguf.BF16 && w.rowBytes == int64(w.cols)*2 {
 		return b.blas.gemmBF16RowMajor(c, w.raw.Ptr, w.rows, w.cols, xb.Ptr, n, y, w.rows)
 	}
-	chunk := min(max(128, int(cublasChunkBytes)/(w.cols*2)/128*128), w.rows)
-	name := "dequant_rows_bf16_" + kernelSuffix[w.info.Type]
-	for r0 := 0; r0 < w.rows; r0 += chunk {
-		nr := min(chunk, w.rows-r0)
-		units := nr * (w.cols / 32)
-		if err := b.launch(c, name, Dim3{X: cdiv(units, 256)}, Dim3{X: 256}, w.raw, w.rowBytes, r0, nr, w.cols, b.blas.wchunk); err != nil {
-			return err
-		}
-		if err := b.blas.gemmBF16RowMajor(c, b.blas.wchunk.Ptr, nr, w.cols, xb.Ptr, n, y.Add(int64(r0)*4), w.rows); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.cublasChunked(c, y, xb.Ptr, n, w, "dequant_rows_bf16_", 2, b.blas.gemmBF16RowMajor)
 }
 
 func (b *Backend) launchGemv(c *Ctx, name string, w *Weight, x, y DevicePtr, nt int) error {
