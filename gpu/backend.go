@@ -156,7 +156,10 @@ func NewBackend(dev *Device, opts BackendOptions) (*Backend, error) {
 			return err
 		}
 		if opts.CUBLAS {
-			b.blas, b.blasErr = newCublasHandle(c)
+			if b.blas, b.blasErr = newCublasHandle(c); b.blas != nil {
+				// The way is fixed for the backend's life.
+				b.blas.bf16 = !opts.CUBLASTF32 && c.Device().Compute() == ComputeBF16 && b.blas.canBF16()
+			}
 		}
 		return c.Memset32(b.bad.Ptr, 0, 1)
 	})
@@ -812,7 +815,7 @@ func (b *Backend) matmulRaw(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 		}
 		return nil
 	}
-	if n >= gemmLargeTokens && b.blas != nil && b.cublasFits(c, w) {
+	if n >= gemmLargeTokens && b.blas != nil && b.cublasFits(w) {
 		return b.matmulCUBLAS(c, y, x, n, w)
 	}
 	if n >= gemmLargeTokens {
@@ -982,11 +985,7 @@ func (b *Backend) CUBLASMode() string {
 	if b.blas == nil {
 		return ""
 	}
-	var bf16 bool
-	if b.dev.Do(func(c *Ctx) error { bf16 = b.cublasBF16(c); return nil }) != nil {
-		return ""
-	}
-	if bf16 {
+	if b.blas.bf16 {
 		return "bf16 GemmEx"
 	}
 	return "TF32 Sgemm"
@@ -1000,7 +999,7 @@ func (b *Backend) matmulCUBLAS(c *Ctx, y, x DevicePtr, n int, w *Weight) error {
 	if w.info.Type == gguf.F32 {
 		return b.blas.sgemmRowMajor(c, w.raw.Ptr, w.rows, w.cols, x, n, y, w.rows)
 	}
-	if b.cublasBF16(c) {
+	if b.blas.bf16 {
 		return b.matmulCUBLASBF16(c, y, x, n, w)
 	}
 	return b.cublasChunked(c, y, x, n, w, "dequant_rows_", 4, b.blas.sgemmRowMajor)
@@ -1046,7 +1045,7 @@ func (b *Backend) toBF16(c *Ctx, x DevicePtr, n, cols int) (Buffer, error) {
 // once per weight. It returns the function that drops the copy, or nil
 // when there is none.
 func (b *Backend) sharedBF16X(c *Ctx, x DevicePtr, n, cols int) (func(), error) {
-	if n < gemmLargeTokens || b.blas == nil || cols%32 != 0 || !b.cublasBF16(c) {
+	if n < gemmLargeTokens || b.blas == nil || cols%32 != 0 || !b.blas.bf16 {
 		return nil, nil
 	}
 	xb, err := b.toBF16(c, x, n, cols)
@@ -1071,20 +1070,15 @@ type sharedX struct {
 // way in use, fit the weight chunk (rows of over 131,072 float32 or
 // 262,144 bf16 columns do not; they stay on ftchat's GEMM). A float32 W
 // needs no chunk.
-func (b *Backend) cublasFits(c *Ctx, w *Weight) bool {
+func (b *Backend) cublasFits(w *Weight) bool {
 	esz := int64(4)
 	switch {
 	case w.info.Type == gguf.F32:
 		return true
-	case b.cublasBF16(c):
+	case b.blas.bf16:
 		esz = 2
 	}
 	return 128*int64(w.cols)*esz <= b.blas.wchunk.Size
-}
-
-// cublasBF16 reports whether matmulCUBLAS takes the bf16 GemmEx path.
-func (b *Backend) cublasBF16(c *Ctx) bool {
-	return !b.opts.CUBLASTF32 && c.Device().Compute() == ComputeBF16 && b.blas.canBF16()
 }
 
 // matmulCUBLASBF16 rounds x to bf16 once, then per chunk of W rows

@@ -93,6 +93,9 @@ type cublasHandle struct {
 	// wchunk is the dequantized weight chunk, allocated with the handle
 	// so the KV plan, made after the load, leaves room for it.
 	wchunk Buffer
+	// bf16: MatMul takes GemmEx on bf16 operands, not the TF32 Sgemm
+	// (set by NewBackend from the options, the device and canBF16).
+	bf16 bool
 	// one is alpha = 1 and beta = 0 for GemmEx: the wide call passes
 	// pointers into a heap object, which does not move.
 	one *[2]float32

@@ -486,10 +486,7 @@ func TestMatMulCUBLAS(t *testing.T) {
 			if path == "" {
 				t.Skipf("cuBLAS not available: %v", err)
 			}
-			var bf16 bool
-			if err := d.Do(func(c *Ctx) error { bf16 = g.cublasBF16(c); return nil }); err != nil {
-				t.Fatal(err)
-			}
+			bf16 := g.blas.bf16
 			t.Logf("cuBLAS: %s, bf16 GemmEx: %v", path, bf16)
 			if want := !tc.tf32 && d.Compute() == ComputeBF16 && runtime.GOOS == "linux" && runtime.GOARCH == "amd64"; bf16 != want {
 				t.Fatalf("bf16 GemmEx path %v, want %v (GemmEx symbol found: %v)", bf16, want, cublas.gemmEx != 0)
