@@ -31,7 +31,8 @@ import (
 // at 0 / 4K / 32K cached, Llama-3.1-8B and Qwen3.6 shapes, bf16 and
 // fp8_e4m3, the block kernel (prefill=old) and attn_fa (prefill=fa) in the
 // same run, tabulated side by side in TFLOP/s at the end; then attn_fa
-// with CTAs of 8 warps and with key splits sized for 1 and 4 waves.
+// with CTAs of 8 warps and with key splits sized for 1 and 4 waves
+// (FTCHAT_FA_LEAN=1: attn_fa alone, as the engine launches it).
 
 type attnShape struct {
 	name             string
@@ -247,12 +248,13 @@ var benchShapes = []struct {
 	heads, kvh, dim int
 }{{"Llama-3.1-8B", 32, 8, 128}, {"SmolLM2-135M", 9, 3, 64}}
 
-// faBenchShapes are the prefill shapes of the FA comparison: Llama-3.1-8B
-// and Qwen3.6's full-attention layers (16 q heads, 2 kv heads, head_dim 256).
+// faBenchShapes are the prefill shapes of the FA comparison: Llama-3.1-8B,
+// Qwen3-30B-A3B (32 q heads, 4 kv heads: groups of 8) and Qwen3.6's
+// full-attention layers (16 q heads, 2 kv heads, head_dim 256).
 var faBenchShapes = []struct {
 	name            string
 	heads, kvh, dim int
-}{{"Llama-3.1-8B", 32, 8, 128}, {"Qwen3.6", 16, 2, 256}}
+}{{"Llama-3.1-8B", 32, 8, 128}, {"Qwen3-30B-A3B", 32, 4, 128}, {"Qwen3.6", 16, 2, 256}}
 
 func BenchmarkAttention(b *testing.B) {
 	d := openTestDevice(b)
@@ -350,9 +352,16 @@ func BenchmarkAttention(b *testing.B) {
 				depths = append(depths, d)
 			}
 		}
+		// FTCHAT_FA_LEAN=1: attn_fa as the engine launches it, nothing else
+		// (kernel variants priced side by side).
+		lean := os.Getenv("FTCHAT_FA_LEAN") != ""
 		for _, sh := range faBenchShapes {
 			for _, depth := range depths {
 				for _, dt := range []kvcache.DType{kvcache.BF16, kvcache.FP8E4M3} {
+					if lean {
+						run(attnShape{name: sh.name, heads: sh.heads, kvh: sh.kvh, dim: sh.dim, pageSize: kvcache.DefaultPageSize, dtype: dt, batch: 1, ctx: depth + 512, newT: 512, prefill: PrefillFA})
+						continue
+					}
 					for _, k := range []PrefillKernel{PrefillBlocks, PrefillFA} {
 						if k == PrefillBlocks && depth > 32768 {
 							continue // 3x FA's time or more from 4K on; minutes at 128K
