@@ -13,7 +13,7 @@ import (
 // Mixture-of-experts feed-forward on the device (kernels/moe.cu, moe.cuh).
 //
 // Every path routes on the device: router logits in float32 (moe_router_rows
-// for up to 16 rows, the tiled moe_router_f32 for batches; other router
+// for up to 16 rows, moe_router_sk split over k for batches; other router
 // types through MatMul), then moe_topk (softmax,
 // top-k, optional renormalisation; one warp per token) writes the expert
 // ids and weights to device memory. No value crosses to the host, so a
@@ -47,8 +47,8 @@ const (
 	// near 2 rows.
 	moeGemvMaxTok = 2
 	// moeRouterRows is RS_MAXT of kernels/moe.cu: batches up to this many
-	// rows take moe_router_rows (a CTA per expert), larger ones the tiled
-	// moe_router_f32.
+	// rows take moe_router_rows (a CTA per expert), larger ones
+	// moe_router_sk.
 	moeRouterRows = 16
 	// moeChunkTok bounds the tokens of one pass, and so the scratch
 	// (pairs x (ff + dim) floats) and the grids.
@@ -86,7 +86,7 @@ var moeTyped = []struct{ prefix, module string }{
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
-var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum", "moe_router_f32", "moe_router_rows", "moe_scale_pairs"}
+var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum", "moe_router_sk", "moe_router_sum", "moe_router_rows", "moe_scale_pairs"}
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {
@@ -259,22 +259,61 @@ func MoEScratchBytes(rows, E, K, dim, ff int) int64 {
 }
 
 // moeRoute writes the n rows' router logits, then their top-k expert ids
-// and weights.
-func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts DevicePtr) error {
+// and weights. part (partBytes) is scratch the router may use for its
+// partial sums before the caller needs it (0 for none).
+func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts, part DevicePtr, partBytes int) error {
 	r := l.router
 	if r.info.Type == gguf.F32 && n <= moeRouterRows && r.cols%4 == 0 {
 		if err := b.launch(c, "moe_router_rows", Dim3{X: l.E}, Dim3{X: 256}, r.raw, l.E, r.cols, x, n, logits); err != nil {
 			return err
 		}
 	} else if r.info.Type == gguf.F32 && r.cols%4 == 0 {
-		if err := b.launch(c, "moe_router_f32", Dim3{X: cdiv(l.E, 32), Y: cdiv(n, 16)}, Dim3{X: 128},
-			r.raw, l.E, r.cols, x, n, logits); err != nil {
+		if part == 0 {
+			partBytes = 0
+		}
+		if err := b.routerLogits(c, r, l.E, x, n, logits, part, routerSlices(n, l.E, r.cols, c.d.info.SMs, partBytes)); err != nil {
 			return err
 		}
 	} else if err := b.matmul(c, logits, x, n, r); err != nil {
 		return err
 	}
 	return b.launch(c, moeTopkKernel(), Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, logits, n, l.E, l.K, l.norm, ids, wts)
+}
+
+// routerSlices is the k split of moe_router_sk for n rows of E experts
+// over cols: slices enough for two CTAs per SM (sms), at least 64 k each,
+// their partials (slices x n x E floats) within partBytes; 1 writes the
+// logits directly.
+func routerSlices(n, E, cols, sms, partBytes int) int {
+	tiles := cdiv(n, 64) * cdiv(E, 64)
+	s := min(cdiv(2*max(sms, 1), tiles), cols/64, partBytes/(n*E*4))
+	if s <= 1 {
+		return 1
+	}
+	return cdiv(cols, routerKSlice(cols, s))
+}
+
+// routerKSlice is the k range of one of slices slices of cols (a multiple
+// of moe_router_sk's k step, 16).
+func routerKSlice(cols, slices int) int { return (cdiv(cols, slices) + 15) &^ 15 }
+
+// routerLogits writes the float32 router logits of n rows of x for the
+// F32 router r of E experts through moe_router_sk in slices k slices
+// (routerSlices), their partials in part, then moe_router_sum.
+func (b *Backend) routerLogits(c *Ctx, r *Weight, E int, x DevicePtr, n int, logits, part DevicePtr, slices int) error {
+	ks := routerKSlice(r.cols, slices)
+	out := logits
+	if slices > 1 {
+		out = part
+	}
+	if err := b.launch(c, "moe_router_sk", Dim3{X: cdiv(E, 64), Y: cdiv(n, 64), Z: slices}, Dim3{X: 256},
+		r.raw, E, r.cols, x, n, ks, out); err != nil {
+		return err
+	}
+	if slices == 1 {
+		return nil
+	}
+	return b.launch(c, "moe_router_sum", Dim3{X: cdiv(n*E, 256)}, Dim3{X: 256}, part, slices, n*E, logits)
 }
 
 // moeTopkKernel is the softmax/top-k kernel moeRoute launches: moe_topk2
@@ -295,7 +334,7 @@ func (b *Backend) moeDecode(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error {
 	}
 	defer done()
 	logits, ids, wts, h := p[0], p[1], p[2], p[3]
-	if err := b.moeRoute(c, x, n, l, logits, ids, wts); err != nil {
+	if err := b.moeRoute(c, x, n, l, logits, ids, wts, h, pairs*l.ff*4); err != nil {
 		return err
 	}
 	v2 := moeGemv2.Load()
@@ -332,7 +371,8 @@ func (b *Backend) moeGrouped(c *Ctx, dst, x DevicePtr, n int, l moeLayer) error 
 	}
 	defer done()
 	logits, ids, wts, sorted, inv, tiles, h, y := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
-	if err := b.moeRoute(c, x, n, l, logits, ids, wts); err != nil {
+	// h is free until moe_gemm_gu: the router's partial sums go there.
+	if err := b.moeRoute(c, x, n, l, logits, ids, wts, h, pairs*l.ff*4); err != nil {
 		return err
 	}
 	if err := b.launch(c, "moe_sort", Dim3{X: 1}, Dim3{X: 1024}, ids, pairs, l.E, nt, sorted, inv, tiles); err != nil {

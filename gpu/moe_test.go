@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -101,6 +102,55 @@ func TestMoEPaths(t *testing.T) {
 				cm.TopK, cm.NormTopK = K, norm
 				p.compareMoEPaths(r, fmt.Sprintf("MoE %s/%s n=%d top-%d norm=%v", tc.gu, tc.down, n, K, norm), &gm, &cm, n, dim)
 			}
+		}
+	}
+}
+
+// TestMoERouterLogits checks moe_router_sk (+ moe_router_sum) against
+// float64 dot products on the host, for tile-ragged token and expert
+// counts, k ranges that are not whole 16-wide steps, and k splits from 1
+// (logits written directly) through routerSlices' choice to more slices
+// than k steps (empty slices). Logits and partials start as NaN, so an
+// output left unwritten fails.
+func TestMoERouterLogits(t *testing.T) {
+	p := newPair(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	cases := []struct{ E, cols, n int }{{16, 512, 17}, {128, 2048, 512}, {200, 516, 100}, {256, 2048, 333}, {8, 64, 70}}
+	for _, tc := range cases {
+		xv, rv := randVec(r, tc.n*tc.cols, 1), randVec(r, tc.E*tc.cols, 0.1)
+		gx, _ := p.tensor(tc.n, tc.cols, xv)
+		gw, _ := p.weight(gguf.TensorInfo{Name: "router", Dims: []uint64{uint64(tc.cols), uint64(tc.E)}, Type: gguf.F32}, f32Bytes(rv))
+		auto := routerSlices(tc.n, tc.E, tc.cols, p.g.dev.info.SMs, 1<<30)
+		for _, slices := range []int{1, 2, auto, tc.cols/16 + 3} {
+			gl, _ := p.tensor(tc.n, tc.E, nil)
+			part, _ := p.tensor(slices*tc.n, tc.E, nil)
+			p.g.post(func(c *Ctx) error {
+				return p.g.routerLogits(c, gw.(*Weight), tc.E, gx.(*Tensor).buf.Ptr, tc.n, gl.(*Tensor).buf.Ptr, part.(*Tensor).buf.Ptr, slices)
+			})
+			got := make([]float32, tc.n*tc.E)
+			p.g.ToHost(gl, got)
+			if err := p.g.Err(); err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for i := 0; i < tc.n; i++ {
+				for e := 0; e < tc.E; e++ {
+					var dot, mag float64
+					for k := 0; k < tc.cols; k++ {
+						v := float64(xv[i*tc.cols+k]) * float64(rv[e*tc.cols+k])
+						dot += v
+						mag += math.Abs(v)
+					}
+					g := float64(got[i*tc.E+e])
+					err := math.Abs(g-dot) / (mag + 1e-30)
+					if math.IsNaN(g) || err > 1e-5 {
+						t.Fatalf("E=%d cols=%d n=%d slices=%d: logit[%d][%d] = %v, want %v (error %.2e of sum |x r|, bound 1e-5)",
+							tc.E, tc.cols, tc.n, slices, i, e, g, dot, err)
+					}
+					worst = max(worst, err)
+				}
+			}
+			t.Logf("E=%d cols=%d n=%d slices=%d: max error %.2e of sum |x r|", tc.E, tc.cols, tc.n, slices, worst)
 		}
 	}
 }

@@ -135,7 +135,7 @@ func (b *Backend) moeSplit(c *Ctx, d, s *Tensor, hl *hostLayer, router *Weight, 
 	}
 	defer done()
 	logits, ids, wts, hb, yc := p[0], p[1], p[2], p[3], p[4]
-	if err := b.moeRoute(c, s.buf.Ptr, n, l, logits, ids, wts); err != nil {
+	if err := b.moeRoute(c, s.buf.Ptr, n, l, logits, ids, wts, hb, max(n*kg*ff, 1)*4); err != nil {
 		return true, err
 	}
 

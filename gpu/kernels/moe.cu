@@ -222,53 +222,85 @@ extern "C" __global__ void moe_scale_pairs(float* __restrict__ y, const int* __r
     y[i] *= S[ids[i / n]];
 }
 
-// Router logits in float32 for a batch: logits[t][e] = x[t] . R[e] (R an
-// F32 [nexp][cols] weight), so that the top-k choice sees the same values
-// as the CPU's float32 router (a bf16 tensor-core GEMM would flip near
-// ties). CTA tile 16 tokens x 32 experts, 128 threads of 2 x 2 outputs,
-// k in chunks of 64 through shared memory. cols % 4 == 0.
-#define RT_T 16
-#define RT_E 32
-#define RT_K 64
-extern "C" __global__ void __launch_bounds__(128) moe_router_f32(const float* __restrict__ R, int nexp, int cols,
-                                                                  const float* __restrict__ X, int ntok,
-                                                                  float* __restrict__ logits) {
-    __shared__ float xs[RT_T][RT_K + 1], rs[RT_E][RT_K + 1];
-    int tid = threadIdx.x;
-    int t0 = blockIdx.y * RT_T, e0 = blockIdx.x * RT_E;
-    int ty = tid >> 4, tx = tid & 15;  // tokens ty, ty+8; experts tx, tx+16
-    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-    for (int k0 = 0; k0 < cols; k0 += RT_K) {
-        for (int i = tid; i < RT_T * RT_K / 4; i += 128) {
-            int r = i / (RT_K / 4), c = 4 * (i % (RT_K / 4));
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t0 + r < ntok && k0 + c < cols) v = __ldg(reinterpret_cast<const float4*>(X + (size_t)(t0 + r) * cols + k0 + c));
-            xs[r][c] = v.x; xs[r][c + 1] = v.y; xs[r][c + 2] = v.z; xs[r][c + 3] = v.w;
-        }
-        for (int i = tid; i < RT_E * RT_K / 4; i += 128) {
-            int r = i / (RT_K / 4), c = 4 * (i % (RT_K / 4));
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (e0 + r < nexp && k0 + c < cols) v = __ldg(reinterpret_cast<const float4*>(R + (size_t)(e0 + r) * cols + k0 + c));
-            rs[r][c] = v.x; rs[r][c + 1] = v.y; rs[r][c + 2] = v.z; rs[r][c + 3] = v.w;
-        }
+// Router logits for a batch, logits[t][e] = x[t] . R[e] (R an F32
+// [nexp][cols] weight), in float32 so that the top-k choice sees the CPU
+// router's values (a bf16 tensor-core GEMM would flip near ties). Split
+// over k: slice blockIdx.z sums k in [z*kslice, min(cols, (z+1)*kslice))
+// into out + z*ntok*nexp (the logits themselves when gridDim.z == 1, else
+// partials that moe_router_sum adds in slice order: deterministic). The
+// kernel before it (128 CTAs of 4 warps, each walking all of k alone) took
+// 115 µs a 512-token chunk of the Qwen3-30B-A3B shape on the H200, 12% of
+// its prefill kernel time. CTA tile 64 tokens x 64 experts, 256
+// threads of 4 x 4 outputs (consecutive tokens and experts: one 16-byte
+// shared load of each per k), k in steps of 16 staged transposed in shared
+// memory, the next step's loads in flight during this one's FMAs.
+// cols % 4 == 0, kslice % 16 == 0.
+#define RK_T 64
+#define RK_E 64
+#define RK_K 16
+extern "C" __global__ void __launch_bounds__(256) moe_router_sk(const float* __restrict__ R, int nexp, int cols,
+                                                                 const float* __restrict__ X, int ntok, int kslice,
+                                                                 float* __restrict__ out) {
+    __shared__ __align__(16) float xs[RK_K][RK_T + 4];
+    __shared__ __align__(16) float rs[RK_K][RK_E + 4];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int t0 = blockIdx.y * RK_T, e0 = blockIdx.x * RK_E;
+    const int kb = blockIdx.z * kslice, ke = min(cols, kb + kslice);
+    out += (size_t)blockIdx.z * ntok * nexp;
+    // loader: row lr of the token and the expert tile, 4 floats at kq
+    const int lr = tid >> 2, kq = 4 * (tid & 3);
+    const bool xok = t0 + lr < ntok, rok = e0 + lr < nexp;
+    const float* xp = X + (size_t)(xok ? t0 + lr : 0) * cols;
+    const float* rp = R + (size_t)(rok ? e0 + lr : 0) * cols;
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto ld = [&](const float* p, bool ok, int k0) {
+        bool in = ok && k0 + kq < ke;
+        float4 v = __ldg(reinterpret_cast<const float4*>(p + (in ? k0 + kq : 0)));
+        return in ? v : z;
+    };
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
+    float4 xv = ld(xp, xok, kb), rv = ld(rp, rok, kb);
+    for (int k0 = kb; k0 < ke; k0 += RK_K) {
+        xs[kq][lr] = xv.x; xs[kq + 1][lr] = xv.y; xs[kq + 2][lr] = xv.z; xs[kq + 3][lr] = xv.w;
+        rs[kq][lr] = rv.x; rs[kq + 1][lr] = rv.y; rs[kq + 2][lr] = rv.z; rs[kq + 3][lr] = rv.w;
         __syncthreads();
-#pragma unroll 8
-        for (int k = 0; k < RT_K; k++) {
-            float a0 = xs[ty][k], a1 = xs[ty + 8][k], b0 = rs[tx][k], b1 = rs[tx + 16][k];
-            acc[0][0] = fmaf(a0, b0, acc[0][0]);
-            acc[0][1] = fmaf(a0, b1, acc[0][1]);
-            acc[1][0] = fmaf(a1, b0, acc[1][0]);
-            acc[1][1] = fmaf(a1, b1, acc[1][1]);
+        if (k0 + RK_K < ke) xv = ld(xp, xok, k0 + RK_K), rv = ld(rp, rok, k0 + RK_K);
+#pragma unroll
+        for (int k = 0; k < RK_K; k++) {
+            float4 a = *reinterpret_cast<const float4*>(&xs[k][4 * ty]);
+            float4 b = *reinterpret_cast<const float4*>(&rs[k][4 * tx]);
+            float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++) {
+        int t = t0 + 4 * ty + i;
+        if (t >= ntok) continue;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            int t = t0 + ty + 8 * i, e = e0 + tx + 16 * j;
-            if (t < ntok && e < nexp) logits[(size_t)t * nexp + e] = acc[i][j];
+        for (int j = 0; j < 4; j++) {
+            int e = e0 + 4 * tx + j;
+            if (e < nexp) out[(size_t)t * nexp + e] = acc[i][j];
         }
+    }
+}
+
+// logits[i] = sum over slices s (in order) of part[s*n + i], i < n.
+extern "C" __global__ void __launch_bounds__(256) moe_router_sum(const float* __restrict__ part, int slices, int n,
+                                                                  float* __restrict__ logits) {
+    int i = blockIdx.x * 256 + threadIdx.x;
+    if (i >= n) return;
+    float s = part[i];
+    for (int k = 1; k < slices; k++) s += part[(size_t)k * n + i];
+    logits[i] = s;
 }
 
 // Router logits for a few rows (decode, ntok <= RS_MAXT): one CTA per
