@@ -66,14 +66,26 @@ var faWarpsByEnv = func() int {
 	return 0
 }()
 
+// faWaves sizes FA auto-splitting unless KVCache.Waves is set: long key
+// ranges are split until this many waves of resident CTAs are filled
+// ($FTCHAT_FA_WAVES = 2 restores the earlier choice). One since the H200
+// run of 2026-12-04 (docs/benchmarks.md): with 8-warp CTAs a second wave
+// of key splits costs more in the merge than it gains. FA bench, 512 new
+// tokens after 4K cached: 132 -> 157 TFLOP/s (bf16) and 125 -> 142 (fp8)
+// on the Llama-3.1-8B shape, 1-3% at 32K, alike on the 30B-A3B and Qwen3.6
+// shapes; `bench speed` pp512 at 4K +4-5% (8B), +3.5-4% (30B-A3B).
+var faWaves = func() int {
+	if os.Getenv("FTCHAT_FA_WAVES") == "2" {
+		return 2
+	}
+	return 1
+}()
+
 const (
 	// faMinTokens is the smallest chunk of new tokens of one sequence the
 	// FA kernel takes; decode rows and shorter chunks fill too little of
 	// its 64-row tiles.
 	faMinTokens = 64
-	// faWaves sizes FA auto-splitting unless KVCache.Waves is set: long
-	// key ranges are split until this many waves of resident CTAs are filled.
-	faWaves = 2
 	// faMinSplitTokens is the smallest key chunk FA auto-splitting makes.
 	faMinSplitTokens = 1024
 )

@@ -43,6 +43,10 @@
 #     load (TestMoERouterLogits, TestMoEPaths, the engine's expert
 #     placement and hybrid resume tests), then `ftchat bench speed` on the
 #     30B file without a build beside it, as time allows.
+#   BUDGET=300 scripts/gpu_session13.sh waves
+#     FA auto-splitting for one wave of CTAs (the new default) against two
+#     (FTCHAT_FA_WAVES=2) in `ftchat bench speed` on the 8B and 30B files
+#     at 4K/32K, back to back.
 # Logs: one tgz per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -202,6 +206,21 @@ final)
     --dtypes fp8_e4m3,bf16 --prefill 512 --decode 64
   tar -czf "$OUT/final-logs.tgz" -C /tmp/out final
   ;;
+waves)
+  L=/tmp/out/waves; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  [ -s $M30 ] || setsid nohup sh -c "$B/ftchat dev gen-model --preset qwen3-30b-a3b --type Q4_K -o $M30.tmp && mv $M30.tmp $M30" \
+    >/tmp/gen30.log 2>&1 </dev/null &
+  gen llama-3.1-8b $L8
+  for w in 2 1; do
+    speed l8b_w$w 60 FTCHAT_FA_WAVES=$w -- --model $L8 --ctx-size 33792 --depths 4096,32768 --dtypes fp8_e4m3,bf16 --prefill 512 --decode 8
+  done
+  for _ in $(seq 30); do [ -s $M30 ] && break; sleep 5; done
+  for w in 2 1; do
+    fits 50 && speed m30_w$w 60 FTCHAT_FA_WAVES=$w -- --model $M30 --ctx-size 33792 --depths 4096,32768 --dtypes fp8_e4m3,bf16 --prefill 512 --decode 8
+  done
+  tar -czf "$OUT/waves-logs.tgz" -C /tmp/out waves
+  ;;
 peer8b)
   L=/tmp/out/peer8b; mkdir -p $L; [ -x $B/ftchat ] || unpack
   gen llama-3.1-8b $L8
@@ -229,7 +248,7 @@ peer30b)
   tar -czf "$OUT/peer30b-logs.tgz" -C /tmp/out peer30b
   ;;
 *)
-  echo "usage: $0 first|check|router|final|peer8b|peer30b" >&2
+  echo "usage: $0 first|check|router|final|waves|peer8b|peer30b" >&2
   exit 2
   ;;
 esac
