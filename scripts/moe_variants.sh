@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds PTX of the grouped MoE GEMMs (gpu/kernels/moe.cuh via moe_<type>.cu)
-# with other tuning knobs (MOE_LOADER, MOE_FASTDQ) into
+# with other tuning knobs (MOE_LOADER, MOE_FASTDQ, MOE_PREFETCH) into
 # .gpu-moe/ptx/<variant>/moe_<type>_sm89.ptx, for a device run that times
 # them side by side (scripts/gpu_moe.sh variants): FTCHAT_PTX_DIR pointing
 # there makes the gpu package load that PTX instead of the embedded one.
@@ -8,13 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-nvcc}
+# base: the committed defaults (MOE_LOADER 2 since 2026-12-04).
 declare -A V=(
   [base]=""
-  [loader2]="-DMOE_LOADER=2"
+  [loader1]="-DMOE_LOADER=1"
   [fastdq]="-DMOE_FASTDQ=1"
-  [both]="-DMOE_LOADER=2 -DMOE_FASTDQ=1"
+  [prefetch]="-DMOE_PREFETCH=1"
+  [prefetchfd]="-DMOE_PREFETCH=1 -DMOE_FASTDQ=1"
 )
-for name in ${VARIANTS:-base loader2 fastdq both}; do
+for name in ${VARIANTS:-base loader1 fastdq prefetch}; do
   d=.gpu-moe/ptx/$name
   mkdir -p "$d"
   for t in ${TYPES:-q4_k q6_k q8_0 f16}; do

@@ -44,6 +44,28 @@
 #ifndef MOE_FASTDQ
 #define MOE_FASTDQ 0
 #endif
+// MOE_PREFETCH 1 (a knob to price, 0 in the committed PTX) asks L2 for the
+// next k step's weight blocks before this step's MMAs, so their DRAM
+// latency overlaps the tensor-core work instead of following it.
+#ifndef MOE_PREFETCH
+#define MOE_PREFETCH 0
+#endif
+
+// moe_prefetch_step: into L2, the weight blocks (each 128-byte line of
+// them) of the k step that this thread's loader reads next: units u and
+// u + du of rows r0 and r1.
+template <int T>
+__device__ __forceinline__ void moe_prefetch_step(const uint8_t* r0, const uint8_t* r1, int units, int u, int du) {
+    constexpr int span = TypeInfo<T>::be == 1 ? 32 * TypeInfo<T>::bb : TypeInfo<T>::bb;
+    int c;
+    const uint8_t* p[2] = {unit_ptr<T>(r0, min(u, units - 1), c), unit_ptr<T>(r1, min(u + du, units - 1), c)};
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+#pragma unroll
+        for (int o = 0; o < span; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p[j] + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p[j] + span - 1));
+    }
+}
 
 // Same formula as ops.cu's swiglu.
 __device__ __forceinline__ float moe_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
@@ -238,6 +260,13 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
+#if MOE_PREFETCH
+#if MOE_LOADER == 2
+        if (k0 + MOE_BK < cols) moe_prefetch_step<T>(g0, u0, units, ((k0 + MOE_BK) >> 5) + (tid & 3), 0);
+#else
+        if (k0 + MOE_BK < cols) moe_prefetch_step<T>(wrow, wrow, units, ((k0 + MOE_BK) >> 5) + lh, 2);
+#endif
+#endif
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], bg[2], bu[2];
@@ -312,6 +341,13 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
+#if MOE_PREFETCH
+#if MOE_LOADER == 2
+        if (k0 + MOE_BK < ff) moe_prefetch_step<T>(d0, d1, units, ((k0 + MOE_BK) >> 5) + (tid & 3), 0);
+#else
+        if (k0 + MOE_BK < ff) moe_prefetch_step<T>(wrow, wrow, units, ((k0 + MOE_BK) >> 5) + lh, 2);
+#endif
+#endif
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], b[2];
