@@ -47,6 +47,13 @@
 #     FA auto-splitting for one wave of CTAs (the new default) against two
 #     (FTCHAT_FA_WAVES=2) in `ftchat bench speed` on the 8B and 30B files
 #     at 4K/32K, back to back.
+#   scripts/gpu_session13.sh next
+#     (prepared for the next session; carry .gpu and .gpu-moe after
+#     `VARIANTS="base loader1 fastdq prefetch" TYPES="q4_k q6_k"
+#     scripts/moe_variants.sh`) each grouped-GEMM variant: TestMoEPaths
+#     -short and BenchmarkMoE; then Nsight Compute on attn_fa over fp8 pages
+#     at 32K (Llama-3.1-8B shape, lean) and on the 30B shape's grouped
+#     gate/up GEMM, to see what bounds them.
 # Logs: one tgz per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -221,6 +228,39 @@ waves)
   done
   tar -czf "$OUT/waves-logs.tgz" -C /tmp/out waves
   ;;
+next)
+  L=/tmp/out/next; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  for d in .gpu-moe/ptx/*/; do
+    [ -d "$d" ] || continue
+    v=$(basename "$d")
+    fits 60 || break
+    stamp "MoE variant $v"
+    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d FTCHAT_REQUIRE_GPU=1 timeout 60 $B/gpu.test -test.short -test.v -test.run 'TestMoEPaths' -test.timeout 120s) >$L/moetest_$v.txt 2>&1
+    echo "test rc=$?: $(grep -c 'relative error' $L/moetest_$v.txt) compared, $(grep -c -- '--- FAIL' $L/moetest_$v.txt) FAIL"
+    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d timeout 60 $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=(Q4_K|Q6_K)/n=(256|512)/mode=2$' -test.benchtime 20x) >$L/moebench_$v.txt 2>&1
+    grep -E '^BenchmarkMoE' $L/moebench_$v.txt | sed -E 's/ +/ /g' | awk '{print "   ", $1, $3, $4, $5, $6}'
+  done
+  NCU=$(find_ncu)
+  if [ -n "$NCU" ] && fits 120; then
+    stamp "ncu: attn_fa over fp8 pages at 32K"
+    (cd gpu && FTCHAT_BENCH_ONLY=fa FTCHAT_FA_LEAN=1 FTCHAT_FA_DEPTHS=32768 timeout 150 "$NCU" --clock-control none \
+      --target-processes all --kernel-name 'regex:^attn_fa_e4m3_d128' --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
+      $B/gpu.test -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 1x) >$L/ncu_fa.txt 2>&1
+    echo "rc=$?"; grep -iE "^\s+attn_fa|Duration|DRAM Throughput|L2 Hit|L1/TEX Hit|Mem Busy|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|Stall|Block Limit|Pipe" $L/ncu_fa.txt | head -50
+  fi
+  if [ -n "$NCU" ] && fits 90; then
+    stamp "ncu: the grouped gate/up GEMM, 512 rows"
+    (cd gpu && timeout 100 "$NCU" --clock-control none --target-processes all --kernel-name 'regex:^moe_gemm_gu_q4_k' \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
+      $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=Q4_K/n=512/mode=2$' -test.benchtime 3x) >$L/ncu_moe.txt 2>&1
+    echo "rc=$?"; grep -iE "^\s+moe_gemm|Duration|DRAM Throughput|L2 Hit|Mem Busy|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|Stall|Block Limit" $L/ncu_moe.txt | head -40
+  fi
+  tar -czf "$OUT/next-logs.tgz" -C /tmp/out next
+  ;;
 peer8b)
   L=/tmp/out/peer8b; mkdir -p $L; [ -x $B/ftchat ] || unpack
   gen llama-3.1-8b $L8
@@ -248,7 +288,7 @@ peer30b)
   tar -czf "$OUT/peer30b-logs.tgz" -C /tmp/out peer30b
   ;;
 *)
-  echo "usage: $0 first|check|router|final|waves|peer8b|peer30b" >&2
+  echo "usage: $0 first|check|router|final|waves|next|peer8b|peer30b" >&2
   exit 2
   ;;
 esac
