@@ -53,7 +53,9 @@
 #     scripts/moe_variants.sh`) each grouped-GEMM variant: TestMoEPaths
 #     -short and BenchmarkMoE; then Nsight Compute on attn_fa over fp8 pages
 #     at 32K (Llama-3.1-8B shape, lean) and on the 30B shape's grouped
-#     gate/up GEMM, to see what bounds them.
+#     gate/up GEMM, to see what bounds them; and an Nsight Systems trace of
+#     8B decode steps (fp8 at 4K) through scripts/kernel_gaps.py: how much
+#     of a step is idle between kernels (launch-bound or kernel-bound).
 # Logs: one tgz per call in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -258,6 +260,18 @@ next)
       --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
       $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=Q4_K/n=512/mode=2$' -test.benchtime 3x) >$L/ncu_moe.txt 2>&1
     echo "rc=$?"; grep -iE "^\s+moe_gemm|Duration|DRAM Throughput|L2 Hit|Mem Busy|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|Stall|Block Limit" $L/ncu_moe.txt | head -40
+  fi
+  NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$NSYS" ] && fits 100; then
+    stamp "nsys: 8B decode steps, fp8 at 4K"
+    gen llama-3.1-8b $L8
+    timeout 90 "$NSYS" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true -o /tmp/nsys_l8b \
+      $B/ftchat bench speed --model $L8 --device cuda --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64 \
+      >$L/nsys_run.txt 2>&1
+    echo "rc=$?"; grep -E '^fp8' $L/nsys_run.txt
+    "$NSYS" stats --report cuda_gpu_trace --format csv --force-export true --output /tmp/nsys_l8b /tmp/nsys_l8b.nsys-rep >$L/nsys_stats.txt 2>&1
+    f=$(ls /tmp/nsys_l8b*cuda_gpu_trace*.csv 2>/dev/null | head -1)
+    [ -n "$f" ] && python3 scripts/kernel_gaps.py "$f" 100 | tee $L/gaps.txt && xz -c "$f" >$L/gpu_trace.csv.xz
   fi
   tar -czf "$OUT/next-logs.tgz" -C /tmp/out next
   ;;
