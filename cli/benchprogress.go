@@ -26,14 +26,25 @@ type speedProgress struct {
 	st         *statusLine
 }
 
-func newSpeedProgress(w io.Writer, kinds []string, depths []int, prefillN, decode int) *speedProgress {
+// newSpeedProgress plans the measurements of kinds x depths, each dtype's
+// led by an untimed warm-up pass when warmups is set.
+func newSpeedProgress(w io.Writer, kinds []string, depths []int, prefillN, decode int, warmups bool) *speedProgress {
 	p := &speedProgress{w: w, tty: isTerminalWriter(w), total: len(kinds) * len(depths), prefillN: prefillN, decode: decode}
 	for range kinds {
+		if warmups {
+			p.left += p.warmupWeight()
+		}
 		for _, d := range depths {
 			p.left += p.weight(d)
 		}
 	}
 	return p
+}
+
+// warmupWeight is the work of a warm-up pass: a depth-0 prefill and
+// warmupDecode steps.
+func (p *speedProgress) warmupWeight() float64 {
+	return float64(p.prefillN) + 16*float64(min(p.decode, warmupDecode))
 }
 
 // weight estimates a measurement's work: its depth and prefill tokens,
@@ -61,6 +72,20 @@ func (p *speedProgress) begin(dtype string, depth int) {
 		}
 		return line
 	})
+}
+
+// warmup starts the line of dtype's untimed warm-up pass (depth 0), not
+// counted among the measurements; end finishes it like one.
+func (p *speedProgress) warmup(dtype string) {
+	p.cur = p.warmupWeight()
+	p.left -= p.cur
+	p.start = time.Now()
+	what := fmt.Sprintf("bench speed: %s warm-up (untimed)", dtype)
+	if !p.tty {
+		fmt.Fprintln(p.w, what+"…")
+		return
+	}
+	p.st = startStatus(p.w, func(d time.Duration) string { return what + " · " + shortDuration(d) })
 }
 
 func (p *speedProgress) end() {

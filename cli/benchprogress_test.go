@@ -16,7 +16,7 @@ func TestSpeedProgress(t *testing.T) {
 	for _, tty := range []bool{false, true} {
 		isTerminalWriter = func(io.Writer) bool { return tty }
 		var buf bytes.Buffer
-		p := newSpeedProgress(&buf, []string{"bf16", "fp8_e4m3"}, []int{0, 4096}, 512, 64)
+		p := newSpeedProgress(&buf, []string{"bf16", "fp8_e4m3"}, []int{0, 4096}, 512, 64, false)
 		p.begin("bf16", 0)
 		time.Sleep(20 * time.Millisecond)
 		p.end()
@@ -41,6 +41,28 @@ func TestSpeedProgress(t *testing.T) {
 		if !strings.HasSuffix(out, "\r\x1b[K") {
 			t.Errorf("the status line is not cleared at the end: %q", out)
 		}
+	}
+}
+
+// bench speed's warm-up pass has its own line, is not counted among the
+// measurements, and its work is part of the time-left estimate.
+func TestSpeedProgressWarmup(t *testing.T) {
+	saved := isTerminalWriter
+	t.Cleanup(func() { isTerminalWriter = saved })
+	isTerminalWriter = func(io.Writer) bool { return false }
+	var buf bytes.Buffer
+	p := newSpeedProgress(&buf, []string{"bf16"}, []int{0, 4096}, 512, 64, true)
+	if want := p.warmupWeight() + p.weight(0) + p.weight(4096); p.left != want {
+		t.Errorf("planned work %v, want %v (warm-up included)", p.left, want)
+	}
+	p.warmup("bf16")
+	p.end()
+	p.begin("bf16", 0)
+	p.end()
+	p.stop()
+	want := "bench speed: bf16 warm-up (untimed)…\nbench speed: bf16 at depth 0 (1 of 2)…\n"
+	if got := buf.String(); got != want {
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
 

@@ -13,12 +13,16 @@ import (
 	"github.com/ftchat/ftchat/engine"
 )
 
+// warmupDecode is the decode steps of bench speed's warm-up pass: enough
+// to record and replay a step's CUDA graphs once.
+const warmupDecode = 4
+
 // benchSpeedCmd measures end-to-end prefill and decode speed at several
 // context depths, for the dtypes given (the same loaded model).
 func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 	var depths, dtypes string
 	var prefillN, decodeN int
-	var asJSON bool
+	var asJSON, warmup bool
 	cmd := &cobra.Command{
 		Use:   "speed [--depths 0,4096,32768] [--dtypes bf16,fp8_e4m3]",
 		Short: "Prefill and decode tokens/s at several context depths (random tokens)",
@@ -51,12 +55,23 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			if !asJSON {
 				fmt.Fprintf(w, "%-10s %8s %12s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "fill t/s", "device")
 			}
-			prog := newSpeedProgress(cmd.ErrOrStderr(), kinds, ds, prefillN, decodeN)
+			prog := newSpeedProgress(cmd.ErrOrStderr(), kinds, ds, prefillN, decodeN, warmup)
 			defer prog.stop()
 			for i, dt := range kinds {
 				if i > 0 {
 					if err := eng.Reconfigure(cmd.Context(), dt, nil); err != nil {
 						return err
+					}
+				}
+				if warmup {
+					// Untimed, as llama-bench's warm-up run: the first row
+					// of a dtype then carries no kernel compilation (PTX
+					// JIT), library start-up or first graph capture.
+					prog.warmup(dt)
+					_, err := eng.BenchSpeed(cmd.Context(), 0, prefillN, min(decodeN, warmupDecode), 0)
+					prog.end()
+					if err != nil {
+						return fmt.Errorf("%s warm-up: %w", dt, err)
 					}
 				}
 				for _, d := range ds {
@@ -90,6 +105,7 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 	cmd.Flags().IntVar(&prefillN, "prefill", 512, "tokens in the measured prefill chunk")
 	cmd.Flags().IntVar(&decodeN, "decode", 64, "decode steps measured")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	cmd.Flags().BoolVar(&warmup, "warmup", true, "an untimed prefill and a few decode steps per KV dtype before its measurements")
 	return cmd
 }
 
