@@ -1,4 +1,4 @@
-# Helpers the GPU session scripts (scripts/gpu_session5.sh .. 10) source on
+# Helpers the GPU session scripts (scripts/gpu_session5.sh .. 13) source on
 # the device machine. $B is where the bundle's binaries go.
 
 stamp() { echo "[$(date -u +%T)] $*"; }
@@ -42,4 +42,32 @@ rows() { # tag, PTX variant ('' = committed), env... (ROWS_N: the row counts; th
   (cd gpu && env FTCHAT_PTX_DIR="$(ptxdir "$v")" FTCHAT_ROWS_MODES=group "$@" timeout 45 $B/gpu.test -test.run '^$' \
     -test.bench "MatMulDecodeRows/n=(${ROWS_N:-1|2|8|16|32})\$" -test.benchtime 20x) >$L/rows_$tag.txt 2>&1
   grep -E '^Benchmark' $L/rows_$tag.txt | sed -E "s/^/$tag /; s/ +[0-9]+ ns\/op//"
+}
+
+# speed TAG TIMEOUT ENV... -- ARGS: `ftchat bench speed --device cuda ARGS`
+# with ENV into $L/speed_TAG.txt; prints the exit code and the result rows.
+speed() {
+  local tag=$1 to=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  stamp "bench speed $tag (${envs[*]})"
+  env "${envs[@]}" timeout "$to" $B/ftchat bench speed --device cuda "$@" >$L/speed_$tag.txt 2>&1
+  echo "rc=$?"; grep -E '^(fp8|bf16)' $L/speed_$tag.txt
+}
+
+# llamabench FILE TAG DEPTHS KV...: llama-bench (-fa 1, pp512, tg128, REPS
+# repetitions, default 2; LB_TIMEOUT seconds each, default 240) on FILE for
+# each KV type, once the detached build of scripts/peer_llamacpp.sh is
+# done (TRIES x 3 s), into $L/lb_TAG_KV.md.
+llamabench() {
+  local f=$1 tag=$2 depths=$3; shift 3
+  local lb=/tmp/peer/llama.cpp/build/bin/llama-bench
+  stamp "waiting for llama-bench"
+  WORK=/tmp/peer TRIES=${TRIES:-60} scripts/peer_llamacpp.sh wait || { echo "no llama-bench"; tail -20 /tmp/peer/detached.log; return; }
+  for kv in "$@"; do
+    stamp "llama-bench $tag $kv"
+    timeout "${LB_TIMEOUT:-240}" $lb -m $f -ngl 99 -fa 1 -p 512 -n 128 -r ${REPS:-2} -d $depths -ctk $kv -ctv $kv -o md >$L/lb_${tag}_$kv.md 2>$L/lb_${tag}_$kv.err
+    echo "rc=$?"; cat $L/lb_${tag}_$kv.md
+  done
 }

@@ -46,32 +46,10 @@ L8=/tmp/l8b.gguf
 M30=/tmp/m30.gguf
 FT_ENV=${FT_ENV:-FTCHAT_CUBLAS=1}
 mkdir -p "$OUT"
-. scripts/gpu_lib.sh # stamp, unpack, gen, gtests, rows
+. scripts/gpu_lib.sh # stamp, unpack, gen, gtests, rows, speed, llamabench
+LB_TIMEOUT=${LB_TIMEOUT:-200}
 T0=$(date +%s)
 fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-560} ]; }
-# speed TAG TIMEOUT ENV... -- ARGS: `ftchat bench speed ARGS` with ENV into
-# $L/speed_TAG.txt; prints the result rows.
-speed() {
-  local tag=$1 to=$2; shift 2
-  local envs=()
-  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  stamp "bench speed $tag (${envs[*]})"
-  env "${envs[@]}" timeout "$to" $B/ftchat bench speed --device cuda "$@" >$L/speed_$tag.txt 2>&1
-  echo "rc=$?"; grep -E '^(fp8|bf16)' $L/speed_$tag.txt
-}
-# llamabench FILE TAG DEPTHS KV...: llama-bench on FILE for each KV type.
-llamabench() {
-  local f=$1 tag=$2 depths=$3; shift 3
-  local lb=/tmp/peer/llama.cpp/build/bin/llama-bench
-  stamp "waiting for llama-bench"
-  WORK=/tmp/peer TRIES=${TRIES:-60} scripts/peer_llamacpp.sh wait || { echo "no llama-bench"; tail -20 /tmp/peer/detached.log; return; }
-  for kv in "$@"; do
-    stamp "llama-bench $tag $kv"
-    timeout 200 $lb -m $f -ngl 99 -fa 1 -p 512 -n 128 -r ${REPS:-2} -d $depths -ctk $kv -ctv $kv -o md >$L/lb_${tag}_$kv.md 2>$L/lb_${tag}_$kv.err
-    echo "rc=$?"; cat $L/lb_${tag}_$kv.md
-  done
-}
 case ${1:-} in
 first)
   L=/tmp/out/first; mkdir -p $L; [ -x $B/ftchat ] || unpack

@@ -66,28 +66,22 @@ M30=/tmp/m30.gguf
 CH=/tmp/chosen
 PTXD=${PTXD:-}
 mkdir -p "$OUT"
-. scripts/gpu_lib.sh # stamp, unpack, gen, gtests
+. scripts/gpu_lib.sh # stamp, unpack, gen, gtests, speed, llamabench
 T0=$(date +%s)
 fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-570} ]; }
-speed() { # TAG TIMEOUT ENV... -- ARGS
-  local tag=$1 to=$2; shift 2
-  local envs=()
-  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  stamp "bench speed $tag (${envs[*]})"
-  env "${envs[@]}" timeout "$to" $B/ftchat bench speed --device cuda "$@" >$L/speed_$tag.txt 2>&1
-  echo "rc=$?"; grep -E '^(fp8|bf16)' $L/speed_$tag.txt
-}
-llamabench() { # FILE TAG DEPTHS REPS KV...
-  local f=$1 tag=$2 depths=$3 reps=$4; shift 4
-  local lb=/tmp/peer/llama.cpp/build/bin/llama-bench
-  stamp "waiting for llama-bench"
-  WORK=/tmp/peer TRIES=${TRIES:-60} scripts/peer_llamacpp.sh wait || { echo "no llama-bench"; tail -20 /tmp/peer/detached.log; return; }
-  for kv in "$@"; do
-    stamp "llama-bench $tag $kv"
-    timeout 240 $lb -m $f -ngl 99 -fa 1 -p 512 -n 128 -r $reps -d $depths -ctk $kv -ctv $kv -o md >$L/lb_${tag}_$kv.md 2>$L/lb_${tag}_$kv.err
-    echo "rc=$?"; cat $L/lb_${tag}_$kv.md
-  done
+# moevariant DIR: TestMoEPaths -short and BenchmarkMoE (256/512 rows) with
+# the grouped-GEMM PTX of DIR into $L/moe{test,bench}_<name>.txt; prints
+# both and returns the test's exit code.
+moevariant() {
+  local d=$1 v rc
+  v=$(basename "$d")
+  stamp "MoE variant $v"
+  (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d FTCHAT_REQUIRE_GPU=1 timeout 60 $B/gpu.test -test.short -test.v -test.run 'TestMoEPaths' -test.timeout 120s) >$L/moetest_$v.txt 2>&1
+  rc=$?
+  echo "test rc=$rc: $(grep -c 'relative error' $L/moetest_$v.txt) compared, $(grep -c -- '--- FAIL' $L/moetest_$v.txt) FAIL"
+  (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d timeout 60 $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=(Q4_K|Q6_K)/n=(256|512)/mode=2$' -test.benchtime 20x) >$L/moebench_$v.txt 2>&1
+  grep -E '^BenchmarkMoE' $L/moebench_$v.txt | sed -E 's/ +/ /g' | awk '{print "   ", $1, $3, $4, $5, $6}'
+  return $rc
 }
 # fa32k MD: attn_fa's TFLOP/s on fp8 pages at 32K on the Llama-3.1-8B shape
 # in the FA bench table MD (its last column).
@@ -123,12 +117,8 @@ first)
   for d in .gpu-moe/ptx/*/; do
     v=$(basename "$d")
     fits 60 || break
-    stamp "MoE variant $v"
-    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d FTCHAT_REQUIRE_GPU=1 timeout 60 $B/gpu.test -test.short -test.v -test.run 'TestMoEPaths' -test.timeout 120s) >$L/moetest_$v.txt 2>&1
+    moevariant "$d"
     rc=$?
-    echo "test rc=$rc: $(grep -c 'relative error' $L/moetest_$v.txt) compared, $(grep -c -- '--- FAIL' $L/moetest_$v.txt) FAIL"
-    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d timeout 60 $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=(Q4_K|Q6_K)/n=(256|512)/mode=2$' -test.benchtime 20x) >$L/moebench_$v.txt 2>&1
-    grep -E '^BenchmarkMoE' $L/moebench_$v.txt | sed -E 's/ +/ /g' | awk '{print "   ", $1, $3, $4, $5, $6}'
     t=$(grep -E '^BenchmarkMoE/down=Q4_K/n=512/mode=2' $L/moebench_$v.txt | grep -oE '[0-9.]+ us/op' | awk '{print $1}')
     if [ $rc = 0 ] && [ -n "$t" ] && { [ -z "$mbest" ] || awk -v a="$t" -v b="$mbestv" 'BEGIN{exit !(a < b)}'; }; then mbest=$v mbestv=$t; fi
   done
@@ -195,7 +185,7 @@ router)
     --dtypes fp8_e4m3,bf16 --prefill 512 --decode 128
   fits 60 && speed m30prof 50 FTCHAT_PROFILE=1 FTCHAT_PROFILE_OUT=$L/m30_profile.txt -- --model $M30 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 4
   grep -E 'moe_router|moe_gemm|attn_fa|outside' $L/m30_profile.txt | head -12
-  fits 40 && TRIES=$(( (570 - $(date +%s) + T0 - 30) / 3 )) llamabench $M30 m30 0,4096,32768 1 f16
+  fits 40 && TRIES=$(( (570 - $(date +%s) + T0 - 30) / 3 )) REPS=1 llamabench $M30 m30 0,4096,32768 f16
   tar -czf "$OUT/router-logs.tgz" -C /tmp/out router
   ;;
 final)
@@ -235,13 +225,8 @@ next)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
   for d in .gpu-moe/ptx/*/; do
     [ -d "$d" ] || continue
-    v=$(basename "$d")
     fits 60 || break
-    stamp "MoE variant $v"
-    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d FTCHAT_REQUIRE_GPU=1 timeout 60 $B/gpu.test -test.short -test.v -test.run 'TestMoEPaths' -test.timeout 120s) >$L/moetest_$v.txt 2>&1
-    echo "test rc=$?: $(grep -c 'relative error' $L/moetest_$v.txt) compared, $(grep -c -- '--- FAIL' $L/moetest_$v.txt) FAIL"
-    (cd gpu && FTCHAT_PTX_DIR=$PWD/../$d timeout 60 $B/gpu.test -test.run '^$' -test.bench 'BenchmarkMoE$/down=(Q4_K|Q6_K)/n=(256|512)/mode=2$' -test.benchtime 20x) >$L/moebench_$v.txt 2>&1
-    grep -E '^BenchmarkMoE' $L/moebench_$v.txt | sed -E 's/ +/ /g' | awk '{print "   ", $1, $3, $4, $5, $6}'
+    moevariant "$d"
   done
   NCU=$(find_ncu)
   if [ -n "$NCU" ] && fits 120; then
@@ -279,10 +264,10 @@ peer8b)
   L=/tmp/out/peer8b; mkdir -p $L; [ -x $B/ftchat ] || unpack
   gen llama-3.1-8b $L8
   gen smollm2-135m /tmp/s.gguf
-  llamabench $L8 l8b 0,4096,32768 2 f16 q8_0
+  REPS=2 llamabench $L8 l8b 0,4096,32768 f16 q8_0
   speed l8b 200 FTCHAT_PTX_DIR=$PTXD -- --model $L8 --ctx-size 33792 --depths 0,4096,32768 \
     --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
-  llamabench /tmp/s.gguf smol 0,4096 2 f16 q8_0
+  REPS=2 llamabench /tmp/s.gguf smol 0,4096 f16 q8_0
   speed smol 60 FTCHAT_PTX_DIR=$PTXD -- --model /tmp/s.gguf --ctx-size 8192 --depths 0,4096 \
     --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
   if [ -n "$PTXD" ] && fits 150; then
@@ -296,7 +281,7 @@ peer30b)
   stamp "waiting for the 30B file"
   for _ in $(seq 60); do [ -s $M30 ] && break; sleep 5; done
   gen qwen3-30b-a3b $M30; ls -l $M30
-  llamabench $M30 m30 0,4096,32768 1 f16 q8_0
+  REPS=1 llamabench $M30 m30 0,4096,32768 f16 q8_0
   speed m30 220 FTCHAT_PTX_DIR=$PTXD -- --model $M30 --ctx-size 33792 --depths 0,4096,32768 \
     --dtypes fp8_e4m3,bf16 --prefill 512 --decode 128
   tar -czf "$OUT/peer30b-logs.tgz" -C /tmp/out peer30b
