@@ -44,9 +44,10 @@
 #ifndef MOE_FASTDQ
 #define MOE_FASTDQ 0
 #endif
-// MOE_PREFETCH 1 (a knob to price, 0 in the committed PTX) asks L2 for the
-// next k step's weight blocks before this step's MMAs, so their DRAM
-// latency overlaps the tensor-core work instead of following it.
+// MOE_PREFETCH 1 (a knob to price, 0 in the committed PTX): each loader,
+// having stored its k step, asks L2 for the next step's weight blocks, so
+// their DRAM latency overlaps the step's tensor-core work instead of
+// following it.
 #ifndef MOE_PREFETCH
 #define MOE_PREFETCH 0
 #endif
@@ -175,6 +176,8 @@ __device__ __forceinline__ void moe_load_tile2(const uint8_t* w0, bool ok0, cons
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i], xs);
+    constexpr int step = MOE_BK / 32;  // units of a k step
+    if (MOE_PREFETCH && (k0 >> 5) + step < units) moe_prefetch_step<T>(w0, w1, units, (k0 >> 5) + step + ur, 0);
 }
 #endif
 
@@ -211,6 +214,8 @@ __device__ __forceinline__ void moe_load_tile(const uint8_t* wrow, bool wok, int
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) moe_stx(&As[ar][8 * aq + 64 * i], xv[i], xs);
+    constexpr int step = MOE_BK / 32;  // units of a k step
+    if (MOE_PREFETCH && (k0 >> 5) + step < units) moe_prefetch_step<T>(wrow, wrow, units, (k0 >> 5) + step + lh, 2);
 }
 
 // Grouped gate+up: grid (cdiv(ff, 64), ntiles), 256 threads. CTA tile:
@@ -260,13 +265,6 @@ __device__ void moe_gemm_gu_body(const uint8_t* __restrict__ Wg, const uint8_t* 
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, xrow, aok, cols, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
-#if MOE_PREFETCH
-#if MOE_LOADER == 2
-        if (k0 + MOE_BK < cols) moe_prefetch_step<T>(g0, u0, units, ((k0 + MOE_BK) >> 5) + (tid & 3), 0);
-#else
-        if (k0 + MOE_BK < cols) moe_prefetch_step<T>(wrow, wrow, units, ((k0 + MOE_BK) >> 5) + lh, 2);
-#endif
-#endif
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], bg[2], bu[2];
@@ -341,13 +339,6 @@ __device__ void moe_gemm_dn_body(const uint8_t* __restrict__ W, long long rowByt
         moe_load_tile<T>(wrow, wok, units, k0, lr, lh, hrow, aok, ff, ar, aq, xs, As, Bs);
 #endif
         __syncthreads();
-#if MOE_PREFETCH
-#if MOE_LOADER == 2
-        if (k0 + MOE_BK < ff) moe_prefetch_step<T>(d0, d1, units, ((k0 + MOE_BK) >> 5) + (tid & 3), 0);
-#else
-        if (k0 + MOE_BK < ff) moe_prefetch_step<T>(wrow, wrow, units, ((k0 + MOE_BK) >> 5) + lh, 2);
-#endif
-#endif
 #pragma unroll
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             uint32_t a[4], b[2];
