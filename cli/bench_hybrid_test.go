@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
-
 	"github.com/ftchat/ftchat/engine/gguf"
 	"github.com/ftchat/ftchat/engine/gguf/synth"
 )
@@ -63,18 +60,8 @@ func shapeOnlyGGUF(t *testing.T, preset string) string {
 func TestCapacityHybridGolden(t *testing.T) {
 	path := shapeOnlyGGUF(t, "qwen3.6-35b-a3b")
 	run := func(args ...string) (string, error) {
-		v := viper.New()
-		var configFile string
-		root := &cobra.Command{Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
-			PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) }}
-		root.PersistentFlags().StringVar(&configFile, "config", "", "")
-		EngineFlags(root.PersistentFlags())
-		root.AddCommand(benchCmd(v))
 		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(append([]string{"bench", "capacity", "--model", path}, args...))
-		err := root.Execute()
+		err := runBench(&out, &out, append([]string{"capacity", "--model", path}, args...)...)
 		return strings.ReplaceAll(out.String(), path, "MODEL"), err
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -19,19 +20,10 @@ func TestBenchSpeedWarmup(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	run := func(args ...string) (stdout, stderr string) {
 		t.Helper()
-		v := viper.New()
-		var configFile string
-		root := &cobra.Command{Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
-			PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) }}
-		root.PersistentFlags().StringVar(&configFile, "config", "", "")
-		EngineFlags(root.PersistentFlags())
-		root.AddCommand(benchCmd(v))
 		var out, errOut bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&errOut)
-		root.SetArgs(append([]string{"bench", "speed", "--model", path, "--device", "cpu", "--depths", "0,32",
-			"--dtypes", "bf16", "--prefill", "16", "--decode", "2"}, args...))
-		if err := root.Execute(); err != nil {
+		err := runBench(&out, &errOut, append([]string{"speed", "--model", path, "--device", "cpu", "--depths", "0,32",
+			"--dtypes", "bf16", "--prefill", "16", "--decode", "2"}, args...)...)
+		if err != nil {
 			t.Fatalf("bench speed %v: %v\n%s", args, err, errOut.String())
 		}
 		return out.String(), errOut.String()
@@ -50,4 +42,20 @@ func TestBenchSpeedWarmup(t *testing.T) {
 	if strings.Contains(errs, "warm-up") || rows(out) != 2 {
 		t.Errorf("--warmup=false: stderr %q, stdout %q", errs, out)
 	}
+}
+
+// runBench runs `ftchat bench ARGS` through a root shaped like ftchat's
+// (settings, engine flags), stdout and stderr to the writers given.
+func runBench(stdout, stderr io.Writer, args ...string) error {
+	v := viper.New()
+	var configFile string
+	root := &cobra.Command{Use: "ftchat", SilenceUsage: true, SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return LoadSettings(v, cmd, configFile) }}
+	root.PersistentFlags().StringVar(&configFile, "config", "", "")
+	EngineFlags(root.PersistentFlags())
+	root.AddCommand(benchCmd(v))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(append([]string{"bench"}, args...))
+	return root.Execute()
 }
