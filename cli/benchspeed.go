@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +22,7 @@ const warmupDecode = 4
 // benchSpeedCmd measures end-to-end prefill and decode speed at several
 // context depths, for the dtypes given (the same loaded model).
 func benchSpeedCmd(v *viper.Viper) *cobra.Command {
-	var depths, dtypes string
+	var depths, dtypes, cpuProfile string
 	var prefillN, decodeN int
 	var asJSON, warmup bool
 	cmd := &cobra.Command{
@@ -50,10 +52,22 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			// Not part of any rate: said once so load time, and what the
 			// device line says of cuBLAS, are on record beside them.
 			fmt.Fprintf(cmd.ErrOrStderr(), "model loaded in %.1f s on %s\n", time.Since(loadStart).Seconds(), eng.Info().Device)
+			if cpuProfile != "" {
+				// After the load: the profile is of the measured work
+				// (warm-up included), for reading where a step's host
+				// time goes (go tool pprof).
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			var results []engine.SpeedResult
 			w := cmd.OutOrStdout()
 			if !asJSON {
-				fmt.Fprintf(w, "%-10s %8s %12s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "fill t/s", "device")
+				// graph t/s: the last decode step's CUDA graphs replayed
+				// back to back (GPU only), where the backend records steps.
+				fmt.Fprintf(w, "%-10s %8s %12s %12s %12s %12s %s\n", "kv", "depth", "prefill t/s", "decode t/s", "fill t/s", "graph t/s", "device")
 			}
 			prog := newSpeedProgress(cmd.ErrOrStderr(), kinds, ds, prefillN, decodeN, warmup)
 			defer prog.stop()
@@ -88,7 +102,11 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 						if r.Depth > 0 && r.FillSeconds > 0 {
 							fill = fmt.Sprintf("%.1f", float64(r.Depth)/r.FillSeconds)
 						}
-						fmt.Fprintf(w, "%-10s %8d %12.1f %12.1f %12s %s\n", r.KVDType, r.Depth, r.PrefillPerS, r.DecodePerS, fill, r.Device)
+						graph := "-"
+						if r.DecodeGraphPerS > 0 {
+							graph = fmt.Sprintf("%.1f", r.DecodeGraphPerS)
+						}
+						fmt.Fprintf(w, "%-10s %8d %12.1f %12.1f %12s %12s %s\n", r.KVDType, r.Depth, r.PrefillPerS, r.DecodePerS, fill, graph, r.Device)
 					}
 				}
 			}
@@ -105,8 +123,26 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 	cmd.Flags().IntVar(&prefillN, "prefill", 512, "tokens in the measured prefill chunk")
 	cmd.Flags().IntVar(&decodeN, "decode", 64, "decode steps measured")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the measurements to this file")
 	cmd.Flags().BoolVar(&warmup, "warmup", true, "an untimed prefill and a few decode steps per KV dtype before its measurements")
 	return cmd
+}
+
+// startCPUProfile starts the Go CPU profiler writing to path; stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func parseInts(s string) ([]int, error) {

@@ -442,3 +442,67 @@ func TestGPUDecodeGraphsMatchDirect(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUReplayLastStepLeavesStateAlone: replaying the last decode step's
+// graphs (bench speed's graph t/s) repeats its writes with the same inputs,
+// so a decode with replays after some steps gives bit for bit the logits of
+// one without; and a replay times a step that launched graphs.
+func TestGPUReplayLastStepLeavesStateAlone(t *testing.T) {
+	needGPU(t)
+	path := synthModel(t, "qwen3-tiny", gguf.Q8_0)
+	prompt := make([]int32, 60)
+	for i := range prompt {
+		prompt[i] = int32(3 + i*53%500)
+	}
+	run := func(replay bool) [][]float32 {
+		e := loadOn(t, path, "cuda", "fp8_e4m3", Options{GPUMemory: 1 << 30})
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		seq := e.pool.NewSequence()
+		defer seq.Free()
+		if _, err := seq.Append(prompt...); err != nil {
+			t.Fatal(err)
+		}
+		var logits []float32
+		if err := e.prefill(context.Background(), seq, nil, prompt, 0, &logits, nil); err != nil {
+			t.Fatal(err)
+		}
+		var steps [][]float32
+		for i := range 40 {
+			pos, err := seq.Append(sample.Argmax(logits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if logits, err = e.forwardToken(sample.Argmax(logits), pos, seq.Pages(), nil); err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, append([]float32(nil), logits...))
+			if replay && i%10 == 3 {
+				ms, graphs, _, err := e.be.(*gpu.Backend).ReplayLastStep(3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ms <= 0 || graphs == 0 {
+					t.Fatalf("step %d: a replay of %d graphs took %v ms", i, graphs, ms)
+				}
+			}
+		}
+		return steps
+	}
+	plain, replayed := run(false), run(true)
+	for i := range plain {
+		if firstBitDiff(plain[i], replayed[i]) >= 0 {
+			t.Fatalf("step %d: logits differ after replays", i)
+		}
+	}
+}
+
+// firstBitDiff is the first index where a and b differ in bits, -1 if none.
+func firstBitDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}

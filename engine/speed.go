@@ -17,6 +17,13 @@ type SpeedResult struct {
 	DecodeTokens   int
 	DecodePerS     float64 // tokens/s of greedy decode after Depth+PrefillTokens tokens
 	FillSeconds    float64 // time to build the context (not part of the rates)
+	// DecodeGraphPerS: on a backend that replays recorded decode steps as
+	// CUDA graphs, the tokens/s of the last step's graphs replayed back to
+	// back with no host work between them (stepReplayer); 0 elsewhere.
+	// Beside DecodePerS it shows what the host's issuing of a step costs.
+	DecodeGraphPerS float64
+	StepGraphs      int // graphs a decode step launched
+	StepDirectOps   int // its operations issued outside graphs (not replayed)
 	KVDType        string
 	Device         string
 	PoolTokensUsed int
@@ -92,10 +99,29 @@ func (e *Engine) BenchSpeed(ctx context.Context, depth, prefillN, decodeN int, s
 	}
 	if decodeN > 0 {
 		res.DecodePerS = float64(decodeN) / time.Since(t2).Seconds()
+		if r, ok := e.be.(stepReplayer); ok {
+			ms, graphs, direct, err := r.ReplayLastStep(stepReplays)
+			if err != nil {
+				return res, err
+			}
+			if ms > 0 {
+				res.DecodeGraphPerS = 1000 / ms
+			}
+			res.StepGraphs, res.StepDirectOps = graphs, direct
+		}
 	}
 	res.PoolTokensUsed = e.pool.Stats().TokensUsed
 	return res, ctx.Err()
 }
+
+// stepReplayer is a backend that can replay the last recorded decode
+// step's CUDA graphs back to back and time them (gpu.Backend).
+type stepReplayer interface {
+	ReplayLastStep(n int) (ms float64, graphs, direct int, err error)
+}
+
+// stepReplays is how many times BenchSpeed replays the last decode step.
+const stepReplays = 32
 
 // prefillOnce runs tokens[start:] as one batch (the measured chunk).
 func (e *Engine) prefillOnce(seq interface{ Pages() []int32 }, st *seqState, tokens []int32, start int, logits *[]float32) error {

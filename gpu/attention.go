@@ -57,6 +57,8 @@ type KVCache struct {
 	lastFA   int               // FA tiles the last Attend launched (tests check the kernel ran)
 	lastFAsp int               // and its key splits (benchmarks report them)
 
+	attnName string // the decode kernel's name for Layout (attn_<dtypes>_d<dim>), made once
+
 	ropeBuf Buffer
 	ropeKey []float64 // Dim, Base, NeoX, Scale, FreqFactors... of ropeBuf
 }
@@ -475,6 +477,36 @@ func (kv *KVCache) ropeTable(c *Ctx, r model.Rope) (DevicePtr, error) {
 // *head_dim] float32 on the device) are quantized to the pool's dtypes and
 // stored at the pages and slots b gives each row, in one kernel.
 func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.Batch, rope model.Rope) error {
+	return kv.write(c, layer, k, v, rows, b, rope, qkPart{})
+}
+
+// qkPart is what a fused write (WriteQK) does besides Write: q's heads
+// rotated in place, and q's and k's head RMSNorms applied before the
+// rotation (zero pointers: no norm).
+type qkPart struct {
+	q            DevicePtr
+	heads        int
+	qNorm, kNorm DevicePtr
+	eps          float32
+}
+
+// WriteQK is Write that also rotates q ([rows][heads*head_dim] float32, in
+// place) at the rows' positions and, when qNorm and kNorm are set, first
+// applies those head RMSNorms (head_dim float32 weights, eps) to q and k:
+// a block's q/k norms, RoPE and KV write as one launch. Each row must
+// belong to a sequence of b (rows of none are left as they are).
+func (kv *KVCache) WriteQK(c *Ctx, layer int, q, k, v DevicePtr, rows int, b *model.Batch, rope model.Rope,
+	heads int, qNorm, kNorm DevicePtr, eps float32) error {
+	if heads <= 0 || q == 0 || (qNorm == 0) != (kNorm == 0) {
+		return fmt.Errorf("gpu: fused KV write: %d q heads (q %#x), q norm %#x, k norm %#x", heads, q, qNorm, kNorm)
+	}
+	if rope.Dim == 0 {
+		return fmt.Errorf("gpu: fused KV write without RoPE")
+	}
+	return kv.write(c, layer, k, v, rows, b, rope, qkPart{q: q, heads: heads, qNorm: qNorm, kNorm: kNorm, eps: eps})
+}
+
+func (kv *KVCache) write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.Batch, rope model.Rope, qk qkPart) error {
 	if err := kv.checkLayer(layer); err != nil {
 		return err
 	}
@@ -500,14 +532,15 @@ func (kv *KVCache) Write(c *Ctx, layer int, k, v DevicePtr, rows int, b *model.B
 	seqs, pt, rowSeq, _ := kv.metaPtrs(m)
 	ly := kv.layers[layer]
 	dyn := l.HasTokenScales()
-	warps := rows * l.KVHeads * 2
+	warps := rows * (l.KVHeads*2 + qk.heads)
 	neox := 0
 	if rope.NeoX {
 		neox = 1
 	}
 	return c.Launch(f, Dim3{X: (warps + 3) / 4}, Dim3{X: 128}, 0, c.Stream(),
 		k, v, rows, l.KVHeads, l.HeadDim, rowSeq, seqs, pt, log2(l.PageSize),
-		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.KType()), dtypeCode(l.VType()), dyn, inv, rope.Dim, neox)
+		ly.k, ly.v, ly.ks, ly.vs, dtypeCode(l.KType()), dtypeCode(l.VType()), dyn, inv, rope.Dim, neox,
+		qk.q, qk.heads, qk.qNorm, qk.kNorm, qk.eps)
 }
 
 // chooseSplits picks how many key chunks each (row block, kv head) is
@@ -582,8 +615,10 @@ func (kv *KVCache) attendBlocks(c *Ctx, dst, q DevicePtr, rows, layer int, m bat
 	hslices := (group + hpw - 1) / hpw
 	base := m.nblocks * l.KVHeads * hslices
 	d := l.HeadDim
-	name := fmt.Sprintf("attn_%s_d%d", kernelDTypes(l), d)
-	f, err := c.Function(attentionModule, name)
+	if kv.attnName == "" {
+		kv.attnName = fmt.Sprintf("attn_%s_d%d", kernelDTypes(l), d)
+	}
+	f, err := c.Function(attentionModule, kv.attnName)
 	if err != nil {
 		return err
 	}

@@ -196,6 +196,17 @@ func (b *Backend) EndStep() {
 	b.post(func(c *Ctx) error { return c.endRecording() })
 }
 
+// ReplayLastStep is Ctx.ReplayLastStep on the device thread: the last
+// recorded step's graphs replayed n times, the GPU's milliseconds a step.
+func (b *Backend) ReplayLastStep(n int) (ms float64, graphs, direct int, err error) {
+	err = b.dev.Do(func(c *Ctx) error {
+		var err error
+		ms, graphs, direct, err = c.ReplayLastStep(n)
+		return err
+	})
+	return ms, graphs, direct, err
+}
+
 // GraphStats reports how the recorded steps were issued so far.
 func (b *Backend) GraphStats() (GraphStats, error) {
 	var st GraphStats
@@ -334,21 +345,33 @@ func (b *Backend) launch(c *Ctx, name string, grid, block Dim3, args ...any) err
 	return c.Launch(f, grid, block, 0, c.Stream(), args...)
 }
 
+// activationName names an activation tensor's allocation, formatted only
+// when the allocator needs the name (most NewTensor calls of a step reuse
+// a cached buffer).
+type activationName struct{ rows, cols int }
+
+func (a activationName) String() string { return fmt.Sprintf("activation tensor %dx%d", a.rows, a.cols) }
+
 // scratch takes a device buffer of n bytes from the cache or the allocator.
-func (b *Backend) scratch(c *Ctx, n int64, what string) (Buffer, error) {
+func (b *Backend) scratch(c *Ctx, n int64, what fmt.Stringer) (Buffer, error) {
 	n = (n + 255) &^ 255
 	if l := b.free[n]; len(l) > 0 {
 		buf := l[len(l)-1]
 		b.free[n] = l[:len(l)-1]
 		return buf, nil
 	}
-	buf, err := c.Alloc(n, what)
+	buf, err := c.Alloc(n, what.String())
 	if errors.Is(err, ErrBudget) || errors.Is(err, ErrOutOfMemory) {
 		b.trim(c) // give cached buffers back and try once more
-		buf, err = c.Alloc(n, what)
+		buf, err = c.Alloc(n, what.String())
 	}
 	return buf, err
 }
+
+// allocName is a fixed allocation name.
+type allocName string
+
+func (a allocName) String() string { return string(a) }
 
 // release returns a scratch buffer to the cache. Later ops that reuse it are
 // queued on the same stream, so they run after every earlier user.
@@ -382,7 +405,7 @@ func (b *Backend) NewTensor(rows, cols int) model.Tensor {
 	if n := int64(rows) * int64(cols) * 4; n > 0 {
 		b.post(func(c *Ctx) error {
 			var err error
-			t.buf, err = b.scratch(c, n, fmt.Sprintf("activation tensor %dx%d", rows, cols))
+			t.buf, err = b.scratch(c, n, activationName{rows, cols})
 			return err
 		})
 	}
@@ -1028,7 +1051,7 @@ func (b *Backend) cublasChunked(c *Ctx, y, x DevicePtr, n int, w *Weight, prefix
 
 // toBF16 rounds x[n][cols] to bf16 into a scratch buffer (release it).
 func (b *Backend) toBF16(c *Ctx, x DevicePtr, n, cols int) (Buffer, error) {
-	xb, err := b.scratch(c, int64(n)*int64(cols)*2, "cuBLAS bf16 activations")
+	xb, err := b.scratch(c, int64(n)*int64(cols)*2, allocName("cuBLAS bf16 activations"))
 	if err != nil {
 		return Buffer{}, err
 	}
@@ -1276,7 +1299,7 @@ func (b *Backend) Argmax(logits model.Tensor) ([]int32, error) {
 		return out, nil
 	}
 	err := b.dev.Do(func(c *Ctx) error {
-		buf, err := b.scratch(c, int64(t.rows*4), "argmax")
+		buf, err := b.scratch(c, int64(t.rows*4), allocName("argmax"))
 		if err != nil {
 			return err
 		}

@@ -91,6 +91,50 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 	})
 }
 
+// RoPEKVWrite implements model.RoPEKVWriter: q's and k's head norms (when
+// qNorm is set), RoPE on q and KVWrite of k and v in one kernel
+// (KVCache.WriteQK). It takes the op only when the separate ops would
+// compute the same: every row belongs to a sequence of bt at its position
+// (buildMeta checks each), with RoPE and the pool's head_dim.
+func (b *Backend) RoPEKVWrite(layer int, q, k, v model.Tensor, qNorm, kNorm model.Weight, headDim int, eps float32, bt *model.Batch, r model.Rope) bool {
+	qt, ok1 := b.ten(q, "RoPEKVWrite")
+	kt, ok2 := b.ten(k, "RoPEKVWrite")
+	vt, ok3 := b.ten(v, "RoPEKVWrite")
+	if !ok1 || !ok2 || !ok3 {
+		return true // failed: the error is kept, as the separate ops would keep theirs
+	}
+	covered := 0
+	for _, s := range bt.Seqs {
+		covered += s.NewTokens
+	}
+	if r.Dim <= 0 || headDim <= 0 || qt.cols%headDim != 0 || qt.rows != kt.rows || len(bt.Pos) < qt.rows || covered != qt.rows ||
+		(qNorm == nil) != (kNorm == nil) || kt.rows != vt.rows || kt.cols != vt.cols {
+		return false
+	}
+	var qg, kg DevicePtr
+	if qNorm != nil {
+		gq, ok1 := b.vec(qNorm, headDim, "RoPEKVWrite")
+		gk, ok2 := b.vec(kNorm, headDim, "RoPEKVWrite")
+		if !ok1 || !ok2 {
+			return true
+		}
+		qg, kg = gq.f32.Ptr, gk.f32.Ptr
+	}
+	batch := copyBatch(bt)
+	heads := qt.cols / headDim
+	b.post(func(c *Ctx) error {
+		if b.kv == nil {
+			return errNoKV
+		}
+		l := b.kv.Layout
+		if l.HeadDim != headDim || kt.cols != l.KVHeads*l.HeadDim {
+			return fmt.Errorf("gpu: RoPEKVWrite: q %d wide, k %d wide, head_dim %d; the pool holds %d kv heads x %d", qt.cols, kt.cols, headDim, l.KVHeads, l.HeadDim)
+		}
+		return b.kv.WriteQK(c, layer, qt.buf.Ptr, kt.buf.Ptr, vt.buf.Ptr, kt.rows, batch, r, heads, qg, kg, eps)
+	})
+	return true
+}
+
 // Attention computes causal paged attention of q over the pool into dst.
 func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, heads int, scale float32) {
 	d, ok1 := b.ten(dst, "Attention")

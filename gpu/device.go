@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"reflect"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -67,10 +69,23 @@ type Device struct {
 	done   chan struct{}
 	c      *Ctx
 
+	// inline: Do and Post run their function on the caller's goroutine,
+	// locked to its OS thread with the context made current there, one at
+	// a time under opMu, instead of handing it to the device goroutine
+	// (which then only opens and closes the context). A decode step is
+	// hundreds of tiny ops; each handoff to a parked, thread-locked
+	// goroutine costs a futex wake and an OS thread switch.
+	inline bool
+	opMu   sync.Mutex
+
 	mu     sync.Mutex
 	err    error // first error of a Post, sticky until Err
 	closed bool
 }
+
+// inlineOps picks the inline way for devices opened from now on
+// (FTCHAT_DEVICE_INLINE=1 on, 0 off).
+var inlineOps = os.Getenv("FTCHAT_DEVICE_INLINE") == "1"
 
 // Ctx is the device thread's handle: its methods call the driver and are
 // valid only inside a function run by Do or Post.
@@ -133,7 +148,7 @@ func Open(ordinal int, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{info: info, work: make(chan func(), 4096), done: make(chan struct{})}
+	d := &Device{info: info, work: make(chan func(), 4096), done: make(chan struct{}), inline: inlineOps}
 	ready := make(chan error, 1)
 	go d.loop(opts, ready)
 	if err := <-ready; err != nil {
@@ -251,6 +266,9 @@ func (d *Device) FreeNow() (int64, error) {
 // Do runs f on the device thread and waits for it. A panic in f is
 // returned as an error, leaving the device usable.
 func (d *Device) Do(f func(c *Ctx) error) error {
+	if d.inline {
+		return d.runInline(f)
+	}
 	ch := make(chan error, 1)
 	if err := d.send(func() { ch <- d.run(f) }); err != nil {
 		return err
@@ -261,6 +279,12 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 // Post queues f on the device thread without waiting. The first error of
 // a posted function is kept and returned by Err.
 func (d *Device) Post(f func(c *Ctx) error) {
+	if d.inline {
+		if err := d.runInline(f); err != nil {
+			d.setErr(err)
+		}
+		return
+	}
 	if err := d.send(func() {
 		if err := d.run(f); err != nil {
 			d.setErr(err)
@@ -298,6 +322,27 @@ func (d *Device) send(f func()) error {
 	return nil
 }
 
+// runInline runs f on the calling goroutine: its OS thread is held for the
+// call and the device's context made current on it (a context may be
+// current on several threads; a goroutine may move between threads from
+// one call to the next).
+func (d *Device) runInline(f func(c *Ctx) error) error {
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return errors.New("gpu: device is closed")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.c.drv.check("cuCtxSetCurrent", ccall(d.c.drv.cuCtxSetCurrent, d.c.ctx)); err != nil {
+		return err
+	}
+	return d.run(f)
+}
+
 func (d *Device) run(f func(c *Ctx) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -310,6 +355,9 @@ func (d *Device) run(f func(c *Ctx) error) (err error) {
 // Close waits for queued work, frees every allocation still live and
 // releases the context.
 func (d *Device) Close() error {
+	// An inline call in progress finishes first.
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -603,7 +651,9 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, shmem int, s Stream, args ..
 				v = 1
 			}
 		default:
-			return fmt.Errorf("gpu: %s: unsupported kernel argument %d of type %T", f.Name, i, a)
+			// reflect.TypeOf keeps args from escaping (fmt's %T would
+			// move every boxed argument of every launch to the heap).
+			return fmt.Errorf("gpu: %s: unsupported kernel argument %d of type %s", f.Name, i, reflect.TypeOf(a))
 		}
 		vals = append(vals, v)
 	}

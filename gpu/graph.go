@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"slices"
 )
 
 // Decode steps as CUDA graphs.
@@ -86,6 +87,10 @@ type recorder struct {
 	off    bool // capture failed once: issue directly from then on
 	stats  GraphStats
 	active bool
+	// step: the graphs the current (or last) recorded step launched, in
+	// order; stepDirect: its operations issued outside graphs.
+	step       []GraphExec
+	stepDirect int
 }
 
 // graphsEnabled reports whether decode steps may become CUDA graphs:
@@ -98,6 +103,7 @@ func (c *Ctx) beginRecording() error {
 		return err
 	}
 	c.rec.active = true
+	c.rec.step, c.rec.stepDirect = c.rec.step[:0], 0
 	if c.prof != nil {
 		c.prof.steps++
 	}
@@ -136,6 +142,7 @@ func (c *Ctx) flushRec() error {
 	defer func() { r.active = was }()
 	if r.off || len(ops) < minGraphOps {
 		r.stats.Direct++
+		r.stepDirect += len(ops)
 		defer func() { r.ops = ops[:0] }() // reuse the array: nothing keeps it
 		return c.issue(ops)
 	}
@@ -145,6 +152,7 @@ func (c *Ctx) flushRec() error {
 			g.used = r.tick
 			r.stats.Replays++
 			r.ops = ops[:0]
+			r.step = append(r.step, g.exec)
 			return c.LaunchGraph(g.exec, c.stream)
 		}
 	}
@@ -158,6 +166,7 @@ func (c *Ctx) flushRec() error {
 	}
 	r.graphs = append(r.graphs, &cachedGraph{ops: ops, exec: exec, used: r.tick})
 	r.stats.Captures++
+	r.step = append(r.step, exec)
 	if err := c.LaunchGraph(exec, c.stream); err != nil {
 		return err
 	}
@@ -172,6 +181,7 @@ func (c *Ctx) flushRec() error {
 		}
 		exec := r.graphs[lru].exec
 		r.graphs = append(r.graphs[:lru], r.graphs[lru+1:]...)
+		r.step = slices.DeleteFunc(r.step, func(g GraphExec) bool { return g == exec })
 		return c.DestroyGraph(exec)
 	}
 	return nil
@@ -235,6 +245,50 @@ func (c *Ctx) destroyGraphs() {
 		c.DestroyGraph(g.exec)
 	}
 	c.rec.graphs = nil
+}
+
+// ReplayLastStep launches the graphs of the last recorded step n times
+// back to back, with nothing from the host between them, and returns the
+// GPU's milliseconds per step: what a step takes when issuing it costs the
+// host nothing, so beside the measured step time it tells host-bound from
+// kernel-bound. graphs is how many graphs a step has; direct counts its
+// operations issued outside graphs, which are not replayed. Replaying
+// repeats the step's writes with the same inputs (the same KV slot, the
+// same token), so it leaves the state as it was.
+func (c *Ctx) ReplayLastStep(n int) (ms float64, graphs, direct int, err error) {
+	r := &c.rec
+	if r.active {
+		return 0, 0, 0, fmt.Errorf("gpu: ReplayLastStep during a recording")
+	}
+	steps := slices.Clone(r.step)
+	if len(steps) == 0 || n <= 0 {
+		return 0, 0, r.stepDirect, nil
+	}
+	start, err := c.NewEvent()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer c.DestroyEvent(start)
+	end, err := c.NewEvent()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer c.DestroyEvent(end)
+	if err := c.Record(start, c.stream); err != nil {
+		return 0, 0, 0, err
+	}
+	for range n {
+		for _, g := range steps {
+			if err := c.LaunchGraph(g, c.stream); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+	}
+	if err := c.Record(end, c.stream); err != nil {
+		return 0, 0, 0, err
+	}
+	t, err := c.Elapsed(start, end)
+	return float64(t) / float64(n), len(steps), r.stepDirect, err
 }
 
 // GraphStats returns the step recorder's counters.

@@ -200,7 +200,7 @@ func (b *Backend) moeScratch(c *Ctx, what string, sizes ...int) ([]DevicePtr, fu
 	}
 	ptrs := make([]DevicePtr, len(sizes))
 	for i, n := range sizes {
-		g, err := b.scratch(c, int64(n), what)
+		g, err := b.scratch(c, int64(n), allocName(what))
 		if err != nil {
 			done()
 			return nil, nil, err

@@ -185,7 +185,7 @@ func (b *Backend) sampleRows(logits model.Tensor, rows []int, qs []sample.Query,
 		if len(p.arg)+len(p.top) == 0 {
 			return nil
 		}
-		buf, err := b.scratch(c, p.size, "sampling scratch")
+		buf, err := b.scratch(c, p.size, allocName("sampling scratch"))
 		if err != nil {
 			return err
 		}

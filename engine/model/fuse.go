@@ -40,3 +40,28 @@ func matMulShared(be Backend, x Tensor, dsts []Tensor, ws []Weight) {
 		be.MatMul(dsts[i], x, w)
 	}
 }
+
+// RoPEKVWriter is an optional Backend extension: a block's q and k head
+// RMSNorms (Qwen3; qNorm and kNorm nil for none), RoPE on q and KVWrite of
+// k and v as one op, so a backend can do them in one pass (the GPU: one
+// launch instead of up to four latency-bound ones per block of a decode
+// step). It returns false, having queued nothing, when it does not take
+// the op for this batch; the caller then runs the separate ops. The results
+// must equal those ops' on the same backend.
+type RoPEKVWriter interface {
+	RoPEKVWrite(layer int, q, k, v Tensor, qNorm, kNorm Weight, headDim int, eps float32, b *Batch, r Rope) bool
+}
+
+// ropeKVWrite is HeadRMSNorm of q and k (when qNorm is set), RoPE on q and
+// KVWrite, fused where be can.
+func ropeKVWrite(be Backend, layer int, q, k, v Tensor, qNorm, kNorm Weight, headDim int, eps float32, b *Batch, r Rope) {
+	if f, ok := be.(RoPEKVWriter); ok && f.RoPEKVWrite(layer, q, k, v, qNorm, kNorm, headDim, eps, b, r) {
+		return
+	}
+	if qNorm != nil {
+		be.HeadRMSNorm(q, qNorm, headDim, eps)
+		be.HeadRMSNorm(k, kNorm, headDim, eps)
+	}
+	be.RoPE(q, b.Pos, headDim, r)
+	be.KVWrite(layer, k, v, b, r)
+}

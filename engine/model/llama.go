@@ -120,12 +120,11 @@ func (m *Model) forwardDense(b *Batch, t *buffers) {
 			be.AddBias(t.k, l.bk)
 			be.AddBias(t.v, l.bv)
 		}
+		var qNorm, kNorm Weight
 		if c.QKNorm {
-			be.HeadRMSNorm(t.q, l.qNorm, c.HeadDim, c.NormEps)
-			be.HeadRMSNorm(t.k, l.kNorm, c.HeadDim, c.NormEps)
+			qNorm, kNorm = l.qNorm, l.kNorm
 		}
-		be.RoPE(t.q, b.Pos, c.HeadDim, c.Rope)
-		be.KVWrite(i, t.k, t.v, b, c.Rope)
+		ropeKVWrite(be, i, t.q, t.k, t.v, qNorm, kNorm, c.HeadDim, c.NormEps, b, c.Rope)
 		be.Attention(t.att, t.q, i, b, c.Heads, scale)
 		be.MatMul(t.o, t.att, l.wo)
 		addRMSNorm(be, t.h, t.x, t.o, l.ffnNorm, c.NormEps)

@@ -307,10 +307,7 @@ func (m *Model) forwardHybrid(b *Batch, t *buffers) {
 		} else {
 			matMulShared(be, t.h, []Tensor{t.qg, t.k, t.v}, []Weight{l.wq, l.wk, l.wv})
 			sb.SplitHeads(t.q, t.gate, t.qg, c.Heads, c.HeadDim)
-			be.HeadRMSNorm(t.q, l.qNorm, c.HeadDim, c.NormEps)
-			be.HeadRMSNorm(t.k, l.kNorm, c.HeadDim, c.NormEps)
-			be.RoPE(t.q, b.Pos, c.HeadDim, c.Rope)
-			be.KVWrite(l.index, t.k, t.v, b, c.Rope)
+			ropeKVWrite(be, l.index, t.q, t.k, t.v, l.qNorm, l.kNorm, c.HeadDim, c.NormEps, b, c.Rope)
 			be.Attention(t.att, t.q, l.index, b, c.Heads, scale)
 			sb.SigmoidMul(t.att, t.gate)
 			be.MatMul(t.o, t.att, l.wo)

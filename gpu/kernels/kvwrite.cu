@@ -1,6 +1,8 @@
 // Fused KV write of the ftchat CUDA backend: RoPE on K, quantize K and V to
 // their dtypes (the pool's K and V dtypes may differ), scatter both into
-// their pages. One warp per (token, kv head, K|V) row.
+// their pages. One warp per (token, kv head, K|V) row. The same launch may
+// take the block's q heads (RoPE in place) and the q/k head norms before
+// the rotation.
 //
 // The codes and scales are bit-identical to kvcache.HostStore.WriteRow:
 // the encoders below are the integer round-to-nearest-even algorithm of
@@ -75,45 +77,30 @@ __device__ __forceinline__ uint32_t encF16(float x) {
 
 }  // namespace
 
-// kv_write stores rows of k and v ([rows][kvh*D] float32) into the pool.
-// Row r belongs to sequence rowSeq[r] (-1: none, skipped); seqs[s] = {first row, cached tokens,
-// new tokens, page-table offset}; its position is cached + (r - first row)
-// and its page pt[ptOff + pos>>pageShift], slot pos & (P-1).
-// invf: ropeDim/2 float64 inverse frequencies (nullptr or ropeDim 0: no
-// RoPE). neox: rotate (i, i+ropeDim/2) instead of (2i, 2i+1).
-// ktype, vtype: the dtype codes of the K and the V pages. Scales (FP8
-// halves only): dyn != 0: per-(token, kv head) amax/fp8max into ks/vs
-// (indexed like slots); dyn == 0: ks/vs are the layer's static [kvh]
-// scales (read).
-extern "C" __global__ void __launch_bounds__(128) kv_write(
-    const float* __restrict__ k, const float* __restrict__ v, int rows, int kvh, int D,
-    const int* __restrict__ rowSeq, const int4* __restrict__ seqs, const int* __restrict__ pt,
-    int pageShift, uint8_t* __restrict__ kc, uint8_t* __restrict__ vc,
-    float* __restrict__ ks, float* __restrict__ vs, int ktype, int vtype, int dyn,
-    const double* __restrict__ invf, int ropeDim, int neox) {
-    __shared__ float buf[4][256];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    long long wid = (long long)blockIdx.x * 4 + warp;
-    if (wid >= (long long)rows * kvh * 2) return;
-    const int which = (int)(wid & 1);  // 0: K, 1: V
-    const int dtype = which ? vtype : ktype;
-    const long long rest = wid >> 1;
-    const int h = (int)(rest % kvh);
-    const int row = (int)(rest / kvh);
-    const int si = rowSeq[row];
-    if (si < 0) return;  // row of no sequence: nothing to store
-    const int4 sq = seqs[si];
-    const int pos = sq.y + (row - sq.x);
-    const int page = pt[sq.w + (pos >> pageShift)];
-    const int slot = pos & ((1 << pageShift) - 1);
-    const size_t sidx = ((size_t)page * kvh + h) * ((size_t)1 << pageShift) + slot;
+// warpSumKV: the butterfly sum of common.cuh's warp_sum (same order, so a
+// head norm here rounds as head_rmsnorm does).
+__device__ __forceinline__ float warpSumKV(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 
-    const float* src = (which ? v : k) + ((size_t)row * kvh + h) * D;
-    float* b = buf[warp];
-    for (int d = lane; d < D; d += 32) b[d] = src[d];
+// headNorm: the warp's head b[0..D) scaled in place as ops.cu's head_rmsnorm
+// scales it (the same sums in the same order, the same roundings).
+__device__ __forceinline__ void headNorm(float* b, const float* __restrict__ g, int D, float eps, int lane) {
+    float ss = 0.f;
+    for (int i = lane; i < D; i += 32) ss = fmaf(b[i], b[i], ss);
+    ss = warpSumKV(ss);
+    const float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+    for (int i = lane; i < D; i += 32) b[i] = b[i] * inv * g[i];
     __syncwarp();
+}
 
-    float x[8];
+// ropeLoad: element lane + 32j of the warp's head b into x[j] (0 past D),
+// rotated by RoPE at pos where rope is set and d < ropeDim; returns the
+// lane's largest magnitude.
+__device__ __forceinline__ float ropeLoad(const float* b, float x[8], int D, int lane, bool rope, int pos,
+                                          const double* __restrict__ invf, int ropeDim, int neox) {
     float amax = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -121,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(128) kv_write(
         float val = 0.f;
         if (d < D) {
             val = b[d];
-            if (which == 0 && d < ropeDim) {
+            if (rope && d < ropeDim) {
                 int i, i0, i1;
                 if (neox) {
                     const int half = ropeDim >> 1;
@@ -144,6 +131,75 @@ extern "C" __global__ void __launch_bounds__(128) kv_write(
         }
         x[j] = val;
     }
+    return amax;
+}
+
+// kv_write stores rows of k and v ([rows][kvh*D] float32) into the pool.
+// Row r belongs to sequence rowSeq[r] (-1: none, skipped); seqs[s] = {first row, cached tokens,
+// new tokens, page-table offset}; its position is cached + (r - first row)
+// and its page pt[ptOff + pos>>pageShift], slot pos & (P-1).
+// invf: ropeDim/2 float64 inverse frequencies (nullptr or ropeDim 0: no
+// RoPE). neox: rotate (i, i+ropeDim/2) instead of (2i, 2i+1).
+// ktype, vtype: the dtype codes of the K and the V pages. Scales (FP8
+// halves only): dyn != 0: per-(token, kv head) amax/fp8max into ks/vs
+// (indexed like slots); dyn == 0: ks/vs are the layer's static [kvh]
+// scales (read).
+// The block's q ([rows][heads*D], heads 0 for none) is rotated in place at
+// the same positions by rows*heads more warps, after the K/V ones; qg and
+// kg (nullptr: none) are q's and k's head RMSNorm weights, applied first
+// with eps (Qwen3's q/k norm), so a block's norms, RoPE and KV write are
+// one launch.
+extern "C" __global__ void __launch_bounds__(128) kv_write(
+    const float* __restrict__ k, const float* __restrict__ v, int rows, int kvh, int D,
+    const int* __restrict__ rowSeq, const int4* __restrict__ seqs, const int* __restrict__ pt,
+    int pageShift, uint8_t* __restrict__ kc, uint8_t* __restrict__ vc,
+    float* __restrict__ ks, float* __restrict__ vs, int ktype, int vtype, int dyn,
+    const double* __restrict__ invf, int ropeDim, int neox,
+    float* __restrict__ q, int heads, const float* __restrict__ qg, const float* __restrict__ kg, float eps) {
+    __shared__ float buf[4][256];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long wid = (long long)blockIdx.x * 4 + warp;
+    const long long kvWarps = (long long)rows * kvh * 2;
+    const bool isQ = wid >= kvWarps;
+    int row, which = 0, h = 0;
+    const float* src;
+    if (isQ) {  // a q head: rotated in place
+        const long long qw = wid - kvWarps;
+        if (qw >= (long long)rows * heads) return;
+        row = (int)(qw / heads);
+        src = q + qw * D;
+    } else {
+        which = (int)(wid & 1);  // 0: K, 1: V
+        const long long rest = wid >> 1;
+        h = (int)(rest % kvh);
+        row = (int)(rest / kvh);
+        src = (which ? v : k) + ((size_t)row * kvh + h) * D;
+    }
+    const int si = rowSeq[row];
+    if (si < 0) return;  // row of no sequence: nothing to store
+    const int4 sq = seqs[si];
+    const int pos = sq.y + (row - sq.x);
+
+    float* b = buf[warp];
+    for (int d = lane; d < D; d += 32) b[d] = src[d];
+    __syncwarp();
+    const float* g = isQ ? qg : (which == 0 ? kg : nullptr);
+    if (g) headNorm(b, g, D, eps, lane);
+    float x[8];
+    float amax = ropeLoad(b, x, D, lane, which == 0, pos, invf, ropeDim, neox);
+    if (isQ) {
+        float* qd = const_cast<float*>(src);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int d = lane + 32 * j;
+            if (d < D) qd[d] = x[j];
+        }
+        return;
+    }
+    const int dtype = which ? vtype : ktype;
+    const int page = pt[sq.w + (pos >> pageShift)];
+    const int slot = pos & ((1 << pageShift) - 1);
+    const size_t sidx = ((size_t)page * kvh + h) * ((size_t)1 << pageShift) + slot;
 
     uint8_t* dst = (which ? vc : kc);
     if (dtype == KV_BF16 || dtype == KV_F16) {

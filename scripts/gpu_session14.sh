@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Device calls of the thirteenth session (2026-12-06): decode's host side
+# (device ops run inline on the caller's thread, FTCHAT_DEVICE_INLINE=1,
+# against the device goroutine), the fused q/k norm + RoPE + KV write, and
+# issue 13's tables redone on whichever card came. Here:
+#   scripts/gpu_session.sh bundle
+# There (carry .gpu and .gpu-peer; chain the calls without a pause, the
+# machine goes back ~30 s after one and /tmp with it):
+#   scripts/gpu_session14.sh probe
+#     (alone, first) the KV write, attention, norm and RoPE tests with
+#     device ops inline; decode on the 8B file both ways with CPU profiles;
+#     Nsight Systems traces of 8B decode both ways through kernel_gaps.py.
+#   scripts/gpu_session14.sh first
+#     starts the llama.cpp build (detached); writes the 8B and SmolLM2 files
+#     and (in the background) the Qwen3-30B-A3B one; every gpu-package test
+#     and every engine GPU test with FTCHAT_DEVICE_INLINE=1 (the fused KV
+#     write is on in both ways); Nsight Compute on attn_fa over fp8 pages
+#     at 32K as time allows.
+#   scripts/gpu_session14.sh decode
+#     decode with device ops inline against the device goroutine, back to
+#     back, on the 8B and 30B files (fp8, depth 0 and 4K, 128 steps), each
+#     with a Go CPU profile (bench speed --cpuprofile) into $OUT; an Nsight
+#     Systems trace of 8B decode steps read by scripts/kernel_gaps.py (idle
+#     time between kernels); llama-bench (f16 KV) on both files at
+#     0/4K/32K; `ftchat bench speed` (bf16, fp8) on the 8B file at 0/4K/32K
+#     in the faster way (written to /tmp/mode for the next call).
+#   scripts/gpu_session14.sh rest
+#     `ftchat bench speed` on the 30B file at 0/4K/32K and llama-bench and
+#     `ftchat bench speed` on SmolLM2, in the way `decode` chose.
+# Logs: one tgz per call in $OUT (pprof files beside it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-.gpu/out}
+B=/tmp/bin
+L8=/tmp/l8b.gguf
+M30=/tmp/m30.gguf
+mkdir -p "$OUT"
+. scripts/gpu_lib.sh # stamp, unpack, gen, gtests, speed, llamabench, find_ncu
+T0=$(date +%s)
+fits() { [ $(($(date +%s) - T0 + $1)) -le ${BUDGET:-570} ]; }
+gen30() {
+  [ -s $M30 ] || pgrep -f "gen-model --preset qwen3-30b-a3b" >/dev/null ||
+    setsid nohup sh -c "$B/ftchat dev gen-model --preset qwen3-30b-a3b --type Q4_K -o $M30.tmp && mv $M30.tmp $M30" \
+      >/tmp/gen30.log 2>&1 </dev/null &
+}
+wait30() { for _ in $(seq "${1:-36}"); do [ -s $M30 ] && return 0; sleep 5; done; return 1; }
+# ab TAG MODEL REPS: decode (fp8, depth 0 and 4K, 128 steps) with device
+# ops inline and through the device goroutine, REPS times each,
+# alternating, with a CPU profile of the first of each way.
+ab() {
+  local tag=$1 m=$2 i mode
+  for i in $(seq "$3"); do
+    for mode in 1 0; do
+      local prof=()
+      [ $i = 1 ] && prof=(--cpuprofile "$OUT/${tag}_inline$mode.pprof")
+      speed ${tag}_inline${mode}_$i 120 FTCHAT_DEVICE_INLINE=$mode -- --model $m --ctx-size 8192 --depths 0,4096 \
+        --dtypes fp8_e4m3 --prefill 512 --decode 128 "${prof[@]}"
+    done
+  done
+}
+# decode_rate FILE DEPTH: the decode tok/s of a speed log's fp8 row at DEPTH.
+decode_rate() { awk -v d="$2" '$1 == "fp8_e4m3" && $2 == d {print $4}' "$1" | head -1; }
+# nsys_gaps TAG MODE ARGS...: an Nsight Systems trace of `ftchat bench
+# speed ARGS` with FTCHAT_DEVICE_INLINE=MODE, read by kernel_gaps.py.
+nsys_gaps() {
+  local tag=$1 mode=$2 f; shift 2
+  [ -n "$NSYS" ] || return
+  stamp "nsys $tag, FTCHAT_DEVICE_INLINE=$mode"
+  FTCHAT_DEVICE_INLINE=$mode timeout 90 "$NSYS" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true -o /tmp/nsys_$tag \
+    $B/ftchat bench speed --device cuda "$@" >$L/nsys_run_$tag.txt 2>&1
+  echo "rc=$?"; grep -E '^fp8' $L/nsys_run_$tag.txt
+  "$NSYS" stats --report cuda_gpu_trace --format csv --force-export true --output /tmp/nsys_$tag /tmp/nsys_$tag.nsys-rep >$L/nsys_stats_$tag.txt 2>&1
+  f=$(ls /tmp/nsys_${tag}*cuda_gpu_trace*.csv 2>/dev/null | head -1)
+  [ -n "$f" ] && python3 scripts/kernel_gaps.py "$f" 100 | tee $L/gaps_$tag.txt && xz -c "$f" >$L/gpu_trace_$tag.csv.xz
+}
+NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/bin/nsys 2>/dev/null | head -1)
+case ${1:-} in
+probe)
+  L=/tmp/out/probe; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  (gen llama-3.1-8b $L8; gen smollm2-135m /tmp/s.gguf) &
+  stamp "KV write, attention, norm and RoPE tests, device ops inline"
+  T_TEST=100 gtests gpu gpu.test 'KVWrite|RoPE|Norm|TestAttention' $L/gpu_test.log FTCHAT_DEVICE_INLINE=1
+  wait
+  T_TEST=60 gtests engine engine.test 'TestGPUReplayLastStep|TestGPUDecodeGraphsMatchDirect' $L/engine_test.log FTCHAT_DEVICE_INLINE=1
+  ab l8b $L8 1
+  ab smol /tmp/s.gguf 1
+  nsys_gaps l8b_1 1 --model $L8 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64
+  nsys_gaps l8b_0 0 --model $L8 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64
+  tar -czf "$OUT/probe-logs.tgz" -C /tmp/out probe
+  ;;
+first)
+  L=/tmp/out/first; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  WORK=/tmp/peer JOBS=12 DETACH=1 scripts/peer_llamacpp.sh build
+  gen llama-3.1-8b $L8
+  gen smollm2-135m /tmp/s.gguf
+  gen30
+  stamp "every gpu-package test, device ops inline"
+  T_TEST=200 gtests gpu gpu.test . $L/gpu_test.log FTCHAT_DEVICE_INLINE=1
+  grep -A3 -E 'TestKVWriteQK' $L/gpu_test.log | grep -E -- '--- (PASS|FAIL)' | head -8
+  stamp "every engine GPU test, device ops inline"
+  T_TEST=$((570 - $(date +%s) + T0 - 90)) gtests engine engine.test GPU $L/engine_test.log FTCHAT_DEVICE_INLINE=1
+  NCU=$(find_ncu)
+  if [ -n "$NCU" ] && fits 75; then
+    stamp "ncu: attn_fa over fp8 pages at 32K"
+    (cd gpu && FTCHAT_BENCH_ONLY=fa FTCHAT_FA_LEAN=1 FTCHAT_FA_DEPTHS=32768 timeout 70 "$NCU" --clock-control none \
+      --target-processes all --kernel-name 'regex:^attn_fa_e4m3_d128' --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
+      $B/gpu.test -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 1x) >$L/ncu_fa.txt 2>&1
+    echo "rc=$?"; grep -iE "^\s+attn_fa|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|Block Limit|Pipe" $L/ncu_fa.txt | head -30
+  fi
+  WORK=/tmp/peer scripts/peer_llamacpp.sh status 2>/dev/null | tail -2
+  ls -l /tmp/*.gguf*
+  tar -czf "$OUT/first-logs.tgz" -C /tmp/out first
+  ;;
+decode)
+  L=/tmp/out/decode; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  gen llama-3.1-8b $L8
+  gen30
+  stamp "llama.cpp build"; WORK=/tmp/peer scripts/peer_llamacpp.sh status 2>/dev/null | tail -2
+  # Nothing else runs on the host during these (no build, no generation).
+  WORK=/tmp/peer TRIES=100 scripts/peer_llamacpp.sh wait >/dev/null 2>&1
+  ab l8b $L8 2
+  for mode in 1 0; do
+    nsys_gaps l8b_$mode $mode --model $L8 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64
+  done
+  wait30 30 && ab m30 $M30 1
+  # The faster way at depth 0 (summed over the two 8B runs) for what follows.
+  a=0 c=0
+  for i in 1 2; do
+    a=$(awk -v x="$a" -v y="$(decode_rate $L/speed_l8b_inline1_$i.txt 0)" 'BEGIN{print x + y}')
+    c=$(awk -v x="$c" -v y="$(decode_rate $L/speed_l8b_inline0_$i.txt 0)" 'BEGIN{print x + y}')
+  done
+  mode=0; awk -v a="$a" -v c="$c" 'BEGIN{exit !(a > c)}' && mode=1
+  echo "$mode" >/tmp/mode; stamp "inline $a tok/s vs goroutine $c (two runs summed): FTCHAT_DEVICE_INLINE=$mode"
+  REPS=2 LB_TIMEOUT=150 llamabench $L8 l8b 0,4096,32768 f16
+  speed l8b 200 FTCHAT_DEVICE_INLINE=$mode -- --model $L8 --ctx-size 33792 --depths 0,4096,32768 \
+    --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
+  fits 100 && REPS=2 LB_TIMEOUT=150 llamabench $M30 m30 0,4096,32768 f16
+  tar -czf "$OUT/decode-logs.tgz" -C /tmp/out decode
+  ;;
+rest)
+  L=/tmp/out/rest; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  mode=$(cat /tmp/mode 2>/dev/null || echo 1)
+  gen smollm2-135m /tmp/s.gguf
+  gen30; wait30 30
+  [ -s /tmp/out/decode/lb_m30_f16.md ] || REPS=2 LB_TIMEOUT=150 llamabench $M30 m30 0,4096,32768 f16
+  speed m30 230 FTCHAT_DEVICE_INLINE=$mode -- --model $M30 --ctx-size 33792 --depths 0,4096,32768 \
+    --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
+  fits 90 && REPS=2 LB_TIMEOUT=60 llamabench /tmp/s.gguf smol 0,4096 f16
+  fits 50 && speed smol 60 FTCHAT_DEVICE_INLINE=$mode -- --model /tmp/s.gguf --ctx-size 8192 --depths 0,4096 \
+    --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
+  tar -czf "$OUT/rest-logs.tgz" -C /tmp/out rest
+  ;;
+*)
+  echo "usage: $0 first|decode|rest" >&2
+  exit 2
+  ;;
+esac
