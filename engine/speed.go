@@ -11,12 +11,12 @@ import (
 
 // SpeedResult is one end-to-end speed measurement at a context depth.
 type SpeedResult struct {
-	Depth          int     // tokens in the cache before the measured work
-	PrefillTokens  int     // tokens of the measured prefill chunk
-	PrefillPerS    float64 // tokens/s of that chunk (attending to Depth tokens)
-	DecodeTokens   int
-	DecodePerS     float64 // tokens/s of greedy decode after Depth+PrefillTokens tokens
-	FillSeconds    float64 // time to build the context (not part of the rates)
+	Depth         int     // tokens in the cache before the measured work
+	PrefillTokens int     // tokens of the measured prefill chunk
+	PrefillPerS   float64 // tokens/s of that chunk (attending to Depth tokens)
+	DecodeTokens  int
+	DecodePerS    float64 // tokens/s of greedy decode after Depth+PrefillTokens tokens
+	FillSeconds   float64 // time to build the context (not part of the rates)
 	// DecodeGraphPerS: on a backend that replays recorded decode steps as
 	// CUDA graphs, the tokens/s of the last step's graphs replayed back to
 	// back with no host work between them (stepReplayer); 0 elsewhere.
@@ -24,9 +24,9 @@ type SpeedResult struct {
 	DecodeGraphPerS float64
 	StepGraphs      int // graphs a decode step launched
 	StepDirectOps   int // its operations issued outside graphs (not replayed)
-	KVDType        string
-	Device         string
-	PoolTokensUsed int
+	KVDType         string
+	Device          string
+	PoolTokensUsed  int
 }
 
 // BenchSpeed measures prefill and decode at a context depth on random

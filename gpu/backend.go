@@ -350,7 +350,9 @@ func (b *Backend) launch(c *Ctx, name string, grid, block Dim3, args ...any) err
 // a cached buffer).
 type activationName struct{ rows, cols int }
 
-func (a activationName) String() string { return fmt.Sprintf("activation tensor %dx%d", a.rows, a.cols) }
+func (a activationName) String() string {
+	return fmt.Sprintf("activation tensor %dx%d", a.rows, a.cols)
+}
 
 // scratch takes a device buffer of n bytes from the cache or the allocator.
 func (b *Backend) scratch(c *Ctx, n int64, what fmt.Stringer) (Buffer, error) {
