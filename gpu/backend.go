@@ -111,6 +111,7 @@ type Backend struct {
 
 	splitWS    Buffer      // split-K GEMM partials (gemmSplitMax bytes), allocated at first use
 	splitWSErr error       // why the workspace could not be allocated: split-K stays off
+	routerDone Buffer      // moe_router_topk's CTA counter (moe.go), allocated at first use
 	gemmqWS    Buffer      // gemmq's packed activations (gemmq.go), allocated at first use
 	gemmqWSErr error       // why it could not be allocated: gemmq stays off
 	packed     gemmqPacked // what gemmqWS holds (gemmq.go)
@@ -272,6 +273,10 @@ func (b *Backend) Close() error {
 			return err
 		}
 		b.gemmqWS, b.packed = Buffer{}, gemmqPacked{}
+		if err := c.Free(b.routerDone); err != nil {
+			return err
+		}
+		b.routerDone = Buffer{}
 		return c.Free(b.bad)
 	})
 }

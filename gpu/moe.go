@@ -86,7 +86,12 @@ var moeTyped = []struct{ prefix, module string }{
 }
 
 // moeKernels are the type-free kernels of module moe (kernels/moe.cu).
-var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum", "moe_router_sk", "moe_router_sum", "moe_router_rows", "moe_scale_pairs"}
+var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum", "moe_router_sk", "moe_router_sum", "moe_router_rows", "moe_router_topk", "moe_scale_pairs"}
+
+// moeRouterTopk: batches of up to moeRouterRows rows route in one launch
+// (moe_router_topk: the router rows, then the last CTA's top-k) where the
+// top-k is moe_topk2's; FTCHAT_MOE_ROUTER_TOPK=0 keeps the two launches.
+var moeRouterTopk = os.Getenv("FTCHAT_MOE_ROUTER_TOPK") != "0"
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {
@@ -263,6 +268,13 @@ func MoEScratchBytes(rows, E, K, dim, ff int) int64 {
 // partial sums before the caller needs it (0 for none).
 func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, wts, part DevicePtr, partBytes int) error {
 	r := l.router
+	if r.info.Type == gguf.F32 && n <= moeRouterRows && r.cols%4 == 0 && moeRouterTopk && moeTopkKernel() == "moe_topk2" {
+		done, err := b.routerCounter(c)
+		if err != nil {
+			return err
+		}
+		return b.launch(c, "moe_router_topk", Dim3{X: l.E}, Dim3{X: 256}, r.raw, l.E, r.cols, x, n, logits, done, l.K, l.norm, ids, wts)
+	}
 	if r.info.Type == gguf.F32 && n <= moeRouterRows && r.cols%4 == 0 {
 		if err := b.launch(c, "moe_router_rows", Dim3{X: l.E}, Dim3{X: 256}, r.raw, l.E, r.cols, x, n, logits); err != nil {
 			return err
@@ -278,6 +290,25 @@ func (b *Backend) moeRoute(c *Ctx, x DevicePtr, n int, l moeLayer, logits, ids, 
 		return err
 	}
 	return b.launch(c, moeTopkKernel(), Dim3{X: cdiv(n, 4)}, Dim3{X: 128}, logits, n, l.E, l.K, l.norm, ids, wts)
+}
+
+// routerCounter is moe_router_topk's count of finished CTAs: 4 bytes,
+// zero between launches (the last CTA of each puts it back), allocated and
+// cleared at first use.
+func (b *Backend) routerCounter(c *Ctx) (DevicePtr, error) {
+	if b.routerDone.Ptr != 0 {
+		return b.routerDone.Ptr, nil
+	}
+	buf, err := c.Alloc(4, "MoE router counter")
+	if err != nil {
+		return 0, err
+	}
+	if err := c.Memset32(buf.Ptr, 0, 1); err != nil {
+		c.Free(buf)
+		return 0, err
+	}
+	b.routerDone = buf
+	return buf.Ptr, nil
 }
 
 // routerSlices is the k split of moe_router_sk for n rows of E experts

@@ -7,7 +7,7 @@
 # There (carry .gpu and .gpu-peer; chain the calls without a pause, the
 # machine goes back ~30 s after one and /tmp with it):
 #   scripts/gpu_session14.sh probe
-#     (alone, first) the KV write, attention, norm and RoPE tests with
+#     (alone, first) the KV write, attention, norm, RoPE and MoE routing tests with
 #     device ops inline; decode on the 8B file both ways with CPU profiles;
 #     Nsight Systems traces of 8B decode both ways through kernel_gaps.py.
 #   scripts/gpu_session14.sh first
@@ -80,7 +80,7 @@ probe)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
   (gen llama-3.1-8b $L8; gen smollm2-135m /tmp/s.gguf) &
   stamp "KV write, attention, norm and RoPE tests, device ops inline"
-  T_TEST=100 gtests gpu gpu.test 'KVWrite|RoPE|Norm|TestAttention' $L/gpu_test.log FTCHAT_DEVICE_INLINE=1
+  T_TEST=120 gtests gpu gpu.test 'KVWrite|RoPE|Norm|TestAttention|TestMoERouter|TestMoETopk|TestMoEPaths' $L/gpu_test.log FTCHAT_DEVICE_INLINE=1
   wait
   T_TEST=60 gtests engine engine.test 'TestGPUReplayLastStep|TestGPUDecodeGraphsMatchDirect' $L/engine_test.log FTCHAT_DEVICE_INLINE=1
   ab l8b $L8 1

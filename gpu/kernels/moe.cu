@@ -96,15 +96,14 @@ __device__ __forceinline__ float topk_val(unsigned k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-extern "C" __global__ void moe_topk2(const float* __restrict__ logits, int ntok, int nexp, int topk, int norm,
-                                     int* __restrict__ ids, float* __restrict__ wts) {
-    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (t >= ntok) return;
-    const float* l = logits + (size_t)t * nexp;
+// topk2_row: moe_topk2's work for token t's logits l (lane of its warp);
+// the logits are read through L2 (__ldcg), so a kernel may run it on
+// logits other CTAs of its grid wrote (moe_router_topk).
+__device__ __forceinline__ void topk2_row(const float* l, int nexp, int topk, int norm, int* __restrict__ ids,
+                                          float* __restrict__ wts, int t, int lane) {
     float v[TOPK_PL];
 #pragma unroll
-    for (int j = 0; j < TOPK_PL; j++) v[j] = lane + 32 * j < nexp ? l[lane + 32 * j] : -INFINITY;
+    for (int j = 0; j < TOPK_PL; j++) v[j] = lane + 32 * j < nexp ? __ldcg(l + lane + 32 * j) : -INFINITY;
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < TOPK_PL; j++) mx = fmaxf(mx, v[j]);
@@ -148,6 +147,14 @@ extern "C" __global__ void moe_topk2(const float* __restrict__ logits, int ntok,
         prevId = bi;
     }
     if (lane < topk) wts[t * topk + lane] = norm ? mine / tot : mine;
+}
+
+extern "C" __global__ void moe_topk2(const float* __restrict__ logits, int ntok, int nexp, int topk, int norm,
+                                     int* __restrict__ ids, float* __restrict__ wts) {
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (t >= ntok) return;
+    topk2_row(logits + (size_t)t * nexp, nexp, topk, norm, ids, wts, t, lane);
 }
 
 // Group the npairs (token, slot) pairs by expert, in one CTA of 1024
@@ -308,9 +315,10 @@ extern "C" __global__ void __launch_bounds__(256) moe_router_sum(const float* __
 // token, then a fixed-order reduction (deterministic, float32). Enough CTAs
 // to read the router at full bandwidth, unlike a GEMV with a warp per row.
 #define RS_MAXT 16
-extern "C" __global__ void __launch_bounds__(256) moe_router_rows(const float* __restrict__ R, int nexp, int cols,
-                                                                   const float* __restrict__ X, int ntok,
-                                                                   float* __restrict__ logits) {
+// router_rows: expert blockIdx.x's logits of the ntok (<= RS_MAXT) rows of
+// X, one CTA of 256 threads.
+__device__ __forceinline__ void router_rows(const float* __restrict__ R, int nexp, int cols, const float* __restrict__ X,
+                                            int ntok, float* __restrict__ logits) {
     __shared__ float red[8][RS_MAXT];
     int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const float* r = R + (size_t)e * cols;
@@ -340,4 +348,33 @@ extern "C" __global__ void __launch_bounds__(256) moe_router_rows(const float* _
         for (int w = 0; w < 8; w++) s += red[w][tid];
         logits[(size_t)tid * nexp + e] = s;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) moe_router_rows(const float* __restrict__ R, int nexp, int cols,
+                                                                   const float* __restrict__ X, int ntok,
+                                                                   float* __restrict__ logits) {
+    router_rows(R, nexp, cols, X, ntok, logits);
+}
+
+// moe_router_topk: moe_router_rows, then moe_topk2 on its logits in the
+// same launch. Each CTA counts itself done on *done after its logits are
+// written (and fenced); the last one takes the top-k of every row (its
+// warps, a row each) and puts the counter back to 0 for the next launch.
+// The same logits, ids and weights, bit for bit, as the two kernels.
+extern "C" __global__ void __launch_bounds__(256) moe_router_topk(const float* __restrict__ R, int nexp, int cols,
+                                                                   const float* __restrict__ X, int ntok,
+                                                                   float* __restrict__ logits, unsigned* done, int topk,
+                                                                   int norm, int* __restrict__ ids,
+                                                                   float* __restrict__ wts) {
+    __shared__ bool last;
+    router_rows(R, nexp, cols, X, ntok, logits);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int t = warp; t < ntok; t += 8) topk2_row(logits + (size_t)t * nexp, nexp, topk, norm, ids, wts, t, lane);
+    if (threadIdx.x == 0) *done = 0;
 }
