@@ -51,6 +51,16 @@ func (b *Backend) FreeKV() {
 // device thread.
 func (b *Backend) KVCache() *KVCache { return b.kv }
 
+// postBatch is the batch a posted op may read when it runs: bt itself
+// where device ops run inline (the caller waits for them), else a copy,
+// since the caller may change bt before the device goroutine gets to it.
+func (b *Backend) postBatch(bt *model.Batch) *model.Batch {
+	if b.dev.inline {
+		return bt
+	}
+	return copyBatch(bt)
+}
+
 // copyBatch deep-copies bt: ops run later on the device thread, after the
 // caller may have reused its slices.
 func copyBatch(bt *model.Batch) *model.Batch {
@@ -79,7 +89,7 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 		b.fail(fmt.Errorf("gpu: KVWrite: k %dx%d, v %dx%d", kt.rows, kt.cols, vt.rows, vt.cols))
 		return
 	}
-	batch := copyBatch(bt)
+	batch := b.postBatch(bt)
 	b.post(func(c *Ctx) error {
 		if b.kv == nil {
 			return errNoKV
@@ -120,7 +130,7 @@ func (b *Backend) RoPEKVWrite(layer int, q, k, v model.Tensor, qNorm, kNorm mode
 		}
 		qg, kg = gq.f32.Ptr, gk.f32.Ptr
 	}
-	batch := copyBatch(bt)
+	batch := b.postBatch(bt)
 	heads := qt.cols / headDim
 	b.post(func(c *Ctx) error {
 		if b.kv == nil {
@@ -146,7 +156,7 @@ func (b *Backend) Attention(dst, q model.Tensor, layer int, bt *model.Batch, hea
 		b.fail(fmt.Errorf("gpu: Attention: dst %dx%d, q %dx%d", d.rows, d.cols, qt.rows, qt.cols))
 		return
 	}
-	batch := copyBatch(bt)
+	batch := b.postBatch(bt)
 	b.post(func(c *Ctx) error {
 		if b.kv == nil {
 			return errNoKV

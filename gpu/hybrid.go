@@ -258,7 +258,7 @@ func (b *Backend) CausalConv(dst, x model.Tensor, w model.Weight, layer int, bt 
 		b.fail(fmt.Errorf("gpu: CausalConv: weight %q is %s; the conv reads f32", gw.info.Name, gw.info.Type))
 		return
 	}
-	batch := copyBatch(bt)
+	batch := b.postBatch(bt)
 	b.post(func(c *Ctx) error {
 		hs := b.hs
 		if hs == nil {
@@ -322,7 +322,7 @@ func (b *Backend) GatedDeltaRule(dst, qkv, alpha, beta model.Tensor, g *model.Ga
 	if !ok5 || !ok6 {
 		return
 	}
-	batch := copyBatch(bt)
+	batch := b.postBatch(bt)
 	minChunked := gdnChunkedMinTokens
 	b.post(func(c *Ctx) error {
 		hs := b.hs
