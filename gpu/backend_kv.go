@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/ftchat/ftchat/engine/kvcache"
 	"github.com/ftchat/ftchat/engine/model"
@@ -101,12 +102,20 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 	})
 }
 
+// fuseRoPEKV: RoPEKVWrite takes the op (FTCHAT_FUSE_ROPE_KV=1). Off by
+// default until the fused launch has run on a GPU (written in a session
+// that got no device time; TestKVWriteQKMatchesSeparateOps is its test).
+var fuseRoPEKV = os.Getenv("FTCHAT_FUSE_ROPE_KV") == "1"
+
 // RoPEKVWrite implements model.RoPEKVWriter: q's and k's head norms (when
 // qNorm is set), RoPE on q and KVWrite of k and v in one kernel
 // (KVCache.WriteQK). It takes the op only when the separate ops would
 // compute the same: every row belongs to a sequence of bt at its position
 // (buildMeta checks each), with RoPE and the pool's head_dim.
 func (b *Backend) RoPEKVWrite(layer int, q, k, v model.Tensor, qNorm, kNorm model.Weight, headDim int, eps float32, bt *model.Batch, r model.Rope) bool {
+	if !fuseRoPEKV {
+		return false
+	}
 	qt, ok1 := b.ten(q, "RoPEKVWrite")
 	kt, ok2 := b.ten(k, "RoPEKVWrite")
 	vt, ok3 := b.ten(v, "RoPEKVWrite")

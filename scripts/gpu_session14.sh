@@ -6,6 +6,13 @@
 #   scripts/gpu_session.sh bundle
 # There (carry .gpu and .gpu-peer; chain the calls without a pause, the
 # machine goes back ~30 s after one and /tmp with it):
+#   [BUDGET=S] [NO30=1] scripts/gpu_session14.sh solo
+#     (when one call is all there is) the tests of this session's kernels
+#     and the engine's replay/graph/whole-model tests with everything new
+#     on ($CFG_all); then, with nothing else on the host, decode three ways
+#     (ab: base, fuse, all) with CPU profiles on the 8B file, `ftchat bench
+#     speed` (bf16, fp8, 0/4K/32K) on it with everything on, and as time
+#     allows the same on the 30B file.
 #   scripts/gpu_session14.sh probe
 #     (alone, first) the KV write, attention, norm, RoPE and MoE routing tests with
 #     device ops inline; decode on the 8B file both ways with CPU profiles;
@@ -44,16 +51,23 @@ gen30() {
       >/tmp/gen30.log 2>&1 </dev/null &
 }
 wait30() { for _ in $(seq "${1:-36}"); do [ -s $M30 ] && return 0; sleep 5; done; return 1; }
-# ab TAG MODEL REPS: decode (fp8, depth 0 and 4K, 128 steps) with device
-# ops inline and through the device goroutine, REPS times each,
-# alternating, with a CPU profile of the first of each way.
+# The three ways ab compares: base (as committed before this session),
+# fuse (the fused q/k norm + RoPE + KV write and one-launch MoE routing),
+# all (fuse, and device ops inline).
+CFG_base="FTCHAT_DEVICE_INLINE=0 FTCHAT_FUSE_ROPE_KV=0 FTCHAT_MOE_ROUTER_TOPK=0"
+CFG_fuse="FTCHAT_DEVICE_INLINE=0 FTCHAT_FUSE_ROPE_KV=1 FTCHAT_MOE_ROUTER_TOPK=1"
+CFG_all="FTCHAT_DEVICE_INLINE=1 FTCHAT_FUSE_ROPE_KV=1 FTCHAT_MOE_ROUTER_TOPK=1"
+# ab TAG MODEL REPS: decode (fp8, depth 0 and 4K, 128 steps) in each way,
+# REPS times, alternating, with a CPU profile of the first run of each.
 ab() {
-  local tag=$1 m=$2 i mode
+  local tag=$1 m=$2 i cfg
   for i in $(seq "$3"); do
-    for mode in 1 0; do
-      local prof=()
-      [ $i = 1 ] && prof=(--cpuprofile "$OUT/${tag}_inline$mode.pprof")
-      speed ${tag}_inline${mode}_$i 120 FTCHAT_DEVICE_INLINE=$mode -- --model $m --ctx-size 8192 --depths 0,4096 \
+    for cfg in base fuse all; do
+      local prof=() envs
+      [ $i = 1 ] && prof=(--cpuprofile "$OUT/${tag}_$cfg.pprof")
+      eval "envs=\$CFG_$cfg"
+      # shellcheck disable=SC2086
+      speed ${tag}_${cfg}_$i 120 $envs -- --model $m --ctx-size 8192 --depths 0,4096 \
         --dtypes fp8_e4m3 --prefill 512 --decode 128 "${prof[@]}"
     done
   done
@@ -88,6 +102,32 @@ probe)
   nsys_gaps l8b_1 1 --model $L8 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64
   nsys_gaps l8b_0 0 --model $L8 --ctx-size 8192 --depths 4096 --dtypes fp8_e4m3 --prefill 512 --decode 64
   tar -czf "$OUT/probe-logs.tgz" -C /tmp/out probe
+  ;;
+solo)
+  # One call, no llama.cpp build: the tests of this session's kernels, the
+  # inline/goroutine decode comparison with CPU profiles, and issue 13's
+  # ftchat rows on the 8B and 30B files.
+  L=/tmp/out/solo; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
+  [ "${NO30:-}" ] || gen30
+  (gen llama-3.1-8b $L8; gen smollm2-135m /tmp/s.gguf) &
+  stamp "new and touched kernels' tests: device ops inline"
+  T_TEST=110 gtests gpu gpu.test 'KVWrite|RoPE|Norm|TestAttention|TestMoETopk|TestMoERouter|TestMoEPaths|Graph' $L/gpu_test.log "$CFG_all"
+  wait
+  stamp "engine GPU tests: replay, graphs, whole model, all three on"
+  T_TEST=100 gtests engine engine.test 'TestGPUReplayLastStep|TestGPUDecodeGraphsMatchDirect|TestGPUMatchesCPUWholeModel|TestGreedyAgreement' $L/engine_test.log "$CFG_all"
+  [ "${NO30:-}" ] || { stamp "waiting for the 30B file"; wait30 30; }
+  ls -l /tmp/*.gguf*
+  # Nothing else runs on the host from here.
+  ab l8b $L8 1
+  # shellcheck disable=SC2086
+  fits 100 && speed l8b 120 $CFG_all -- --model $L8 --ctx-size 33792 --depths 0,4096,32768 \
+    --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
+  fits 120 && [ -s $M30 ] && ab m30 $M30 1
+  # shellcheck disable=SC2086
+  fits 90 && [ -s $M30 ] && speed m30 $((${BUDGET:-570} - $(date +%s) + T0 - 10)) $CFG_all -- --model $M30 --ctx-size 33792 \
+    --depths 0,4096,32768 --dtypes bf16,fp8_e4m3 --prefill 512 --decode 64
+  tar -czf "$OUT/solo-logs.tgz" -C /tmp/out solo
   ;;
 first)
   L=/tmp/out/first; mkdir -p $L; [ -x $B/ftchat ] || unpack
