@@ -73,8 +73,12 @@ func TestGPUFP16ComputeMatchesCPU(t *testing.T) {
 				t.Error("fp16: " + p)
 			}
 			checkOver(t, "fp16", over, func(i int) float64 { return ef[i] }, m.moe, len(c))
-			if !m.moe && mean(ef) > mean(eb) {
-				t.Errorf("fp16 compute: mean logits error %.3g exceeds the bf16 compute's %.3g on the same tokens", mean(ef), mean(eb))
+			// Where the weights are F32, both errors come mostly from the
+			// shared bf16 KV cache and agree to ~1% (0.00129 against
+			// 0.00130 on qwen3-tiny, either way round as the last bits of
+			// RoPE move): "not worse" allows 2%.
+			if !m.moe && mean(ef) > 1.02*mean(eb) {
+				t.Errorf("fp16 compute: mean logits error %.3g exceeds the bf16 compute's %.3g by over 2%% on the same tokens", mean(ef), mean(eb))
 			}
 		})
 	}

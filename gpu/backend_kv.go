@@ -102,10 +102,10 @@ func (b *Backend) KVWrite(layer int, k, v model.Tensor, bt *model.Batch, r model
 	})
 }
 
-// fuseRoPEKV: RoPEKVWrite takes the op (FTCHAT_FUSE_ROPE_KV=1). Off by
-// default until the fused launch has run on a GPU (written in a session
-// that got no device time; TestKVWriteQKMatchesSeparateOps is its test).
-var fuseRoPEKV = os.Getenv("FTCHAT_FUSE_ROPE_KV") == "1"
+// fuseRoPEKV: RoPEKVWrite takes the op, the default since the H200 run of
+// 2026-12-06 (docs/benchmarks.md); FTCHAT_FUSE_ROPE_KV=0 keeps the
+// separate launches.
+var fuseRoPEKV = os.Getenv("FTCHAT_FUSE_ROPE_KV") != "0"
 
 // RoPEKVWrite implements model.RoPEKVWriter: q's and k's head norms (when
 // qNorm is set), RoPE on q and KVWrite of k and v in one kernel

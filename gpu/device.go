@@ -83,9 +83,10 @@ type Device struct {
 	closed bool
 }
 
-// inlineOps picks the inline way for devices opened from now on
-// (FTCHAT_DEVICE_INLINE=1 on, 0 off).
-var inlineOps = os.Getenv("FTCHAT_DEVICE_INLINE") == "1"
+// inlineOps picks the inline way for devices opened from now on: the
+// default since the H200 run of 2026-12-06 (8B decode 295 -> 313 tok/s,
+// docs/benchmarks.md); FTCHAT_DEVICE_INLINE=0 keeps the device goroutine.
+var inlineOps = os.Getenv("FTCHAT_DEVICE_INLINE") != "0"
 
 // Ctx is the device thread's handle: its methods call the driver and are
 // valid only inside a function run by Do or Post.

@@ -90,9 +90,9 @@ var moeKernels = []string{"moe_topk", "moe_topk2", "moe_sort", "moe_gather_sum",
 
 // moeRouterTopk: batches of up to moeRouterRows rows route in one launch
 // (moe_router_topk: the router rows, then the last CTA's top-k) where the
-// top-k is moe_topk2's (FTCHAT_MOE_ROUTER_TOPK=1). Off by default until it
-// has run on a GPU (TestMoERouterTopkMatchesTwoLaunches is its test).
-var moeRouterTopk = os.Getenv("FTCHAT_MOE_ROUTER_TOPK") == "1"
+// top-k is moe_topk2's: the default since the H200 run of 2026-12-06;
+// FTCHAT_MOE_ROUTER_TOPK=0 keeps the two launches.
+var moeRouterTopk = os.Getenv("FTCHAT_MOE_ROUTER_TOPK") != "0"
 
 // moeKernelModule returns the module of an MoE kernel of moe.cu / moe.cuh.
 func moeKernelModule(name string) (string, bool) {

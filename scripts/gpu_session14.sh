@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Device calls of the thirteenth session (2026-12-06): decode's host side
-# (device ops run inline on the caller's thread, FTCHAT_DEVICE_INLINE=1,
-# against the device goroutine), the fused q/k norm + RoPE + KV write, and
-# issue 13's tables redone on whichever card came. Here:
+# (device ops run inline on the caller's thread, FTCHAT_DEVICE_INLINE, against
+# the device goroutine), the fused q/k norm + RoPE + KV write and one-launch
+# MoE routing, and issue 13's ftchat rows. What ran, on one H200, back to
+# back: `BUDGET=520 solo`, then `full` and `rep2` (as typed into the device
+# tool then; the modes below are those commands). first/decode/rest/probe are
+# prepared for a session with more device time (a llama.cpp build in the
+# same chain). The CFG_* ways below were env switches then; all three are
+# the defaults now. Here:
 #   scripts/gpu_session.sh bundle
 # There (carry .gpu and .gpu-peer; chain the calls without a pause, the
 # machine goes back ~30 s after one and /tmp with it):
@@ -13,6 +18,12 @@
 #     (ab: base, fuse, all) with CPU profiles on the 8B file, `ftchat bench
 #     speed` (bf16, fp8, 0/4K/32K) on it with everything on, and as time
 #     allows the same on the 30B file.
+#   scripts/gpu_session14.sh full
+#     (ran after solo) every gpu-package and engine GPU test with
+#     everything on, then the fp16-compute test with each change alone.
+#   scripts/gpu_session14.sh rep2
+#     (ran after solo) base against all once more on the 8B and 30B files,
+#     and SmolLM2 both ways.
 #   scripts/gpu_session14.sh probe
 #     (alone, first) the KV write, attention, norm, RoPE and MoE routing tests with
 #     device ops inline; decode on the 8B file both ways with CPU profiles;
@@ -89,6 +100,40 @@ nsys_gaps() {
 }
 NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/bin/nsys 2>/dev/null | head -1)
 case ${1:-} in
+full)
+  # (after solo, same machine) every gpu-package test and every engine GPU
+  # test with everything new on; then TestGPUFP16ComputeMatchesCPU with
+  # each change alone, to tell which one moved its margin.
+  L=/tmp/out/full; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  gen smollm2-135m /tmp/s.gguf
+  T_TEST=170 gtests gpu gpu.test . $L/gpu_test.log "$CFG_all"
+  T_TEST=190 gtests engine engine.test GPU $L/engine_test.log "$CFG_all"
+  for c in "$CFG_base" "FTCHAT_DEVICE_INLINE=0 FTCHAT_FUSE_ROPE_KV=1 FTCHAT_MOE_ROUTER_TOPK=0" \
+    "FTCHAT_DEVICE_INLINE=0 FTCHAT_FUSE_ROPE_KV=0 FTCHAT_MOE_ROUTER_TOPK=1" "FTCHAT_DEVICE_INLINE=1 FTCHAT_FUSE_ROPE_KV=0 FTCHAT_MOE_ROUTER_TOPK=0"; do
+    echo "== $c"
+    T_TEST=40 gtests engine engine.test TestGPUFP16ComputeMatchesCPU $L/fp16.log "$c"
+    grep -E 'mean error|exceeds' $L/fp16.log
+  done
+  tar -czf "$OUT/full-logs.tgz" -C /tmp/out full
+  ;;
+rep2)
+  # (after solo, same machine) a second run of base and all on the 8B and
+  # 30B files, and SmolLM2 both ways.
+  L=/tmp/out/rep2; mkdir -p $L; [ -x $B/ftchat ] || unpack
+  gen llama-3.1-8b $L8; gen smollm2-135m /tmp/s.gguf; gen30; wait30 60
+  for m in $L8 $M30; do
+    for cfg in base all; do
+      eval "envs=\$CFG_$cfg"
+      # shellcheck disable=SC2086
+      speed $(basename $m .gguf)_${cfg}_2 60 $envs -- --model $m --ctx-size 8192 --depths 0,4096 --dtypes fp8_e4m3 --prefill 512 --decode 128
+    done
+  done
+  # shellcheck disable=SC2086
+  speed smol_all 40 $CFG_all -- --model /tmp/s.gguf --ctx-size 8192 --depths 0,4096 --dtypes bf16,fp8_e4m3 --prefill 512 --decode 128
+  # shellcheck disable=SC2086
+  speed smol_base 40 $CFG_base -- --model /tmp/s.gguf --ctx-size 8192 --depths 0,4096 --dtypes fp8_e4m3 --prefill 512 --decode 128
+  tar -czf "$OUT/rep2-logs.tgz" -C /tmp/out rep2
+  ;;
 probe)
   L=/tmp/out/probe; mkdir -p $L; [ -x $B/ftchat ] || unpack
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $L/machine.txt
