@@ -62,6 +62,13 @@ func loadOn(t testing.TB, path, device, dtype string, extra Options) *Engine {
 // step i (teacher forcing), whatever the logits say.
 func greedyRun(t *testing.T, e *Engine, prompt []int32, n int, force []int32) ([][]float32, []int32) {
 	t.Helper()
+	return greedyRunThen(t, e, prompt, n, force, nil)
+}
+
+// greedyRunThen is greedyRun with after(i) called after step i's logits
+// are in (nil: nothing), under the engine's lock.
+func greedyRunThen(t *testing.T, e *Engine, prompt []int32, n int, force []int32, after func(i int)) ([][]float32, []int32) {
+	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	seq := e.pool.NewSequence()
@@ -90,6 +97,9 @@ func greedyRun(t *testing.T, e *Engine, prompt []int32, n int, force []int32) ([
 			t.Fatal(err)
 		}
 		steps = append(steps, append([]float32(nil), logits...))
+		if after != nil {
+			after(i)
+		}
 	}
 	return steps, out
 }
@@ -456,28 +466,12 @@ func TestGPUReplayLastStepLeavesStateAlone(t *testing.T) {
 	}
 	run := func(replay bool) [][]float32 {
 		e := loadOn(t, path, "cuda", "fp8_e4m3", Options{GPUMemory: 1 << 30})
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		seq := e.pool.NewSequence()
-		defer seq.Free()
-		if _, err := seq.Append(prompt...); err != nil {
-			t.Fatal(err)
-		}
-		var logits []float32
-		if err := e.prefill(context.Background(), seq, nil, prompt, 0, &logits, nil); err != nil {
-			t.Fatal(err)
-		}
-		var steps [][]float32
-		for i := range 40 {
-			pos, err := seq.Append(sample.Argmax(logits))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if logits, err = e.forwardToken(sample.Argmax(logits), pos, seq.Pages(), nil); err != nil {
-				t.Fatal(err)
-			}
-			steps = append(steps, append([]float32(nil), logits...))
-			if replay && i%10 == 3 {
+		var after func(int)
+		if replay {
+			after = func(i int) {
+				if i%10 != 3 {
+					return
+				}
 				ms, graphs, _, err := e.be.(*gpu.Backend).ReplayLastStep(3)
 				if err != nil {
 					t.Fatal(err)
@@ -487,6 +481,7 @@ func TestGPUReplayLastStepLeavesStateAlone(t *testing.T) {
 				}
 			}
 		}
+		steps, _ := greedyRunThen(t, e, prompt, 40, nil, after)
 		return steps
 	}
 	plain, replayed := run(false), run(true)
