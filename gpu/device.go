@@ -59,9 +59,11 @@ type Options struct {
 	Compute ComputeDType
 }
 
-// Device is one opened CUDA device. A CUDA context is current on one OS
-// thread at a time, so one goroutine, locked to its thread, owns the
-// context and runs every driver call; Do and Post hand work to it.
+// Device is one opened CUDA device. A goroutine locked to its OS thread
+// opens and closes the context. Do and Post run work one call at a time:
+// by default on the caller's goroutine, its thread held and the context
+// made current there (inline); with FTCHAT_DEVICE_INLINE=0 handed to that
+// goroutine, which then runs every driver call.
 type Device struct {
 	info   Info
 	budget budget
@@ -264,7 +266,7 @@ func (d *Device) FreeNow() (int64, error) {
 	return free, err
 }
 
-// Do runs f on the device thread and waits for it. A panic in f is
+// Do runs f with the device's context and waits for it. A panic in f is
 // returned as an error, leaving the device usable.
 func (d *Device) Do(f func(c *Ctx) error) error {
 	if d.inline {
@@ -277,8 +279,10 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 	return <-ch
 }
 
-// Post queues f on the device thread without waiting. The first error of
-// a posted function is kept and returned by Err.
+// Post runs f with the device's context: inline, before it returns; on
+// the device goroutine, queued without waiting. Either way work posted
+// earlier runs first. The first error of a posted function is kept and
+// returned by Err.
 func (d *Device) Post(f func(c *Ctx) error) {
 	if d.inline {
 		if err := d.runInline(f); err != nil {
