@@ -486,18 +486,8 @@ func TestGPUReplayLastStepLeavesStateAlone(t *testing.T) {
 	}
 	plain, replayed := run(false), run(true)
 	for i := range plain {
-		if firstBitDiff(plain[i], replayed[i]) >= 0 {
+		if !sameBits(plain[i], replayed[i]) {
 			t.Fatalf("step %d: logits differ after replays", i)
 		}
 	}
-}
-
-// firstBitDiff is the first index where a and b differ in bits, -1 if none.
-func firstBitDiff(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
 }

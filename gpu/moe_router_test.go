@@ -81,19 +81,15 @@ func TestMoERouterTopkMatchesTwoLaunches(t *testing.T) {
 					if err := Download(cx, res[v].wts, wp); err != nil {
 						return err
 					}
-					ids := make([]float32, nk)
-					if err := Download(cx, ids, ip); err != nil {
+					if err := Download(cx, res[v].ids, ip); err != nil {
 						return err
 					}
-					for i, b := range ids {
-						res[v].ids[i] = int32(math.Float32bits(b))
-					}
 				}
-				cnt := make([]float32, 1)
+				cnt := make([]uint32, 1)
 				if err := Download(cx, cnt, g.routerDone.Ptr); err != nil {
 					return err
 				}
-				counter = math.Float32bits(cnt[0])
+				counter = cnt[0]
 				return nil
 			})
 			if err != nil {
