@@ -43,6 +43,14 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			// The measured prefill runs as one batch: plan the GPU
 			// workspace for it (the depth fill runs in chunks of this size too).
 			cfg.Engine.PrefillChunk = max(cfg.Engine.PrefillChunk, engine.DefaultPrefillChunk, prefillN)
+			var prof *os.File
+			if cpuProfile != "" {
+				// Created before the load, so a bad path is told at once.
+				if prof, err = os.Create(cpuProfile); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer prof.Close()
+			}
 			loadStart := time.Now()
 			eng, err := loadEngine(cmd.Context(), cfg, true)
 			if err != nil {
@@ -52,15 +60,14 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 			// Not part of any rate: said once so load time, and what the
 			// device line says of cuBLAS, are on record beside them.
 			fmt.Fprintf(cmd.ErrOrStderr(), "model loaded in %.1f s on %s\n", time.Since(loadStart).Seconds(), eng.Info().Device)
-			if cpuProfile != "" {
+			if prof != nil {
 				// After the load: the profile is of the measured work
 				// (warm-up included), for reading where a step's host
 				// time goes (go tool pprof).
-				stop, err := startCPUProfile(cpuProfile)
-				if err != nil {
-					return err
+				if err := pprof.StartCPUProfile(prof); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
 				}
-				defer stop()
+				defer pprof.StopCPUProfile()
 			}
 			var results []engine.SpeedResult
 			w := cmd.OutOrStdout()
@@ -126,23 +133,6 @@ func benchSpeedCmd(v *viper.Viper) *cobra.Command {
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the measurements to this file")
 	cmd.Flags().BoolVar(&warmup, "warmup", true, "an untimed prefill and a few decode steps per KV dtype before its measurements")
 	return cmd
-}
-
-// startCPUProfile starts the Go CPU profiler writing to path; stop ends it
-// and closes the file.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
 
 func parseInts(s string) ([]int, error) {
